@@ -1,0 +1,71 @@
+"""cuda_library: compiles .cu files with nvcc and wraps the objects in a cc_library.
+
+Includes and defines come from the deps' CcInfo, so a .cu file can include the same
+headers as the C++ code. Machine code for sm_90a (Hopper fast paths) and sm_80 (Ampere,
+the portable baseline), plus compute_80 PTX for anything newer.
+"""
+
+NVCC = "/usr/local/cuda/bin/nvcc"
+
+CUDA_GENCODES = [
+    "-gencode=arch=compute_80,code=sm_80",
+    "-gencode=arch=compute_90a,code=sm_90a",
+    "-gencode=arch=compute_80,code=compute_80",
+]
+
+def _cuda_objects_impl(ctx):
+    cc = cc_common.merge_cc_infos(cc_infos = [d[CcInfo] for d in ctx.attr.deps]).compilation_context
+    outs = []
+    for src in ctx.files.srcs:
+        out = ctx.actions.declare_file("_cuda_objs/%s/%s.o" % (ctx.label.name, src.basename[:-len(".cu")]))
+        args = ctx.actions.args()
+        args.add_all(["-c", src.path, "-o", out.path])
+        args.add_all(["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-Xcompiler", "-fPIC", "-lineinfo"])
+        args.add_all(CUDA_GENCODES)
+        args.add_all(ctx.attr.copts)
+        args.add("-I.")
+        args.add("-I" + ctx.bin_dir.path)
+        args.add_all(cc.includes, format_each = "-I%s")
+        args.add_all(cc.quote_includes, format_each = "-I%s")
+        args.add_all(cc.system_includes, format_each = "-isystem=%s")
+        args.add_all(cc.defines, format_each = "-D%s")
+        ctx.actions.run(
+            executable = NVCC,
+            arguments = [args],
+            inputs = depset([src] + ctx.files.hdrs, transitive = [cc.headers]),
+            outputs = [out],
+            mnemonic = "NvccCompile",
+            progress_message = "nvcc %s" % src.short_path,
+            use_default_shell_env = True,
+        )
+        outs.append(out)
+    return [DefaultInfo(files = depset(outs))]
+
+_cuda_objects = rule(
+    implementation = _cuda_objects_impl,
+    attrs = {
+        "srcs": attr.label_list(allow_files = [".cu"]),
+        "hdrs": attr.label_list(allow_files = [".h", ".cuh"]),
+        "deps": attr.label_list(providers = [CcInfo]),
+        "copts": attr.string_list(),
+    },
+)
+
+def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], visibility = None, **kwargs):
+    """A cc_library whose .cu sources are compiled by nvcc (cudart linked statically)."""
+    _cuda_objects(
+        name = name + "_objs",
+        srcs = srcs,
+        hdrs = hdrs,
+        deps = deps + ["@cuda//:headers"],
+        copts = copts,
+    )
+    native.cc_library(
+        name = name,
+        srcs = [":" + name + "_objs"],
+        hdrs = hdrs,
+        deps = deps + ["@cuda//:cudart"],
+        linkstatic = True,
+        visibility = visibility,
+        **kwargs
+    )
