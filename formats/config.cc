@@ -1,0 +1,192 @@
+#include "formats/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "formats/error.h"
+#include "formats/file_io.h"
+
+namespace ssdq {
+namespace {
+
+using nlohmann::json;
+
+class Fields {
+ public:
+  Fields(const json& object, std::string label) : object_(object), label_(std::move(label)) {}
+
+  int64_t required_int(const char* key) const {
+    if (!object_.contains(key)) fail("{}: missing field '{}'", label_, key);
+    return as_int(key, object_.at(key));
+  }
+  int64_t optional_int(const char* key, int64_t fallback) const {
+    if (!object_.contains(key) || object_.at(key).is_null()) return fallback;
+    return as_int(key, object_.at(key));
+  }
+  bool optional_bool(const char* key, bool fallback) const {
+    if (!object_.contains(key) || object_.at(key).is_null()) return fallback;
+    const json& value = object_.at(key);
+    if (!value.is_boolean()) fail("{}: field '{}' must be true or false, got {}", label_, key, value.dump());
+    return value.get<bool>();
+  }
+  double optional_double(const char* key, double fallback) const {
+    if (!object_.contains(key) || object_.at(key).is_null()) return fallback;
+    return as_double(key, object_.at(key));
+  }
+  // A float that may be spelled {"__float__": "Infinity"} (transformers' JSON encoding of inf).
+  double as_double(const std::string& key, const json& value) const {
+    if (value.is_number()) return value.get<double>();
+    if (value.is_object() && value.contains("__float__") && value.at("__float__").is_string()) {
+      const std::string text = value.at("__float__").get<std::string>();
+      if (text == "Infinity" || text == "inf") return INFINITY;
+      if (text == "-Infinity" || text == "-inf") return -INFINITY;
+      if (text == "NaN" || text == "nan") return NAN;
+    }
+    fail("{}: field '{}' must be a number, got {}", label_, key, value.dump());
+  }
+  const json& object() const { return object_; }
+  const std::string& label() const { return label_; }
+
+ private:
+  int64_t as_int(const char* key, const json& value) const {
+    if (value.is_number_integer()) return value.get<int64_t>();
+    if (value.is_number_float() && std::floor(value.get<double>()) == value.get<double>())
+      return static_cast<int64_t>(value.get<double>());
+    fail("{}: field '{}' must be an integer, got {}", label_, key, value.dump());
+  }
+  const json& object_;
+  std::string label_;
+};
+
+void parse_mamba_ssm(const Fields& top, Mamba2Config& config) {
+  config.spelling = ConfigSpelling::kMambaSsm;
+  config.d_model = top.required_int("d_model");
+  config.n_layer = top.required_int("n_layer");
+  config.vocab_size = top.required_int("vocab_size");
+  const int64_t pad = top.optional_int("pad_vocab_size_multiple", 16);
+  if (pad <= 0) fail("{}: pad_vocab_size_multiple must be positive, got {}", top.label(), pad);
+  if (config.vocab_size % pad != 0) config.vocab_size += pad - config.vocab_size % pad;
+  config.tie_embeddings = top.optional_bool("tie_embeddings", true);
+  if (!top.optional_bool("rms_norm", true)) fail("{}: rms_norm = false (LayerNorm) is not supported", top.label());
+  if (top.optional_int("d_intermediate", 0) != 0)
+    fail("{}: d_intermediate > 0 (gated MLP layers) is not supported", top.label());
+  const json& object = top.object();
+  if (object.contains("attn_layer_idx") && !object.at("attn_layer_idx").is_null() &&
+      !(object.at("attn_layer_idx").is_array() && object.at("attn_layer_idx").empty()))
+    fail("{}: attention layers (attn_layer_idx) are not supported", top.label());
+  if (!object.contains("ssm_cfg") || object.at("ssm_cfg").is_null()) return;
+  if (!object.at("ssm_cfg").is_object()) fail("{}: field 'ssm_cfg' must be an object", top.label());
+  const Fields ssm(object.at("ssm_cfg"), top.label() + ": ssm_cfg");
+  if (ssm.object().contains("layer") && ssm.object().at("layer") != "Mamba2")
+    fail("{}: ssm_cfg.layer is {}, only Mamba2 is supported", top.label(), ssm.object().at("layer").dump());
+  config.d_state = ssm.optional_int("d_state", config.d_state);
+  config.headdim = ssm.optional_int("headdim", config.headdim);
+  config.ngroups = ssm.optional_int("ngroups", config.ngroups);
+  config.d_conv = ssm.optional_int("d_conv", config.d_conv);
+  config.expand = ssm.optional_int("expand", config.expand);
+  config.chunk_size = ssm.optional_int("chunk_size", config.chunk_size);
+  if (ssm.optional_bool("bias", false)) fail("{}: ssm_cfg.bias = true is not supported", top.label());
+  if (!ssm.optional_bool("conv_bias", true)) fail("{}: ssm_cfg.conv_bias = false is not supported", top.label());
+  if (!ssm.optional_bool("rmsnorm", true)) fail("{}: ssm_cfg.rmsnorm = false is not supported", top.label());
+  if (ssm.optional_bool("norm_before_gate", false))
+    fail("{}: ssm_cfg.norm_before_gate = true is not supported", top.label());
+  if (ssm.optional_bool("D_has_hdim", false)) fail("{}: ssm_cfg.D_has_hdim = true is not supported", top.label());
+  if (ssm.object().contains("d_ssm") && !ssm.object().at("d_ssm").is_null() &&
+      ssm.optional_int("d_ssm", 0) != config.d_inner())
+    fail("{}: ssm_cfg.d_ssm different from d_inner is not supported", top.label());
+  if (ssm.object().contains("dt_limit")) {
+    const json& limit = ssm.object().at("dt_limit");
+    if (!limit.is_array() || limit.size() != 2) fail("{}: ssm_cfg.dt_limit must be a pair", top.label());
+    config.dt_min = ssm.as_double("dt_limit[0]", limit[0]);
+    config.dt_max = ssm.as_double("dt_limit[1]", limit[1]);
+  }
+}
+
+void parse_transformers(const Fields& top, Mamba2Config& config) {
+  config.spelling = ConfigSpelling::kTransformers;
+  config.d_model = top.required_int("hidden_size");
+  config.n_layer = top.required_int("num_hidden_layers");
+  config.vocab_size = top.required_int("vocab_size");
+  config.d_state = top.required_int("state_size");
+  config.headdim = top.required_int("head_dim");
+  config.ngroups = top.required_int("n_groups");
+  config.expand = top.optional_int("expand", 2);
+  config.d_conv = top.optional_int("conv_kernel", 4);
+  config.chunk_size = top.optional_int("chunk_size", 256);
+  config.norm_eps = top.optional_double("layer_norm_epsilon", 1e-5);
+  config.tie_embeddings = top.optional_bool("tie_word_embeddings", false);
+  const int64_t heads = top.optional_int("num_heads", config.nheads());
+  if (heads != config.nheads())
+    fail("{}: num_heads = {} but expand * hidden_size / head_dim = {}", top.label(), heads, config.nheads());
+  if (top.optional_bool("use_bias", false)) fail("{}: use_bias = true is not supported", top.label());
+  if (!top.optional_bool("use_conv_bias", true)) fail("{}: use_conv_bias = false is not supported", top.label());
+  if (!top.optional_bool("rms_norm", true)) fail("{}: rms_norm = false is not supported", top.label());
+  const json& object = top.object();
+  if (object.contains("time_step_limit") && !object.at("time_step_limit").is_null()) {
+    const json& limit = object.at("time_step_limit");
+    if (!limit.is_array() || limit.size() != 2) fail("{}: time_step_limit must be a pair", top.label());
+    config.dt_min = top.as_double("time_step_limit[0]", limit[0]);
+    config.dt_max = top.as_double("time_step_limit[1]", limit[1]);
+  }
+}
+
+}  // namespace
+
+int64_t Mamba2Config::parameter_count() const {
+  const int64_t per_layer = d_model + d_in_proj() * d_model + conv_dim() * (d_conv + 1) + 3 * nheads() +
+                            d_inner() + d_model * d_inner();
+  return vocab_size * d_model * (tie_embeddings ? 1 : 2) + n_layer * per_layer + d_model;
+}
+
+std::string Mamba2Config::summary() const {
+  return fmt::format(
+      "d_model {} · layers {} · d_inner {} · heads {} × headdim {} · d_state {} · ngroups {} · d_conv {} · chunk {} · "
+      "vocab {} · {} embeddings · {:.1f} M parameters",
+      d_model, n_layer, d_inner(), nheads(), headdim, d_state, ngroups, d_conv, chunk_size, vocab_size,
+      tie_embeddings ? "tied" : "untied", parameter_count() / 1e6);
+}
+
+void validate_config(const Mamba2Config& c, const std::string& label) {
+  auto positive = [&](const char* name, int64_t value, int64_t limit) {
+    if (value <= 0 || value > limit) fail("{}: {} = {} is out of range (1..{})", label, name, value, limit);
+  };
+  positive("d_model", c.d_model, 1 << 16);
+  positive("n_layer", c.n_layer, 1024);
+  positive("vocab_size", c.vocab_size, 1 << 24);
+  positive("d_state", c.d_state, 1024);
+  positive("headdim", c.headdim, 1024);
+  positive("ngroups", c.ngroups, 1024);
+  positive("d_conv", c.d_conv, 64);
+  positive("expand", c.expand, 16);
+  positive("chunk_size", c.chunk_size, 4096);
+  if (c.d_inner() % c.headdim != 0)
+    fail("{}: d_inner = {} is not a multiple of headdim = {}", label, c.d_inner(), c.headdim);
+  if (c.nheads() % c.ngroups != 0)
+    fail("{}: nheads = {} is not a multiple of ngroups = {}", label, c.nheads(), c.ngroups);
+  if (!(c.norm_eps > 0)) fail("{}: the norm epsilon must be positive", label);
+  if (!(c.dt_min >= 0) || !(c.dt_max > c.dt_min)) fail("{}: time step limit [{}, {}] is invalid", label, c.dt_min, c.dt_max);
+}
+
+Mamba2Config parse_config_json(std::string_view text, const std::string& label) {
+  json object = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (object.is_discarded()) fail("{}: not valid JSON", label);
+  if (!object.is_object()) fail("{}: expected a JSON object", label);
+  const Fields top(object, label);
+  Mamba2Config config;
+  if (object.contains("d_model")) {
+    parse_mamba_ssm(top, config);
+  } else if (object.contains("hidden_size")) {
+    if (object.contains("model_type") && object.at("model_type") != "mamba2")
+      fail("{}: model_type is {}, expected \"mamba2\"", label, object.at("model_type").dump());
+    parse_transformers(top, config);
+  } else {
+    fail("{}: missing field 'd_model' (mamba_ssm spelling) or 'hidden_size' (transformers spelling)", label);
+  }
+  validate_config(config, label);
+  return config;
+}
+
+Mamba2Config load_config(const std::string& path) { return parse_config_json(read_file(path), path); }
+
+}  // namespace ssdq

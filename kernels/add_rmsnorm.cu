@@ -1,0 +1,51 @@
+#include "kernels/add_rmsnorm.h"
+
+namespace ssdq::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+// One block per row; the row is added and squared in one pass, then normalised.
+__global__ void add_rmsnorm_kernel(AddRmsNormArgs a) {
+  const int64_t row = blockIdx.x;
+  float* r = a.residual + row * a.dim;
+  const float* d = a.delta ? a.delta + row * a.dim : nullptr;
+  float sum = 0.f;
+  for (int i = threadIdx.x; i < a.dim; i += kThreads) {
+    float v = r[i];
+    if (d) {
+      v += d[i];
+      r[i] = v;
+    }
+    sum += v * v;
+  }
+  __shared__ float partial[kThreads / 32];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    sum = threadIdx.x < kThreads / 32 ? partial[threadIdx.x] : 0.f;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (threadIdx.x == 0) partial[0] = rsqrtf(sum / a.dim + a.eps);
+  }
+  __syncthreads();
+  const float scale = partial[0];
+  float* out = a.out + row * a.dim;
+  for (int i = threadIdx.x; i < a.dim; i += kThreads) out[i] = r[i] * scale * a.weight[i];
+}
+
+}  // namespace
+
+bool add_rmsnorm_supported(const AddRmsNormArgs& a) {
+  return a.rows > 0 && a.rows <= 2147483647 && a.dim > 0 && a.residual && a.weight && a.out;
+}
+
+cudaError_t launch_add_rmsnorm(const AddRmsNormArgs& a, cudaStream_t stream) {
+  if (!add_rmsnorm_supported(a)) return cudaErrorInvalidValue;
+  add_rmsnorm_kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace ssdq::kernels

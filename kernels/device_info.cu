@@ -1,0 +1,25 @@
+#include "kernels/device_info.h"
+
+#include <cuda_runtime.h>
+
+namespace ssdq::kernels {
+
+std::vector<DeviceInfo> list_devices(std::string* error) {
+  std::vector<DeviceInfo> out;
+  int count = 0;
+  cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    if (error) *error = cudaGetErrorString(status);
+    cudaGetLastError();
+    return out;
+  }
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    out.push_back({i, prop.name, prop.major, prop.minor, prop.totalGlobalMem, prop.multiProcessorCount});
+  }
+  if (out.empty() && error) *error = "no CUDA device found";
+  return out;
+}
+
+}  // namespace ssdq::kernels

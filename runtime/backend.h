@@ -1,0 +1,42 @@
+// The interface every runtime backend (CPU reference, CUDA) implements: run tokens forward
+// through the model from a per-sequence state and return logits or per-token NLL.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "formats/config.h"
+
+namespace ssdq {
+
+// Per-sequence recurrent state (conv state and SSM state of every layer) for a batch of
+// sequences. Backends subclass it with their own storage.
+class InferenceState {
+ public:
+  virtual ~InferenceState() = default;
+  virtual int64_t batch() const = 0;
+  // Zeroes the state of every sequence (a new sequence starts from a zero state).
+  virtual void reset() = 0;
+};
+
+struct ForwardOutputs {
+  float* logits = nullptr;           // if set: [batch, length, vocab]
+  const int32_t* targets = nullptr;  // with nll: [batch, length], the next token of each position
+  double* nll = nullptr;             // if set: [batch, length], -log p(target | prefix)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual const Mamba2Config& config() const = 0;
+  virtual std::unique_ptr<InferenceState> new_state(int64_t batch) const = 0;
+  // Advances `state` by `length` tokens of each of its sequences; tokens is [batch, length]
+  // row-major. A single token uses the recurrent decode form, more use the chunked form;
+  // both give the same result. Token ids outside the vocabulary are an Error.
+  virtual void forward(const int32_t* tokens, int64_t length, InferenceState& state,
+                       const ForwardOutputs& outputs) const = 0;
+};
+
+}  // namespace ssdq

@@ -1,0 +1,37 @@
+// FP32 host copy of a Mamba-2 model's weights, the input of every backend.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "formats/config.h"
+
+namespace ssdq {
+
+struct LayerWeights {
+  std::vector<float> norm;         // [D]
+  std::vector<float> in_proj;      // [d_in_proj, D], rows z | x | B | C | dt
+  std::vector<float> conv_weight;  // [conv_dim, K]
+  std::vector<float> conv_bias;    // [conv_dim]
+  std::vector<float> dt_bias;      // [H]
+  std::vector<float> A;            // [H], A = -exp(A_log)
+  std::vector<float> D;            // [H]
+  std::vector<float> gated_norm;   // [E]
+  std::vector<float> out_proj;     // [D, E]
+};
+
+struct ModelWeights {
+  Mamba2Config config;
+  std::vector<float> embedding;  // [V, D]
+  std::vector<float> lm_head;    // [V, D]; empty when tied to the embedding
+  std::vector<float> norm_f;     // [D]
+  std::vector<LayerWeights> layers;
+
+  const std::vector<float>& head() const { return lm_head.empty() ? embedding : lm_head; }
+};
+
+// A model with the config's shapes and seeded random weights in the ranges a trained Mamba-2
+// has (A_log, dt_bias like mamba_ssm's initialisation), for tests and synthetic benchmarks.
+ModelWeights random_weights(const Mamba2Config& config, uint64_t seed);
+
+}  // namespace ssdq

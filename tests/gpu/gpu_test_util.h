@@ -1,0 +1,58 @@
+// Helpers for GPU tests: device buffers from host vectors and back, seeded random inputs.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+
+namespace ssdq::testing {
+
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(const std::vector<T>& host) : size_(host.size()) {
+    kernels::check_cuda(cudaMalloc(&ptr_, bytes()), "cudaMalloc");
+    kernels::check_cuda(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return ptr_; }
+  std::vector<T> to_host() const {
+    std::vector<T> out(size_);
+    kernels::check_cuda(cudaMemcpy(out.data(), ptr_, bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+    return out;
+  }
+
+ private:
+  size_t bytes() const { return size_ * sizeof(T); }
+  T* ptr_ = nullptr;
+  size_t size_;
+};
+
+inline std::vector<float> random_vector(size_t count, float lo, float hi, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> out(count);
+  for (float& v : out) v = dist(rng);
+  return out;
+}
+
+// Largest |a - b| / (|b| + floor) over the elements.
+inline double max_relative_error(const std::vector<float>& a, const std::vector<float>& b, double floor = 1e-3) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (std::abs(double(b[i])) + floor));
+  return worst;
+}
+
+inline void require_device() {
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess) << "no CUDA driver/device: GPU tests must run on a GPU machine";
+  ASSERT_GT(count, 0);
+}
+
+}  // namespace ssdq::testing

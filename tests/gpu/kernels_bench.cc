@@ -1,0 +1,107 @@
+// Times the CUDA kernels of this family on real model shapes and prints achieved bandwidth
+// against the bytes each launch must move (a benchmark: it measures, it asserts nothing).
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/add_rmsnorm.h"
+#include "kernels/cuda_check.h"
+#include "kernels/ssd_state_update.h"
+
+namespace ssdq {
+namespace {
+
+using kernels::check_cuda;
+
+float* device_random(size_t count, float lo, float hi, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> host(count);
+  for (float& v : host) v = dist(rng);
+  float* ptr = nullptr;
+  check_cuda(cudaMalloc(&ptr, count * sizeof(float)), "cudaMalloc");
+  check_cuda(cudaMemcpy(ptr, host.data(), count * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+  return ptr;
+}
+
+template <typename Launch>
+double time_us(Launch launch, int iterations = 200) {
+  for (int i = 0; i < 10; ++i) check_cuda(launch(), "warm-up launch");
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start);
+  for (int i = 0; i < iterations; ++i) check_cuda(launch(), "launch");
+  cudaEventRecord(stop);
+  check_cuda(cudaEventSynchronize(stop), "sync");
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  return ms * 1000.0 / iterations;
+}
+
+double copy_bandwidth_gbs() {
+  const size_t bytes = size_t(1) << 30;
+  void *a, *b;
+  check_cuda(cudaMalloc(&a, bytes), "cudaMalloc");
+  check_cuda(cudaMalloc(&b, bytes), "cudaMalloc");
+  const double us = time_us([&] { return cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice); }, 20);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes / us / 1e3;  // read + write
+}
+
+void bench_state_update(int batch, int heads, int groups, double bandwidth) {
+  const int P = 64, N = 128;
+  std::mt19937 rng(1);
+  kernels::SsdStateUpdateArgs a;
+  a.batch = batch;
+  a.heads = heads;
+  a.headdim = P;
+  a.groups = groups;
+  a.dstate = N;
+  a.x = device_random(size_t(batch) * heads * P, -1, 1, rng);
+  a.x_stride = heads * P;
+  float* bc = device_random(size_t(batch) * 2 * groups * N, -1, 1, rng);
+  a.B = bc;
+  a.C = bc + groups * N;
+  a.bc_stride = 2 * groups * N;
+  a.dt = device_random(size_t(batch) * heads, 0.001f, 0.1f, rng);
+  a.A = device_random(heads, -4, -1, rng);
+  a.D = device_random(heads, 0.5f, 1.5f, rng);
+  a.state = device_random(size_t(batch) * heads * P * N, -1, 1, rng);
+  check_cuda(cudaMalloc(&a.y, size_t(batch) * heads * P * sizeof(float)), "cudaMalloc");
+  const double us = time_us([&] { return kernels::launch_ssd_state_update(a, nullptr); });
+  const double bytes = 2.0 * batch * heads * P * N * sizeof(float);
+  fmt::print("ssd_state_update  batch {:4d} heads {:3d} groups {}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n",
+             batch, heads, groups, us, bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth);
+}
+
+void bench_add_rmsnorm(int rows, int dim, double bandwidth) {
+  std::mt19937 rng(2);
+  kernels::AddRmsNormArgs a;
+  a.rows = rows;
+  a.dim = dim;
+  a.residual = device_random(size_t(rows) * dim, -1, 1, rng);
+  a.delta = device_random(size_t(rows) * dim, -1, 1, rng);
+  a.weight = device_random(dim, 0.5f, 1.5f, rng);
+  check_cuda(cudaMalloc(&a.out, size_t(rows) * dim * sizeof(float)), "cudaMalloc");
+  const double us = time_us([&] { return kernels::launch_add_rmsnorm(a, nullptr); });
+  const double bytes = 4.0 * rows * dim * sizeof(float);  // residual in/out, delta in, out
+  fmt::print("add_rmsnorm       rows {:6d} dim {:5d}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n", rows, dim,
+             us, bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth);
+}
+
+}  // namespace
+}  // namespace ssdq
+
+int main() {
+  cudaDeviceProp prop{};
+  ssdq::check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  const double bandwidth = ssdq::copy_bandwidth_gbs();
+  fmt::print("device {} (sm_{}{}), device-to-device copy {:.0f} GB/s\n", prop.name, prop.major, prop.minor, bandwidth);
+  for (int batch : {1, 8, 32, 128}) ssdq::bench_state_update(batch, 80, 1, bandwidth);   // mamba2-2.7b
+  ssdq::bench_state_update(1, 128, 8, bandwidth);                                         // 8B-like
+  for (int rows : {1, 32, 2048, 16384}) ssdq::bench_add_rmsnorm(rows, 2560, bandwidth);
+  return 0;
+}

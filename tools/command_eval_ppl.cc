@@ -1,0 +1,77 @@
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "formats/token_data.h"
+#include "formats/tokenizer.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/eval_ppl.h"
+#include "runtime/model_loader.h"
+#include "runtime/parallel.h"
+#include "runtime/progress.h"
+#include "tools/commands.h"
+
+namespace ssdq::cli {
+namespace {
+
+struct EvalPplFlags {
+  std::string model, data, tokenizer;
+  int64_t ctx = 2048, max_tokens = 0, batch = 0;
+  int threads = 0;
+  bool quiet = false;
+};
+
+void run_eval_ppl(const EvalPplFlags& flags) {
+  if (flags.threads > 0) set_thread_count(flags.threads);
+  const LoadedModel model = load_model(flags.model);
+  const Tokenizer tokenizer = Tokenizer::from_file(find_tokenizer(flags.model, flags.tokenizer));
+  fmt::print("model   {} ({})\n        {}\n", flags.model, model.weights_path, model.weights->config.summary());
+  const std::vector<int32_t> tokens = tokenize_data_file(flags.data, tokenizer);
+  const int64_t used = flags.max_tokens > 0 ? std::min<int64_t>(flags.max_tokens, tokens.size()) : tokens.size();
+  fmt::print("data    {}: {} tokens, evaluating {} at ctx {}\n", flags.data, tokens.size(), used, flags.ctx);
+  std::fflush(stdout);
+
+  CpuBackend backend(model.weights);
+  ProgressBar progress("eval-ppl", used - 1, "tok", !flags.quiet);
+  EvalOptions options;
+  options.ctx = flags.ctx;
+  options.max_tokens = flags.max_tokens;
+  options.batch = flags.batch;
+  options.on_progress = [&](int64_t done, int64_t) { progress.update(done); };
+  const PerplexityResult result = evaluate_perplexity(backend, tokens, options);
+  progress.finish();
+  fmt::print("perplexity {:.4f} · {} scored tokens in {} windows · {:.0f} tokens/s ({} backend, {} threads, {:.1f} s)\n",
+             result.perplexity, result.scored_tokens, result.windows, result.tokens_per_second(), backend.name(),
+             thread_count(), result.seconds);
+}
+
+}  // namespace
+
+void add_eval_ppl_command(CLI::App& app) {
+  auto flags = std::make_shared<EvalPplFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "eval-ppl",
+      "Perplexity of a model on a text file (QUANT.md §5: the file tokenized as one string, windows of --ctx "
+      "tokens, each from a zero state).");
+  cmd->add_option("--model", flags->model, "Checkpoint folder (config.json + model.safetensors / pytorch_model.bin)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--data", flags->data, "Text file: plain text, or JSON lines with \"text\" (.jsonl, .jsonl.zst)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tokenizer", flags->tokenizer, "tokenizer.json (default: the one in the model folder)");
+  cmd->add_option("--ctx", flags->ctx, "Window length in tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--max-tokens", flags->max_tokens, "Use only the first N tokens (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batch", flags->batch, "Windows run together (0: one per thread)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores, or SSDQ_THREADS)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--quiet", flags->quiet, "No progress bar");
+  cmd->callback([flags] { run_eval_ppl(*flags); });
+}
+
+}  // namespace ssdq::cli

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Reads a `bazel test` log and the GoogleTest XML reports of the targets it names, and prints
+# "P passed, F failed" counted over test cases. A target that failed without a report (build
+# failure, crash, timeout) counts as one failed case.
+set -uo pipefail
+log=$1
+testlogs=$(bazel info -c opt bazel-testlogs 2>/dev/null)
+passed=0
+failed=0
+while read -r target verdict; do
+  xml="$testlogs/${target#//}"
+  xml="${xml/://}/test.xml"
+  cases=0
+  failures=0
+  if [ -f "$xml" ]; then
+    cases=$(grep -c '<testcase ' "$xml" || true)
+    failures=$(grep -c '<failure ' "$xml" || true)
+  fi
+  if [ "$verdict" = PASSED ]; then
+    passed=$((passed + (cases > 0 ? cases : 1)))
+  else
+    ((failures > 0)) || failures=1
+    failed=$((failed + failures))
+    passed=$((passed + (cases > failures ? cases - failures : 0)))
+  fi
+done < <(sed -nE 's#^(//[^ ]+)[[:space:]]+(\(cached\) )?(PASSED|FAILED|TIMEOUT|FLAKY|NO STATUS|FAILED TO BUILD|INCOMPLETE).*#\1 \3#p' "$log" | sed 's/NO STATUS/NO_STATUS/; s/FAILED TO BUILD/FAILED_TO_BUILD/')
+echo "$passed passed, $failed failed"
