@@ -1,0 +1,147 @@
+#include "quant/gptq.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "formats/error.h"
+
+namespace ssdq {
+namespace {
+
+using MatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;  // column-major: columns are contiguous
+using RowMajorF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using RowMajorD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+void check_options(const GptqOptions& o, int64_t rows, int64_t cols, size_t hessian_size) {
+  if (rows <= 0 || cols <= 0) fail("gptq: invalid weight shape [{}, {}]", rows, cols);
+  if (static_cast<int64_t>(hessian_size) != cols * cols)
+    fail("gptq: Hessian has {} values, expected {}² = {}", hessian_size, cols, cols * cols);
+  if (o.group_size < 0) fail("gptq: group size must be >= 0, got {}", o.group_size);
+  if (o.block_size <= 0) fail("gptq: block size must be positive, got {}", o.block_size);
+  if (!(o.damp_percent >= 0) || !std::isfinite(o.damp_percent)) fail("gptq: damping {} is not a finite value >= 0", o.damp_percent);
+  const bool grouped = o.group_size > 0;
+  if (grouped && o.act_order && !o.static_groups)
+    fail("gptq: act-order with groups needs static groups (no runtime g_idx)");
+  if (grouped && !o.static_groups && o.block_size % o.group_size != 0)
+    fail("gptq: block size {} must be a multiple of group size {} for dynamic group scales", o.block_size,
+         o.group_size);
+}
+
+// Scales of group `group` (columns [c0, c0 + width)) of every row of W into q.scales.
+void set_group_scales(const MatrixF& w, int64_t c0, int64_t width, int64_t group, QuantizedMatrix& q) {
+  const int64_t groups = q.groups_per_row();
+  for (int64_t r = 0; r < q.rows; ++r)
+    q.scales[r * groups + group] = scale_from_absmax(w.row(r).segment(c0, width).cwiseAbs().maxCoeff(), q.bits);
+}
+
+}  // namespace
+
+HessianAccumulator::HessianAccumulator(int64_t dim) : dim_(dim) {
+  if (dim <= 0 || dim > (int64_t{1} << 16)) fail("Hessian: dimension {} is outside 1..65536", dim);
+  sum_.assign(dim * dim, 0.0);
+}
+
+void HessianAccumulator::add_rows(const float* x, int64_t rows) {
+  if (rows < 0) fail("Hessian: negative row count {}", rows);
+  check_finite(x, rows, dim_, "Hessian input");
+  Eigen::Map<Eigen::MatrixXd> sum(sum_.data(), dim_, dim_);
+  constexpr int64_t kChunk = 256;
+  for (int64_t r0 = 0; r0 < rows; r0 += kChunk) {
+    const int64_t count = std::min(kChunk, rows - r0);
+    const Eigen::MatrixXd chunk = Eigen::Map<const RowMajorF>(x + r0 * dim_, count, dim_).cast<double>();
+    sum.selfadjointView<Eigen::Lower>().rankUpdate(chunk.transpose());
+  }
+  samples_ += rows;
+}
+
+std::vector<double> HessianAccumulator::hessian() const {
+  if (samples_ == 0) fail("Hessian: no input rows were added");
+  Eigen::Map<const Eigen::MatrixXd> sum(sum_.data(), dim_, dim_);
+  std::vector<double> out(dim_ * dim_);
+  Eigen::Map<RowMajorD> h(out.data(), dim_, dim_);
+  h = sum.selfadjointView<Eigen::Lower>();
+  h *= 2.0 / static_cast<double>(samples_);
+  return out;
+}
+
+QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+                              const GptqOptions& o) {
+  check_options(o, rows, cols, hessian.size());
+  check_finite(weight, rows, cols, "gptq weight");
+  for (size_t i = 0; i < hessian.size(); ++i)
+    if (!std::isfinite(hessian[i])) fail("gptq: Hessian entry ({}, {}) is {}", i / cols, i % cols, hessian[i]);
+
+  const bool grouped = o.group_size > 0 && o.group_size < cols;
+  const int64_t group_size = grouped ? o.group_size : cols;
+  QuantizedMatrix q;
+  q.rows = rows;
+  q.cols = cols;
+  q.bits = o.bits;
+  q.granularity = grouped ? Granularity::kPerGroup : Granularity::kPerChannel;
+  q.group_size = group_size;
+  q.values.assign(rows * cols, 0);
+  q.scales.assign(rows * q.groups_per_row(), 1.0f);
+
+  Eigen::MatrixXd h = Eigen::Map<const RowMajorD>(hessian.data(), cols, cols);
+  MatrixF w = Eigen::Map<const RowMajorF>(weight, rows, cols);
+  for (int64_t j = 0; j < cols; ++j)
+    if (h(j, j) == 0) {
+      h(j, j) = 1;
+      w.col(j).setZero();
+    }
+  const bool scales_up_front = !grouped || o.static_groups;
+  if (scales_up_front)
+    for (int64_t g = 0; g < q.groups_per_row(); ++g)
+      set_group_scales(w, g * group_size, std::min(group_size, cols - g * group_size), g, q);
+
+  // perm[k]: the original column processed k-th.
+  std::vector<int64_t> perm(cols);
+  std::iota(perm.begin(), perm.end(), 0);
+  if (o.act_order) {
+    const Eigen::VectorXd diag = h.diagonal();
+    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return diag[a] > diag[b]; });
+    const MatrixF w_natural = w;
+    const Eigen::MatrixXd h_natural = h;
+    for (int64_t k = 0; k < cols; ++k) {
+      w.col(k) = w_natural.col(perm[k]);
+      for (int64_t l = 0; l < cols; ++l) h(k, l) = h_natural(perm[k], perm[l]);
+    }
+  }
+
+  h.diagonal().array() += o.damp_percent * h.diagonal().mean();
+  // U (upper, H⁻¹ = UᵀU) without forming H⁻¹: with J the reversal, J·H·J = L·Lᵀ gives H = V·Vᵀ for
+  // the upper-triangular V = J·L·J, so H⁻¹ = V⁻ᵀ·V⁻¹ and U = V⁻¹ (the matrix of the reference's
+  // cholesky, cholesky_inverse, cholesky sequence, at less than half its cost).
+  const Eigen::LLT<Eigen::MatrixXd> llt(h.reverse());
+  if (llt.info() != Eigen::Success) fail("gptq: the damped Hessian ({} columns) is not positive definite", cols);
+  const Eigen::MatrixXd v = Eigen::MatrixXd(llt.matrixL()).reverse();
+  const MatrixF u =
+      v.triangularView<Eigen::Upper>().solve(Eigen::MatrixXd::Identity(cols, cols)).cast<float>();
+
+  const int64_t groups = q.groups_per_row();
+  Eigen::VectorXf err(rows);
+  for (int64_t i1 = 0; i1 < cols; i1 += o.block_size) {
+    const int64_t i2 = std::min(i1 + o.block_size, cols), count = i2 - i1;
+    MatrixF block_err(rows, count);
+    for (int64_t k = i1; k < i2; ++k) {
+      const int64_t column = perm[k], group = column / group_size;
+      if (!scales_up_front && k % group_size == 0)  // dynamic groups: no act-order, so column == k
+        set_group_scales(w, k, std::min(group_size, cols - k), group, q);
+      const float d = u(k, k);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float scale = q.scales[r * groups + group];
+        const int8_t value = quantize_value(w(r, k), scale, o.bits);
+        q.values[r * cols + column] = value;
+        err[r] = (w(r, k) - dequantize_value(value, scale)) / d;
+      }
+      if (k + 1 < i2) w.middleCols(k + 1, i2 - k - 1).noalias() -= err * u.row(k).segment(k + 1, i2 - k - 1);
+      block_err.col(k - i1) = err;
+    }
+    if (i2 < cols) w.rightCols(cols - i2).noalias() -= block_err * u.block(i1, i2, count, cols - i2);
+  }
+  return q;
+}
+
+}  // namespace ssdq

@@ -1,0 +1,63 @@
+// GPTQ (Frantar et al., 2023) weight quantization with the input Hessian of a linear layer, as
+// QUANT.md §4 specifies, producing quantizer.h's layout so the runtime dequantizes GPTQ and RTN
+// weights the same way.
+//
+// Algorithm (the reference implementation's fasterquant):
+// - H = 2/n Σ x xᵀ over the n calibration input rows (HessianAccumulator, accumulated in fp64).
+// - Dead inputs (H_ii = 0): H_ii ← 1 and weight column i ← 0 (its ints are 0).
+// - Scales (symmetric, scale_from_absmax of quantizer.h: absmax / 7 or / 127):
+//   per channel (group_size 0): per row from the whole (dead-zeroed) weight, before any update;
+//   per group, dynamic (default): from the current, error-updated columns of the group when the
+//   first column of the group is reached (needs block_size % group_size == 0, so a group never
+//   straddles a lazy batch); per group, static_groups: every group's scales from the (dead-zeroed)
+//   original weight up front. Groups are always consecutive columns in the natural order, the last
+//   one possibly shorter; there is no runtime g_idx.
+// - act_order: columns are processed in order of decreasing H_ii (stable), H and W permuted to
+//   match; the permutation is undone in the output. It requires static_groups when grouping.
+// - Damping: H_ii += damp_percent · mean(diag H). Then U = upper Cholesky factor of H⁻¹
+//   (H⁻¹ = UᵀU), computed in fp64 (via the Cholesky factor of the reversed H, see gptq.cc); the
+//   column updates run in fp32.
+// - Columns in blocks of block_size: q = quantize_value(w, scale), err = (w - q·scale) / U_jj,
+//   the rest of the block gets w -= err·U_j,(j+1..), and the columns after the block get the
+//   block's errors in one lazy batch update.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "quant/quantizer.h"
+
+namespace ssdq {
+
+class HessianAccumulator {
+ public:
+  explicit HessianAccumulator(int64_t dim);
+  int64_t dim() const { return dim_; }
+  int64_t samples() const { return samples_; }
+  // Adds `rows` input rows of dim() values each (row-major). Fails on a NaN or infinity.
+  void add_rows(const float* x, int64_t rows);
+  // H = 2/n Σ x xᵀ as a [dim, dim] row-major symmetric matrix. Fails when no row was added.
+  std::vector<double> hessian() const;
+
+ private:
+  int64_t dim_;
+  int64_t samples_ = 0;
+  std::vector<double> sum_;  // Σ x xᵀ, column-major, lower triangle
+};
+
+struct GptqOptions {
+  QuantBits bits = QuantBits::kInt4;
+  int64_t group_size = 128;  // columns per scale; 0 = one scale per output row
+  int64_t block_size = 128;
+  double damp_percent = 0.01;
+  bool act_order = false;
+  bool static_groups = false;
+};
+
+// weight: [rows, cols] row-major (rows = output channels); hessian: [cols, cols] from
+// HessianAccumulator. Fails on bad shapes or options, non-finite inputs, or a Hessian that is
+// not positive definite after damping.
+QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+                              const GptqOptions& options);
+
+}  // namespace ssdq
