@@ -6,6 +6,7 @@ namespace {
 constexpr int kThreads = 256;
 
 // One block per row; the row is added and squared in one pass, then normalised.
+template <typename Out>
 __global__ void add_rmsnorm_kernel(AddRmsNormArgs a) {
   const int64_t row = blockIdx.x;
   float* r = a.residual + row * a.dim;
@@ -32,8 +33,8 @@ __global__ void add_rmsnorm_kernel(AddRmsNormArgs a) {
   }
   __syncthreads();
   const float scale = partial[0];
-  float* out = a.out + row * a.dim;
-  for (int i = threadIdx.x; i < a.dim; i += kThreads) out[i] = r[i] * scale * a.weight[i];
+  Out* out = static_cast<Out*>(a.out) + row * a.dim;
+  for (int i = threadIdx.x; i < a.dim; i += kThreads) out[i] = from_float<Out>(r[i] * scale * a.weight[i]);
 }
 
 }  // namespace
@@ -44,7 +45,11 @@ bool add_rmsnorm_supported(const AddRmsNormArgs& a) {
 
 cudaError_t launch_add_rmsnorm(const AddRmsNormArgs& a, cudaStream_t stream) {
   if (!add_rmsnorm_supported(a)) return cudaErrorInvalidValue;
-  add_rmsnorm_kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
+  if (a.out_type == ElementType::kBF16) {
+    add_rmsnorm_kernel<__nv_bfloat16><<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
+  } else {
+    add_rmsnorm_kernel<float><<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
+  }
   return cudaGetLastError();
 }
 

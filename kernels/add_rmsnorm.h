@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/element_type.h"
+
 namespace ssdq::kernels {
 
 struct AddRmsNormArgs {
@@ -16,7 +18,8 @@ struct AddRmsNormArgs {
   float* residual = nullptr;     // [rows, dim], updated in place
   const float* delta = nullptr;  // [rows, dim] or null
   const float* weight = nullptr; // [dim]
-  float* out = nullptr;          // [rows, dim]
+  void* out = nullptr;           // [rows, dim] of out_type
+  ElementType out_type = ElementType::kF32;
 };
 
 bool add_rmsnorm_supported(const AddRmsNormArgs& args);

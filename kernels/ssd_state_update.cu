@@ -6,70 +6,78 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kMaxPerLane = 8;  // dstate up to 256
 
-// One block per (sequence, head); each warp walks headdim rows, each lane holds dstate/32
-// state entries of the row, and the row's output is a warp reduction.
-template <int kPerLane>
-__global__ void ssd_state_update_kernel(SsdStateUpdateArgs a) {
+// One block per (head, sequence); a warp owns headdim rows and keeps each row's dstate values
+// in registers (dstate/32 per lane) across all `steps` tokens; y is a warp reduction.
+template <typename T, int kPerLane>
+__global__ void __launch_bounds__(kWarps * 32) ssd_state_update_kernel(SsdStateUpdateArgs a) {
   const int head = blockIdx.x, seq = blockIdx.y;
   const int group = head / (a.heads / a.groups);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float dt = a.dt[seq * a.heads + head];
-  const float decay = __expf(dt * a.A[head]);
-  const float skip = a.D[head];
-  const float* B = a.B + seq * a.bc_stride + group * a.dstate;
-  const float* C = a.C + seq * a.bc_stride + group * a.dstate;
-  float b[kPerLane], c[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    b[i] = B[lane + 32 * i];
-    c[i] = C[lane + 32 * i];
-  }
-  const float* x = a.x + seq * a.x_stride + head * a.headdim;
-  float* y = a.y + static_cast<int64_t>(seq) * a.heads * a.headdim + head * a.headdim;
+  const T* x_base = static_cast<const T*>(a.x) + head * a.headdim;
+  const T* b_base = static_cast<const T*>(a.B) + group * a.dstate;
+  const T* c_base = static_cast<const T*>(a.C) + group * a.dstate;
+  const T* dt_base = static_cast<const T*>(a.dt) + head;
+  T* y_base = static_cast<T*>(a.y) + head * a.headdim;
+  const float A = a.A[head], skip = a.D[head];
+  const float bias = a.dt_bias ? a.dt_bias[head] : 0.f;
   float* state = a.state + (static_cast<int64_t>(seq) * a.heads + head) * a.headdim * a.dstate;
   for (int p = warp; p < a.headdim; p += kWarps) {
-    const float xp = x[p];
-    const float dtx = dt * xp;
     float* row = state + static_cast<int64_t>(p) * a.dstate;
-    float acc = 0.f;
+    float s[kPerLane];
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const float s = decay * row[lane + 32 * i] + dtx * b[i];
-      row[lane + 32 * i] = s;
-      acc += s * c[i];
+    for (int i = 0; i < kPerLane; ++i) s[i] = row[lane + 32 * i];
+    for (int j = 0; j < a.steps; ++j) {
+      const int64_t token = static_cast<int64_t>(seq) * a.steps + j;
+      float dt = to_float(dt_base[token * a.dt_stride]);
+      if (a.dt_bias) dt = fminf(fmaxf(softplus(dt + bias), a.dt_min), a.dt_max);
+      const float decay = __expf(dt * A);
+      const float xp = to_float(x_base[token * a.x_stride + p]);
+      const float dtx = dt * xp;
+      const T* b = b_base + token * a.bc_stride;
+      const T* c = c_base + token * a.bc_stride;
+      float acc = 0.f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        s[i] = decay * s[i] + dtx * to_float(b[lane + 32 * i]);
+        acc += s[i] * to_float(c[lane + 32 * i]);
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+      if (lane == 0) y_base[token * a.y_stride + p] = from_float<T>(acc + skip * xp);
     }
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-    if (lane == 0) y[p] = acc + skip * xp;
+    for (int i = 0; i < kPerLane; ++i) row[lane + 32 * i] = s[i];
   }
 }
 
-template <int kPerLane>
-cudaError_t launch(const SsdStateUpdateArgs& a, cudaStream_t stream) {
-  ssd_state_update_kernel<kPerLane><<<dim3(a.heads, a.batch), kWarps * 32, 0, stream>>>(a);
+template <typename T>
+cudaError_t launch_typed(const SsdStateUpdateArgs& a, cudaStream_t stream) {
+  const dim3 grid(a.heads, a.batch), block(kWarps * 32);
+  switch (a.dstate / 32) {
+    case 1: ssd_state_update_kernel<T, 1><<<grid, block, 0, stream>>>(a); break;
+    case 2: ssd_state_update_kernel<T, 2><<<grid, block, 0, stream>>>(a); break;
+    case 3: ssd_state_update_kernel<T, 3><<<grid, block, 0, stream>>>(a); break;
+    case 4: ssd_state_update_kernel<T, 4><<<grid, block, 0, stream>>>(a); break;
+    case 5: ssd_state_update_kernel<T, 5><<<grid, block, 0, stream>>>(a); break;
+    case 6: ssd_state_update_kernel<T, 6><<<grid, block, 0, stream>>>(a); break;
+    case 7: ssd_state_update_kernel<T, 7><<<grid, block, 0, stream>>>(a); break;
+    case 8: ssd_state_update_kernel<T, 8><<<grid, block, 0, stream>>>(a); break;
+    default: return cudaErrorInvalidValue;
+  }
   return cudaGetLastError();
 }
 
 }  // namespace
 
 bool ssd_state_update_supported(const SsdStateUpdateArgs& a) {
-  return a.batch > 0 && a.heads > 0 && a.groups > 0 && a.heads % a.groups == 0 && a.headdim > 0 &&
-         a.dstate % 32 == 0 && a.dstate / 32 >= 1 && a.dstate / 32 <= kMaxPerLane && a.batch <= 65535;
+  return a.batch > 0 && a.batch <= 65535 && a.heads > 0 && a.groups > 0 && a.heads % a.groups == 0 &&
+         a.headdim > 0 && a.dstate > 0 && a.dstate % 32 == 0 && a.dstate / 32 <= kMaxPerLane && a.steps >= 1 &&
+         a.x && a.B && a.C && a.dt && a.A && a.D && a.state && a.y;
 }
 
 cudaError_t launch_ssd_state_update(const SsdStateUpdateArgs& a, cudaStream_t stream) {
   if (!ssd_state_update_supported(a)) return cudaErrorInvalidValue;
-  switch (a.dstate / 32) {
-    case 1: return launch<1>(a, stream);
-    case 2: return launch<2>(a, stream);
-    case 3: return launch<3>(a, stream);
-    case 4: return launch<4>(a, stream);
-    case 5: return launch<5>(a, stream);
-    case 6: return launch<6>(a, stream);
-    case 7: return launch<7>(a, stream);
-    case 8: return launch<8>(a, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return a.io_type == ElementType::kBF16 ? launch_typed<__nv_bfloat16>(a, stream) : launch_typed<float>(a, stream);
 }
 
 }  // namespace ssdq::kernels

@@ -20,10 +20,15 @@ class InferenceState {
   virtual void reset() = 0;
 };
 
+// What a forward returns, per sequence for each of `rows` positions: all `length` positions, or
+// only the last one when last_position_only is set (prefill before generation).
 struct ForwardOutputs {
-  float* logits = nullptr;           // if set: [batch, length, vocab]
-  const int32_t* targets = nullptr;  // with nll: [batch, length], the next token of each position
-  double* nll = nullptr;             // if set: [batch, length], -log p(target | prefix)
+  float* logits = nullptr;           // if set: [batch, rows, vocab]
+  int32_t* argmax = nullptr;         // if set: [batch, rows], the greedy next token
+  const int32_t* targets = nullptr;  // with nll: [batch, rows], the next token of each position
+  double* nll = nullptr;             // if set: [batch, rows], -log p(target | prefix)
+  bool last_position_only = false;
+  bool any() const { return logits || argmax || nll; }
 };
 
 class Backend {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/forward_observer.h"
 #include "runtime/model_weights.h"
 
 namespace ssdq {
@@ -18,10 +19,15 @@ class CpuState : public InferenceState {
   // Layer l, sequence b: conv state [conv_dim, d_conv - 1], SSM state [H, P, N].
   float* conv(int64_t layer, int64_t seq) { return conv_[layer].data() + seq * conv_stride_; }
   float* ssm(int64_t layer, int64_t seq) { return ssm_[layer].data() + seq * ssm_stride_; }
+  // Calibration: when set, forward reports every activation point of this state's sequences to it
+  // (from the thread running each sequence, so a batch > 1 calls it concurrently).
+  void set_observer(ForwardObserver* observer) { observer_ = observer; }
+  ForwardObserver* observer() const { return observer_; }
 
  private:
   int64_t batch_, conv_stride_, ssm_stride_;
   std::vector<std::vector<float>> conv_, ssm_;
+  ForwardObserver* observer_ = nullptr;
 };
 
 class CpuBackend : public Backend {
@@ -35,8 +41,8 @@ class CpuBackend : public Backend {
 
  private:
   // Runs one sequence; `parallel_head` spreads the lm_head over the cores (batch of one).
-  void forward_sequence(const int32_t* tokens, int64_t length, CpuState& state, int64_t seq, float* logits,
-                        const int32_t* targets, double* nll, bool parallel_head) const;
+  void forward_sequence(const int32_t* tokens, int64_t length, CpuState& state, int64_t seq,
+                        const ForwardOutputs& outputs, bool parallel_head) const;
   std::shared_ptr<const ModelWeights> weights_;
 };
 

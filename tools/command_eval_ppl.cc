@@ -4,7 +4,7 @@
 
 #include "formats/token_data.h"
 #include "formats/tokenizer.h"
-#include "runtime/cpu_backend.h"
+#include "runtime/backend_factory.h"
 #include "runtime/eval_ppl.h"
 #include "runtime/model_loader.h"
 #include "runtime/parallel.h"
@@ -15,7 +15,7 @@ namespace ssdq::cli {
 namespace {
 
 struct EvalPplFlags {
-  std::string model, data, tokenizer;
+  std::string model, data, tokenizer, device = "cpu";
   int64_t ctx = 2048, max_tokens = 0, batch = 0;
   int threads = 0;
   bool quiet = false;
@@ -31,18 +31,19 @@ void run_eval_ppl(const EvalPplFlags& flags) {
   fmt::print("data    {}: {} tokens, evaluating {} at ctx {}\n", flags.data, tokens.size(), used, flags.ctx);
   std::fflush(stdout);
 
-  CpuBackend backend(model.weights);
+  const std::unique_ptr<Backend> backend = make_backend(flags.device, model.weights);
   ProgressBar progress("eval-ppl", used - 1, "tok", !flags.quiet);
   EvalOptions options;
   options.ctx = flags.ctx;
   options.max_tokens = flags.max_tokens;
-  options.batch = flags.batch;
+  options.batch = flags.batch > 0 ? flags.batch : default_eval_batch(flags.device);
   options.on_progress = [&](int64_t done, int64_t) { progress.update(done); };
-  const PerplexityResult result = evaluate_perplexity(backend, tokens, options);
+  const PerplexityResult result = evaluate_perplexity(*backend, tokens, options);
   progress.finish();
-  fmt::print("perplexity {:.4f} · {} scored tokens in {} windows · {:.0f} tokens/s ({} backend, {} threads, {:.1f} s)\n",
-             result.perplexity, result.scored_tokens, result.windows, result.tokens_per_second(), backend.name(),
-             thread_count(), result.seconds);
+  const std::string where =
+      backend->name() == "cpu" ? fmt::format("cpu, {} threads", thread_count()) : backend->name();
+  fmt::print("perplexity {:.4f} · {} scored tokens in {} windows · {:.0f} tokens/s ({}, {:.1f} s)\n", result.perplexity,
+             result.scored_tokens, result.windows, result.tokens_per_second(), where, result.seconds);
 }
 
 }  // namespace
@@ -51,8 +52,8 @@ void add_eval_ppl_command(CLI::App& app) {
   auto flags = std::make_shared<EvalPplFlags>();
   CLI::App* cmd = app.add_subcommand(
       "eval-ppl",
-      "Perplexity of a model on a text file (QUANT.md §5: the file tokenized as one string, windows of --ctx "
-      "tokens, each from a zero state).");
+      "Perplexity of a model on a text file: the file tokenized as one string, windows of --ctx tokens, each "
+      "from a zero state, ppl = exp(mean NLL of the next token).");
   cmd->add_option("--model", flags->model, "Checkpoint folder (config.json + model.safetensors / pytorch_model.bin)")
       ->required()
       ->check(CLI::ExistingDirectory);
@@ -64,7 +65,8 @@ void add_eval_ppl_command(CLI::App& app) {
   cmd->add_option("--max-tokens", flags->max_tokens, "Use only the first N tokens (0: all)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--batch", flags->batch, "Windows run together (0: one per thread)")
+  cmd->add_option("--device", flags->device, "cpu, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--batch", flags->batch, "Windows run together (0: one per CPU thread, 16 on a GPU)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores, or SSDQ_THREADS)")

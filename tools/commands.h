@@ -9,5 +9,6 @@ namespace ssdq::cli {
 void add_eval_ppl_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_doctor_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace ssdq::cli

@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh
 bazel build -c opt //tools:ssdq
-bazel-bin/tools/ssdq eval-ppl --model examples/mamba2-tiny --data examples/wikitext-2-raw/wiki.test.raw --ctx 2048 "$@"
+"$(bazel info -c opt bazel-bin 2>/dev/null)"/tools/ssdq eval-ppl --model examples/mamba2-tiny --data examples/wikitext-2-raw/wiki.test.raw --ctx 2048 "$@"

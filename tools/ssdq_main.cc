@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "ssdq 0.1.0");
   ssdq::cli::add_eval_ppl_command(app);
   ssdq::cli::add_info_command(app);
+  ssdq::cli::add_bench_command(app);
   ssdq::cli::add_doctor_command(app);
   try {
     app.parse(argc, argv);

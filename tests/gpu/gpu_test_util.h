@@ -1,13 +1,16 @@
 // Helpers for GPU tests: device buffers from host vectors and back, seeded random inputs.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "formats/dtype.h"
 #include "kernels/cuda_check.h"
 
 namespace ssdq::testing {
@@ -47,6 +50,29 @@ inline double max_relative_error(const std::vector<float>& a, const std::vector<
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (std::abs(double(b[i])) + floor));
   return worst;
+}
+
+// Rounds to bf16 and back, so the CPU reference sees exactly the values the GPU reads.
+inline std::vector<float> bf16_rounded(std::vector<float> values) {
+  for (float& v : values) v = bf16_to_float(float_to_bf16(v));
+  return values;
+}
+
+inline std::vector<uint16_t> to_bf16(const std::vector<float>& values) {
+  std::vector<uint16_t> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = float_to_bf16(values[i]);
+  return out;
+}
+
+inline std::vector<float> from_bf16(const std::vector<uint16_t>& values) {
+  std::vector<float> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = bf16_to_float(values[i]);
+  return out;
+}
+
+template <typename T>
+inline __nv_bfloat16* as_bf16(const DeviceBuffer<T>& buffer) {
+  return reinterpret_cast<__nv_bfloat16*>(buffer.get());
 }
 
 inline void require_device() {

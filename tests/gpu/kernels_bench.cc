@@ -8,6 +8,7 @@
 
 #include "kernels/add_rmsnorm.h"
 #include "kernels/cuda_check.h"
+#include "kernels/gemm.h"
 #include "kernels/ssd_state_update.h"
 
 namespace ssdq {
@@ -67,6 +68,8 @@ void bench_state_update(int batch, int heads, int groups, double bandwidth) {
   a.C = bc + groups * N;
   a.bc_stride = 2 * groups * N;
   a.dt = device_random(size_t(batch) * heads, 0.001f, 0.1f, rng);
+  a.dt_stride = heads;
+  a.y_stride = heads * P;
   a.A = device_random(heads, -4, -1, rng);
   a.D = device_random(heads, 0.5f, 1.5f, rng);
   a.state = device_random(size_t(batch) * heads * P * N, -1, 1, rng);
@@ -92,6 +95,42 @@ void bench_add_rmsnorm(int rows, int dim, double bandwidth) {
              us, bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth);
 }
 
+void bench_gemm(int64_t m, int64_t n, int64_t k, double bandwidth, double* total_us) {
+  std::mt19937 rng(3);
+  using bf16 = __nv_bfloat16;
+  std::vector<uint16_t> host(size_t(n) * k, 0x3c00);
+  bf16 *x, *w, *out;
+  check_cuda(cudaMalloc(&x, m * k * 2), "cudaMalloc");
+  check_cuda(cudaMalloc(&w, n * k * 2), "cudaMalloc");
+  check_cuda(cudaMalloc(&out, m * n * 2), "cudaMalloc");
+  check_cuda(cudaMemcpy(w, host.data(), n * k * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check_cuda(cudaMemset(x, 0x3c, m * k * 2), "memset");
+  void* workspace;
+  check_cuda(cudaMalloc(&workspace, 32 << 20), "cudaMalloc");
+  kernels::Gemm gemm(workspace, 32 << 20);
+  kernels::GemmArgs a;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.x = x;
+  a.ldx = k;
+  a.w = w;
+  a.out = out;
+  a.ldout = n;
+  const double us = time_us([&] {
+    gemm.run(a, nullptr);
+    return cudaSuccess;
+  });
+  *total_us += us;
+  const double bytes = 2.0 * (n * k + m * k + m * n);
+  fmt::print("gemm (cuBLASLt)   m {:5d} n {:6d} k {:5d}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n", m, n, k, us,
+             bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth);
+  cudaFree(x);
+  cudaFree(w);
+  cudaFree(out);
+  cudaFree(workspace);
+}
+
 }  // namespace
 }  // namespace ssdq
 
@@ -103,5 +142,12 @@ int main() {
   for (int batch : {1, 8, 32, 128}) ssdq::bench_state_update(batch, 80, 1, bandwidth);   // mamba2-2.7b
   ssdq::bench_state_update(1, 128, 8, bandwidth);                                         // 8B-like
   for (int rows : {1, 32, 2048, 16384}) ssdq::bench_add_rmsnorm(rows, 2560, bandwidth);
+  for (int m : {1, 8, 32}) {  // one decode step's projections of mamba2-2.7b (per layer) and its lm_head
+    double total = 0;
+    ssdq::bench_gemm(m, 10576, 2560, bandwidth, &total);
+    ssdq::bench_gemm(m, 2560, 5120, bandwidth, &total);
+    fmt::print("  → 64 layers of in_proj + out_proj at m = {}: {:.3f} ms\n", m, 64 * total / 1e3);
+    ssdq::bench_gemm(m, 50288, 2560, bandwidth, &total);
+  }
   return 0;
 }

@@ -1,0 +1,89 @@
+#include "kernels/causal_conv1d.h"
+
+#include "kernels/element_type.h"
+
+namespace ssdq::kernels {
+namespace {
+
+constexpr int kChannels = 128;  // threads per block, one channel each
+constexpr int kTile = 64;       // tokens per thread
+
+// Each thread runs one channel over a tile of kTile tokens, starting from the W-1 inputs
+// before the tile (from the input, or from the conv state before t = 0).
+template <int W>
+__global__ void __launch_bounds__(kChannels) causal_conv1d_kernel(CausalConv1dArgs a, bool update_state) {
+  const int c = blockIdx.x * kChannels + threadIdx.x;
+  const int t0 = blockIdx.y * kTile, b = blockIdx.z;
+  if (c >= a.channels) return;
+  const __nv_bfloat16* in = a.in + static_cast<int64_t>(b) * a.seqlen * a.in_stride + c;
+  __nv_bfloat16* state = a.state + (static_cast<int64_t>(b) * a.channels + c) * (W - 1);
+  float w[W], window[W];
+#pragma unroll
+  for (int k = 0; k < W; ++k) w[k] = a.weight[c * W + k];
+  const float bias = a.bias[c];
+#pragma unroll
+  for (int k = 0; k < W - 1; ++k) {
+    const int t = t0 - (W - 1) + k;
+    window[k] = t >= 0 ? to_float(in[static_cast<int64_t>(t) * a.in_stride]) : to_float(state[W - 1 + t]);
+  }
+  const int t_end = min(t0 + kTile, a.seqlen);
+  __nv_bfloat16* out = a.out + static_cast<int64_t>(b) * a.seqlen * a.channels + c;
+  for (int t = t0; t < t_end; ++t) {
+    window[W - 1] = to_float(in[static_cast<int64_t>(t) * a.in_stride]);
+    float acc = bias;
+#pragma unroll
+    for (int k = 0; k < W; ++k) acc += w[k] * window[k];
+    out[static_cast<int64_t>(t) * a.channels] = __float2bfloat16_rn(silu(acc));
+#pragma unroll
+    for (int k = 0; k < W - 1; ++k) window[k] = window[k + 1];
+  }
+  // Only when this thread is the single reader of the old state may it write the new one.
+  if (update_state && t_end == a.seqlen) {
+#pragma unroll
+    for (int k = 0; k < W - 1; ++k) state[k] = __float2bfloat16_rn(window[k]);
+  }
+}
+
+// The new state when the conv ran in several tiles: the last W-1 inputs (seqlen ≥ W-1 here
+// because seqlen > kTile).
+template <int W>
+__global__ void conv_state_update_kernel(CausalConv1dArgs a) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
+  if (c >= a.channels) return;
+  const __nv_bfloat16* in = a.in + static_cast<int64_t>(b) * a.seqlen * a.in_stride + c;
+  __nv_bfloat16* state = a.state + (static_cast<int64_t>(b) * a.channels + c) * (W - 1);
+#pragma unroll
+  for (int k = 0; k < W - 1; ++k) state[k] = in[static_cast<int64_t>(a.seqlen - (W - 1) + k) * a.in_stride];
+}
+
+template <int W>
+cudaError_t launch_width(const CausalConv1dArgs& a, cudaStream_t stream) {
+  const int tiles = (a.seqlen + kTile - 1) / kTile;
+  const dim3 grid((a.channels + kChannels - 1) / kChannels, tiles, a.batch);
+  causal_conv1d_kernel<W><<<grid, kChannels, 0, stream>>>(a, tiles == 1);
+  if (tiles > 1) conv_state_update_kernel<W><<<dim3((a.channels + 127) / 128, a.batch), 128, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool causal_conv1d_supported(const CausalConv1dArgs& a) {
+  return a.batch > 0 && a.batch <= 65535 && a.seqlen > 0 && a.channels > 0 && a.width >= 2 && a.width <= 8 &&
+         (a.seqlen + kTile - 1) / kTile <= 65535 && a.in && a.weight && a.bias && a.state && a.out;
+}
+
+cudaError_t launch_causal_conv1d(const CausalConv1dArgs& a, cudaStream_t stream) {
+  if (!causal_conv1d_supported(a)) return cudaErrorInvalidValue;
+  switch (a.width) {
+    case 2: return launch_width<2>(a, stream);
+    case 3: return launch_width<3>(a, stream);
+    case 4: return launch_width<4>(a, stream);
+    case 5: return launch_width<5>(a, stream);
+    case 6: return launch_width<6>(a, stream);
+    case 7: return launch_width<7>(a, stream);
+    case 8: return launch_width<8>(a, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace ssdq::kernels

@@ -1,0 +1,30 @@
+// Element types kernels read and write, and conversions usable on host and device.
+#pragma once
+
+#include <cuda_bf16.h>
+
+namespace ssdq::kernels {
+
+enum class ElementType { kF32, kBF16 };
+
+template <typename T>
+__host__ __device__ inline float to_float(T value);
+template <>
+__host__ __device__ inline float to_float<float>(float value) { return value; }
+template <>
+__host__ __device__ inline float to_float<__nv_bfloat16>(__nv_bfloat16 value) { return __bfloat162float(value); }
+
+template <typename T>
+__host__ __device__ inline T from_float(float value);
+template <>
+__host__ __device__ inline float from_float<float>(float value) { return value; }
+template <>
+__host__ __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float value) { return __float2bfloat16_rn(value); }
+
+#ifdef __CUDACC__
+// PyTorch's softplus (identity above 20).
+__device__ inline float softplus(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
+__device__ inline float silu(float x) { return x / (1.f + __expf(-x)); }
+#endif
+
+}  // namespace ssdq::kernels

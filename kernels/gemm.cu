@@ -1,0 +1,89 @@
+#include "kernels/gemm.h"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace ssdq::kernels {
+namespace {
+
+void check(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": " + cublasGetStatusString(status));
+}
+
+}  // namespace
+
+// Row-major out[m, n] = x[m, k] · w[n, k]ᵀ is, in cuBLAS's column-major view,
+// outᵀ[n, m] = (w viewed as [k, n])ᵀ · (x viewed as [k, m]): the "TN" case.
+struct Gemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+  }
+};
+
+Gemm::Gemm(void* workspace, size_t workspace_bytes) : workspace_(workspace), workspace_bytes_(workspace_bytes) {
+  cublasLtHandle_t handle = nullptr;
+  check(cublasLtCreate(&handle), "cublasLtCreate");
+  handle_ = handle;
+}
+
+Gemm::~Gemm() {
+  plans_.clear();
+  if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+}
+
+bool Gemm::supported(const GemmArgs& a) {
+  return a.m > 0 && a.n > 0 && a.k > 0 && a.x && a.w && a.out && a.ldx >= a.k && a.ldout >= a.n &&
+         (!a.accumulate || a.out_type == ElementType::kF32);
+}
+
+const Gemm::Plan& Gemm::plan(const GemmArgs& args) {
+  const Key key{args.m, args.n, args.k, args.ldx, args.ldout, static_cast<int>(args.out_type), args.accumulate};
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return *found->second;
+  auto plan = std::make_unique<Plan>();
+  const cudaDataType_t out_type = args.out_type == ElementType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  check(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose), "TRANSA");
+  check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep), "TRANSB");
+  check(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, args.k, args.n, args.k), "layout w");
+  check(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, args.k, args.m, args.ldx), "layout x");
+  check(cublasLtMatrixLayoutCreate(&plan->c, out_type, args.n, args.m, args.ldout), "layout out");
+  cublasLtMatmulPreference_t preference = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+  check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+                                             sizeof workspace_bytes_),
+        "workspace preference");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found_count = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->desc, plan->a, plan->b, plan->c,
+                                     plan->c, preference, 1, &result, &found_count);
+  cublasLtMatmulPreferenceDestroy(preference);
+  check(status, "cublasLtMatmulAlgoGetHeuristic");
+  if (found_count == 0)
+    throw std::runtime_error("cuBLASLt has no algorithm for a " + std::to_string(args.m) + "x" + std::to_string(args.n) +
+                             "x" + std::to_string(args.k) + " bf16 GEMM");
+  plan->algo = result.algo;
+  return *plans_.emplace(key, std::move(plan)).first->second;
+}
+
+void Gemm::run(const GemmArgs& args, cudaStream_t stream) {
+  if (!supported(args)) throw std::runtime_error("unsupported GEMM arguments");
+  const Plan& p = plan(args);
+  const float alpha = 1.0f, beta = args.accumulate ? 1.0f : 0.0f;
+  check(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.desc, &alpha, args.w, p.a, args.x, p.b, &beta,
+                       args.out, p.c, args.out, p.c, &p.algo, workspace_, workspace_bytes_, stream),
+        "cublasLtMatmul");
+}
+
+}  // namespace ssdq::kernels

@@ -1,0 +1,53 @@
+// Dense projections through cuBLASLt: out[m, n] (+)= x[m, k] · w[n, k]ᵀ with bf16 inputs and
+// fp32 accumulation; out is bf16, or fp32 (optionally accumulated into: the residual add of
+// out_proj rides on the GEMM's beta). Plans (layouts + the heuristic's algorithm) are cached per
+// shape, so after the first call of a shape a run only launches (and can be graph-captured).
+// CPU reference: runtime/cpu_ops.h `cpu::matmul_wt`.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "kernels/element_type.h"
+
+namespace ssdq::kernels {
+
+struct GemmArgs {
+  int64_t m = 0, n = 0, k = 0;
+  const __nv_bfloat16* x = nullptr;  // [m, k], row stride ldx
+  int64_t ldx = 0;
+  const __nv_bfloat16* w = nullptr;  // [n, k], contiguous rows
+  void* out = nullptr;               // [m, n], row stride ldout
+  int64_t ldout = 0;
+  ElementType out_type = ElementType::kBF16;
+  bool accumulate = false;           // out += x·wᵀ (fp32 out only)
+};
+
+class Gemm {
+ public:
+  // The workspace (device memory) is owned by the caller; 32 MiB lets cuBLASLt pick freely.
+  Gemm(void* workspace, size_t workspace_bytes);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  static bool supported(const GemmArgs& args);
+  // Throws std::runtime_error (with cuBLAS's status) when no algorithm fits or a call fails.
+  void run(const GemmArgs& args, cudaStream_t stream);
+
+ private:
+  struct Plan;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool>;
+  const Plan& plan(const GemmArgs& args);
+  void* handle_ = nullptr;
+  void* workspace_;
+  size_t workspace_bytes_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace ssdq::kernels

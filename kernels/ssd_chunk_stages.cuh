@@ -1,0 +1,105 @@
+// Internals of the chunked SSD (kernels/ssd_chunk_scan.h): the launch plan with its workspace
+// arrays, the stage launchers (one .cu file each), and device helpers they share.
+// Include only from kernels/ssd_chunk_*.cu.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/ssd_chunk_scan.h"
+
+namespace ssdq::kernels::ssd_chunk {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kTile = 64;       // every stage works in 64-token sub-tiles of a chunk
+constexpr int kMaxChunk = 256;
+constexpr int kThreads = 256;   // 8 warps per block in every stage
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxHeadsPerBlock = 8;  // heads of one group sharing a ChunkScan block
+// Per-warp fp32 staging of one 16x16 accumulator (row stride 20 floats: fewer bank conflicts).
+constexpr int kScratchLd = 20;
+constexpr int kScratchFloats = 16 * kScratchLd;
+
+struct Plan {
+  SsdChunkScanArgs args;
+  int nchunks = 0;          // ceil(seqlen / chunk)
+  int tiles_per_chunk = 0;  // chunk / 64
+  int heads_per_group = 0;
+  int state_rows = 32;      // headdim rows per ChunkState block: 32 or 64
+  int heads_per_block = 1;  // heads per ChunkScan block: 1, 2, 4 or 8 (divides heads_per_group)
+  int head_blocks = 0;      // heads / heads_per_block
+  // Workspace arrays. Positions past the end of a sequence hold dt = 0 and the cumsum carried on,
+  // so every chunk has `chunk` entries and cumsum[chunk - 1] is the whole chunk's dt·A sum.
+  float* dt = nullptr;          // [batch, heads, nchunks, chunk]
+  float* cumsum = nullptr;      // [batch, heads, nchunks, chunk]: inclusive cumsum of dt·A in the chunk
+  float* cb = nullptr;          // [batch, nchunks, groups, chunk, chunk]: C·Bᵀ, tiles on/below the diagonal
+  bf16* chunk_states = nullptr; // [batch, nchunks, heads, headdim, dstate]: state entering each chunk
+};
+
+struct WorkspaceLayout {
+  size_t dt = 0, cumsum = 0, cb = 0, chunk_states = 0, total = 0;  // byte offsets, total size
+};
+WorkspaceLayout workspace_layout(const SsdChunkScanArgs& args);
+
+// Dynamic shared memory of the stages that need more than the default.
+size_t bmm_smem_bytes(int dstate);
+size_t state_smem_bytes(int state_rows, int dstate);
+size_t output_smem_bytes(int headdim, int dstate, int chunk, int heads_per_block);
+
+cudaError_t launch_cumsum(const Plan& plan, cudaStream_t stream);  // ChunkCumsum
+cudaError_t launch_bmm(const Plan& plan, cudaStream_t stream);     // ChunkBMM
+cudaError_t launch_state(const Plan& plan, cudaStream_t stream);   // ChunkState + StatePassing
+cudaError_t launch_output(const Plan& plan, cudaStream_t stream);  // ChunkScan
+
+#ifdef __CUDACC__
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+__device__ __forceinline__ void store_zero_16(void* smem_dst) {
+  *reinterpret_cast<uint4*>(smem_dst) = make_uint4(0u, 0u, 0u, 0u);
+}
+
+// Eight bf16 in a uint4 and back (memcpy: no type punning through pointers).
+__device__ __forceinline__ void unpack_bf16x8(uint4 packed, float* out) {
+  const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __nv_bfloat162 pair;
+    memcpy(&pair, &words[i], sizeof pair);
+    const float2 f = __bfloat1622float2(pair);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+  uint32_t word;
+  memcpy(&word, &pair, sizeof word);
+  return word;
+}
+
+__device__ __forceinline__ uint4 pack_bf16x8(const float* values) {
+  return make_uint4(pack_bf16x2(values[0], values[1]), pack_bf16x2(values[2], values[3]),
+                    pack_bf16x2(values[4], values[5]), pack_bf16x2(values[6], values[7]));
+}
+
+__device__ __forceinline__ uint4 scale_bf16x8(uint4 packed, float scale) {
+  float f[8];
+  unpack_bf16x8(packed, f);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] *= scale;
+  return pack_bf16x8(f);
+}
+#endif  // __CUDACC__
+
+}  // namespace ssdq::kernels::ssd_chunk

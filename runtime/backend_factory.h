@@ -1,0 +1,22 @@
+// Backends by the name a user types: "cpu", "cuda" or "cuda:N".
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/backend.h"
+#include "runtime/model_weights.h"
+
+namespace ssdq {
+
+struct DeviceSpec {
+  bool cuda = false;
+  int index = 0;
+};
+DeviceSpec parse_device(const std::string& text);
+
+std::unique_ptr<Backend> make_backend(const std::string& device, std::shared_ptr<const ModelWeights> weights);
+// Windows per forward that keep the device busy: the cores for the CPU, 16 for a GPU.
+int64_t default_eval_batch(const std::string& device);
+
+}  // namespace ssdq

@@ -1,0 +1,78 @@
+#include "runtime/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "formats/error.h"
+
+namespace ssdq {
+namespace {
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+}  // namespace
+
+double ssd_flops(const Mamba2Config& c, int64_t tokens) {
+  const double P = c.headdim, N = c.d_state, L = c.chunk_size;
+  return tokens * (c.nheads() * (4 * P * N + L * P) + c.ngroups * N * L);
+}
+
+double model_flops(const Mamba2Config& c, int64_t tokens) {
+  return 2.0 * c.parameter_count() * tokens + c.n_layer * ssd_flops(c, tokens);
+}
+
+std::vector<ModelBenchRow> bench_model(const Backend& backend, const ModelBenchOptions& options,
+                                       const std::function<void(ModelBenchRow&)>& after_batch) {
+  if (options.prompt < 1 || options.gen < 1) fail("--prompt and --gen must be at least 1");
+  const int64_t vocab = backend.config().vocab_size;
+  std::vector<ModelBenchRow> rows;
+  for (const int64_t batch : options.batches) {
+    if (batch < 1) fail("--batch sizes must be at least 1, got {}", batch);
+    std::mt19937_64 rng(options.seed + batch);
+    std::vector<int32_t> prompt(batch * options.prompt);
+    for (auto& t : prompt) t = static_cast<int32_t>(rng() % vocab);
+    std::vector<int32_t> next(batch);
+    ForwardOutputs out;
+    out.argmax = next.data();
+    out.last_position_only = true;
+    auto state = backend.new_state(batch);
+    std::vector<double> prefill_ms;
+    for (int r = 0; r < options.repeats + 1; ++r) {  // the first run warms up
+      state->reset();
+      const double start = now_ms();
+      backend.forward(prompt.data(), options.prompt, *state, out);
+      if (r > 0) prefill_ms.push_back(now_ms() - start);
+    }
+    // Greedy decode: two warm-up steps (the second captures the CUDA graph), then timed steps.
+    out.last_position_only = false;
+    std::vector<int32_t> token = next;
+    for (int w = 0; w < 2; ++w) {
+      backend.forward(token.data(), 1, *state, out);
+      token = next;
+    }
+    const double start = now_ms();
+    for (int64_t g = 0; g < options.gen; ++g) {
+      backend.forward(token.data(), 1, *state, out);
+      token = next;
+    }
+    ModelBenchRow row;
+    row.batch = batch;
+    row.ttft_ms = median(prefill_ms);
+    row.tpot_ms = (now_ms() - start) / options.gen;
+    row.prefill_tokens_per_s = batch * options.prompt / (row.ttft_ms / 1e3);
+    row.decode_tokens_per_s = batch / (row.tpot_ms / 1e3);
+    if (after_batch) after_batch(row);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace ssdq

@@ -1,0 +1,36 @@
+// End-to-end latency of a backend: time to first token for a prompt (prefill, logits of the last
+// position only) and time per output token over greedy decode steps, per batch size.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "runtime/backend.h"
+
+namespace ssdq {
+
+struct ModelBenchOptions {
+  std::vector<int64_t> batches = {1};
+  int64_t prompt = 1024, gen = 128;
+  int repeats = 3;  // prefill timings per batch; the median is reported
+  uint64_t seed = 0;
+};
+
+struct ModelBenchRow {
+  int64_t batch = 0;
+  double ttft_ms = 0, tpot_ms = 0;
+  double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;
+  size_t peak_bytes = 0;  // filled by the caller where the backend can tell
+};
+
+// `after_batch` is called after each batch size (for memory readings and progress).
+std::vector<ModelBenchRow> bench_model(const Backend& backend, const ModelBenchOptions& options,
+                                       const std::function<void(ModelBenchRow&)>& after_batch);
+
+// FLOPs of one forward over `tokens` tokens: 2 × parameters × tokens plus the SSD's.
+double model_flops(const Mamba2Config& config, int64_t tokens);
+// FLOPs of the chunked SSD over `tokens` tokens (state, inter-chunk output, causal intra-chunk, C·Bᵀ).
+double ssd_flops(const Mamba2Config& config, int64_t tokens);
+
+}  // namespace ssdq

@@ -1,0 +1,673 @@
+#include "runtime/cuda_backend.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "formats/dtype.h"
+#include "formats/error.h"
+#include "kernels/add_rmsnorm.h"
+#include "kernels/causal_conv1d.h"
+#include "kernels/device_info.h"
+#include "kernels/embedding.h"
+#include "kernels/fill_random.h"
+#include "kernels/gated_rmsnorm.h"
+#include "kernels/gemm.h"
+#include "kernels/logits_reduce.h"
+#include "kernels/ssd_chunk_scan.h"
+#include "kernels/ssd_state_update.h"
+
+namespace ssdq {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using kernels::ElementType;
+
+void cuda_ok(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) fail("CUDA: {}: {}", what, cudaGetErrorString(status));
+}
+
+constexpr size_t kAlign = 256;
+constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
+constexpr size_t kLogitsBlockBytes = size_t{256} << 20;
+
+size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// Byte offsets of the pieces of one allocation, laid out before the allocation is made.
+class Layout {
+ public:
+  size_t add(size_t bytes) {
+    const size_t offset = total_;
+    total_ += align_up(std::max<size_t>(bytes, 1));
+    return offset;
+  }
+  size_t total() const { return total_; }
+
+ private:
+  size_t total_ = 0;
+};
+
+// Counts what the backend holds on the device, for the memory report.
+struct MemoryCounter {
+  size_t live = 0, peak = 0;
+  void add(size_t bytes) {
+    live += bytes;
+    peak = std::max(peak, live);
+  }
+  void remove(size_t bytes) { live -= bytes; }
+};
+
+class DeviceBlock {
+ public:
+  DeviceBlock() = default;
+  DeviceBlock(size_t bytes, const char* what, MemoryCounter* counter) : bytes_(bytes), counter_(counter) {
+    if (cudaMalloc(&ptr_, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      fail("CUDA: out of device memory: {} needs {:.1f} MiB, {:.1f} MiB free of {:.1f} MiB", what, bytes / 1048576.0,
+           free_bytes / 1048576.0, total_bytes / 1048576.0);
+    }
+    if (counter_) counter_->add(bytes_);
+  }
+  ~DeviceBlock() { release(); }
+  DeviceBlock(DeviceBlock&& other) noexcept { *this = std::move(other); }
+  DeviceBlock& operator=(DeviceBlock&& other) noexcept {
+    if (this != &other) {
+      release();
+      std::swap(ptr_, other.ptr_);
+      std::swap(bytes_, other.bytes_);
+      std::swap(counter_, other.counter_);
+    }
+    return *this;
+  }
+  template <typename T>
+  T* at(size_t offset) const {
+    return reinterpret_cast<T*>(static_cast<char*>(ptr_) + offset);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void release() {
+    if (ptr_) {
+      cudaFree(ptr_);
+      if (counter_) counter_->remove(bytes_);
+    }
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  MemoryCounter* counter_ = nullptr;
+};
+
+template <typename T>
+class PinnedBuffer {
+ public:
+  ~PinnedBuffer() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  T* get(size_t count) {
+    if (count > capacity_) {
+      if (ptr_) cudaFreeHost(ptr_);
+      ptr_ = nullptr;
+      cuda_ok(cudaMallocHost(reinterpret_cast<void**>(&ptr_), count * sizeof(T)), "cudaMallocHost");
+      capacity_ = count;
+    }
+    return ptr_;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+struct DeviceLayer {
+  bf16 *in_proj, *out_proj;
+  float *norm, *conv_weight, *conv_bias, *dt_bias, *A, *D, *gated_norm;
+};
+
+struct DeviceModel {
+  bf16 *embedding, *head;
+  float* norm_f;
+  std::vector<DeviceLayer> layers;
+};
+
+// Offsets of every weight in the single weights allocation.
+struct WeightOffsets {
+  size_t embedding, head, norm_f;
+  struct Layer {
+    size_t in_proj, out_proj, norm, conv_weight, conv_bias, dt_bias, A, D, gated_norm;
+  };
+  std::vector<Layer> layers;
+  size_t total;
+};
+
+WeightOffsets plan_weights(const Mamba2Config& c) {
+  Layout layout;
+  WeightOffsets o;
+  o.embedding = layout.add(c.vocab_size * c.d_model * 2);
+  o.head = c.tie_embeddings ? o.embedding : layout.add(c.vocab_size * c.d_model * 2);
+  o.norm_f = layout.add(c.d_model * 4);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    WeightOffsets::Layer w;
+    w.in_proj = layout.add(c.d_in_proj() * c.d_model * 2);
+    w.out_proj = layout.add(c.d_model * c.d_inner() * 2);
+    w.norm = layout.add(c.d_model * 4);
+    w.conv_weight = layout.add(c.conv_dim() * c.d_conv * 4);
+    w.conv_bias = layout.add(c.conv_dim() * 4);
+    w.dt_bias = layout.add(c.nheads() * 4);
+    w.A = layout.add(c.nheads() * 4);
+    w.D = layout.add(c.nheads() * 4);
+    w.gated_norm = layout.add(c.d_inner() * 4);
+    o.layers.push_back(w);
+  }
+  o.total = layout.total();
+  return o;
+}
+
+DeviceModel bind_weights(const WeightOffsets& o, const DeviceBlock& block) {
+  DeviceModel m;
+  m.embedding = block.at<bf16>(o.embedding);
+  m.head = block.at<bf16>(o.head);
+  m.norm_f = block.at<float>(o.norm_f);
+  for (const auto& w : o.layers)
+    m.layers.push_back({block.at<bf16>(w.in_proj), block.at<bf16>(w.out_proj), block.at<float>(w.norm),
+                        block.at<float>(w.conv_weight), block.at<float>(w.conv_bias), block.at<float>(w.dt_bias),
+                        block.at<float>(w.A), block.at<float>(w.D), block.at<float>(w.gated_norm)});
+  return m;
+}
+
+void upload_bf16(bf16* dst, const std::vector<float>& src) {
+  std::vector<uint16_t> bits(src.size());
+  for (size_t i = 0; i < src.size(); ++i) bits[i] = float_to_bf16(src[i]);
+  cuda_ok(cudaMemcpy(dst, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), "upload weights");
+}
+
+void upload_f32(float* dst, const std::vector<float>& src) {
+  cuda_ok(cudaMemcpy(dst, src.data(), src.size() * 4, cudaMemcpyHostToDevice), "upload weights");
+}
+
+kernels::DeviceInfo select_device(const CudaBackendOptions& options) {
+  std::string error;
+  const auto devices = kernels::list_devices(&error);
+  if (devices.empty()) fail("--device cuda: no usable CUDA device ({}); use --device cpu", error);
+  if (options.device < 0 || options.device >= static_cast<int>(devices.size()))
+    fail("--device cuda: device index {} does not exist ({} device(s) visible)", options.device, devices.size());
+  const kernels::DeviceInfo& device = devices[options.device];
+  if (!kernels::device_supported(device))
+    fail("--device cuda: {} is sm_{}{}; ssdq's CUDA kernels need sm_{}0 or newer", device.name, device.major,
+         device.minor, kernels::kMinComputeMajor);
+  cuda_ok(cudaSetDevice(device.index), "cudaSetDevice");
+  return device;
+}
+
+}  // namespace
+
+class CudaState : public InferenceState {
+ public:
+  CudaState(const Mamba2Config& c, int64_t batch, MemoryCounter* counter, const void* owner)
+      : owner(owner), batch_(batch) {
+    Layout layout;
+    conv_offset_ = layout.add(c.n_layer * batch * c.conv_dim() * (c.d_conv - 1) * 2);
+    ssm_offset_ = layout.add(c.n_layer * batch * c.nheads() * c.headdim * c.d_state * 4);
+    conv_layer_ = batch * c.conv_dim() * (c.d_conv - 1);
+    ssm_layer_ = batch * c.nheads() * c.headdim * c.d_state;
+    block_ = DeviceBlock(layout.total(), "the per-sequence state", counter);
+    reset();
+  }
+  ~CudaState() override {
+    if (graph_exec) cudaGraphExecDestroy(graph_exec);
+  }
+  int64_t batch() const override { return batch_; }
+  void reset() override {
+    cuda_ok(cudaMemset(block_.at<char>(0), 0, block_.bytes()), "reset state");
+  }
+  bf16* conv(int64_t layer) const { return block_.at<bf16>(conv_offset_) + layer * conv_layer_; }
+  float* ssm(int64_t layer) const { return block_.at<float>(ssm_offset_) + layer * ssm_layer_; }
+
+  const void* owner;
+  // The captured decode step: valid for one workspace generation and one output signature.
+  cudaGraphExec_t graph_exec = nullptr;
+  uint64_t graph_key = 0;
+  bool decode_warmed = false;
+
+ private:
+  int64_t batch_;
+  size_t conv_offset_, ssm_offset_;
+  int64_t conv_layer_, ssm_layer_;
+  DeviceBlock block_;
+};
+
+struct CudaBackend::Impl {
+  Mamba2Config config;
+  CudaBackendOptions options;
+  kernels::DeviceInfo device;
+  cudaStream_t stream = nullptr;
+  mutable MemoryCounter counter;
+  DeviceBlock weights;
+  DeviceModel model;
+  DeviceBlock gemm_workspace;
+  std::unique_ptr<kernels::Gemm> gemm;
+
+  // Activations for up to work_batch × work_length tokens.
+  struct Work {
+    int32_t *tokens, *targets, *argmax;
+    float *residual, *logits, *nll;
+    bf16 *normed, *zxbcdt, *xbc, *y, *gated;
+    void* ssd;
+    int64_t logits_rows;
+  };
+  mutable DeviceBlock work_block;
+  mutable Work work{};
+  mutable int64_t work_batch = 0, work_length = 0;
+  mutable uint64_t work_generation = 0;
+  mutable PinnedBuffer<int32_t> pinned_tokens, pinned_targets, pinned_argmax;
+  mutable PinnedBuffer<float> pinned_nll, pinned_logits;
+
+  explicit Impl(const Mamba2Config& c, const CudaBackendOptions& o) : config(c), options(o), device(select_device(o)) {
+    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    gemm_workspace = DeviceBlock(kGemmWorkspaceBytes, "the cuBLASLt workspace", &counter);
+    gemm = std::make_unique<kernels::Gemm>(gemm_workspace.at<void>(0), kGemmWorkspaceBytes);
+  }
+  ~Impl() {
+    gemm.reset();
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  kernels::SsdChunkScanArgs chunk_args(int64_t batch, int64_t length) const {
+    kernels::SsdChunkScanArgs a;
+    a.batch = static_cast<int>(batch);
+    a.seqlen = static_cast<int>(length);
+    a.heads = static_cast<int>(config.nheads());
+    a.headdim = static_cast<int>(config.headdim);
+    a.groups = static_cast<int>(config.ngroups);
+    a.dstate = static_cast<int>(config.d_state);
+    a.chunk = static_cast<int>(config.chunk_size);
+    return a;
+  }
+
+  void reserve(int64_t batch, int64_t length) const {
+    if (batch <= work_batch && length <= work_length) return;
+    batch = std::max(batch, work_batch);
+    length = std::max(length, work_length);
+    const Mamba2Config& c = config;
+    const int64_t M = batch * length;
+    const int64_t logits_rows = std::max<int64_t>(1, std::min<int64_t>(M, kLogitsBlockBytes / (c.vocab_size * 4)));
+    Layout layout;
+    const size_t tokens = layout.add(M * 4), targets = layout.add(M * 4), argmax = layout.add(M * 4);
+    const size_t residual = layout.add(M * c.d_model * 4), logits = layout.add(logits_rows * c.vocab_size * 4),
+                 nll = layout.add(M * 4);
+    const size_t normed = layout.add(M * c.d_model * 2), zxbcdt = layout.add(M * c.d_in_proj() * 2),
+                 xbc = layout.add(M * c.conv_dim() * 2), y = layout.add(M * c.d_inner() * 2),
+                 gated = layout.add(M * c.d_inner() * 2);
+    const size_t ssd = layout.add(kernels::ssd_chunk_scan_workspace_bytes(chunk_args(batch, length)));
+    cuda_ok(cudaStreamSynchronize(stream), "synchronize before resizing the workspace");
+    work_block = DeviceBlock();
+    work_block = DeviceBlock(layout.total(), "activations", &counter);
+    const DeviceBlock& b = work_block;
+    work = {b.at<int32_t>(tokens), b.at<int32_t>(targets), b.at<int32_t>(argmax), b.at<float>(residual),
+            b.at<float>(logits),   b.at<float>(nll),       b.at<bf16>(normed),    b.at<bf16>(zxbcdt),
+            b.at<bf16>(xbc),       b.at<bf16>(y),          b.at<bf16>(gated),     b.at<void>(ssd),
+            logits_rows};
+    work_batch = batch;
+    work_length = length;
+    ++work_generation;
+  }
+
+  // Everything from the embedding to the final norm, on the stream.
+  void enqueue_body(int64_t batch, int64_t length, const CudaState& state) const {
+    const Mamba2Config& c = config;
+    const int64_t M = batch * length, D = c.d_model, E = c.d_inner(), in_dim = c.d_in_proj(), conv_dim = c.conv_dim();
+    const int64_t GN = c.ngroups * c.d_state;
+    cuda_ok(kernels::launch_embedding({M, static_cast<int>(D), work.tokens, model.embedding, work.residual}, stream),
+                        "embedding");
+    kernels::AddRmsNormArgs norm;
+    norm.rows = M;
+    norm.dim = static_cast<int>(D);
+    norm.eps = static_cast<float>(c.norm_eps);
+    norm.residual = work.residual;
+    norm.out = work.normed;
+    norm.out_type = ElementType::kBF16;
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const DeviceLayer& w = model.layers[l];
+      norm.weight = w.norm;
+      cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
+      kernels::GemmArgs in_proj;
+      in_proj.m = M;
+      in_proj.n = in_dim;
+      in_proj.k = D;
+      in_proj.x = work.normed;
+      in_proj.ldx = D;
+      in_proj.w = w.in_proj;
+      in_proj.out = work.zxbcdt;
+      in_proj.ldout = in_dim;
+      gemm->run(in_proj, stream);
+
+      kernels::CausalConv1dArgs conv;
+      conv.batch = static_cast<int>(batch);
+      conv.seqlen = static_cast<int>(length);
+      conv.channels = static_cast<int>(conv_dim);
+      conv.width = static_cast<int>(c.d_conv);
+      conv.in = work.zxbcdt + E;
+      conv.in_stride = in_dim;
+      conv.weight = w.conv_weight;
+      conv.bias = w.conv_bias;
+      conv.state = state.conv(l);
+      conv.out = work.xbc;
+      cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d");
+
+      enqueue_ssd(batch, length, w, state.ssm(l), E, GN, in_dim, conv_dim);
+
+      kernels::GatedRmsNormArgs gated;
+      gated.rows = M;
+      gated.width = static_cast<int>(E);
+      gated.group_size = static_cast<int>(E / c.ngroups);
+      gated.eps = static_cast<float>(c.norm_eps);
+      gated.y = work.y;
+      gated.z = work.zxbcdt;
+      gated.z_stride = in_dim;
+      gated.weight = w.gated_norm;
+      gated.out = work.gated;
+      cuda_ok(kernels::launch_gated_rmsnorm(gated, stream), "gated_rmsnorm");
+
+      kernels::GemmArgs out_proj;
+      out_proj.m = M;
+      out_proj.n = D;
+      out_proj.k = E;
+      out_proj.x = work.gated;
+      out_proj.ldx = E;
+      out_proj.w = w.out_proj;
+      out_proj.out = work.residual;
+      out_proj.ldout = D;
+      out_proj.out_type = ElementType::kF32;
+      out_proj.accumulate = true;
+      gemm->run(out_proj, stream);
+    }
+    norm.weight = model.norm_f;
+    cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "final rmsnorm");
+  }
+
+  // Prefill runs the chunked scan; decode (and shapes the chunked kernels do not take) the
+  // recurrence with the state on chip, which is exact for any length.
+  void enqueue_ssd(int64_t batch, int64_t length, const DeviceLayer& w, float* ssm, int64_t E, int64_t GN,
+                   int64_t in_dim, int64_t conv_dim) const {
+    const Mamba2Config& c = config;
+    kernels::SsdChunkScanArgs chunk = chunk_args(batch, length);
+    chunk.x = work.xbc;
+    chunk.x_row_stride = conv_dim;
+    chunk.B = work.xbc + E;
+    chunk.C = work.xbc + E + GN;
+    chunk.bc_row_stride = conv_dim;
+    chunk.dt_raw = work.zxbcdt + E + conv_dim;
+    chunk.dt_row_stride = in_dim;
+    chunk.dt_bias = w.dt_bias;
+    chunk.A = w.A;
+    chunk.D = w.D;
+    chunk.dt_min = static_cast<float>(c.dt_min);
+    chunk.dt_max = static_cast<float>(std::min<double>(c.dt_max, 3e38));
+    chunk.state = ssm;
+    chunk.y = work.y;
+    chunk.workspace = work.ssd;
+    if (length > 1 && kernels::ssd_chunk_scan_supported(chunk)) {
+      cuda_ok(kernels::launch_ssd_chunk_scan(chunk, stream), "ssd_chunk_scan");
+      return;
+    }
+    kernels::SsdStateUpdateArgs step;
+    step.batch = chunk.batch;
+    step.heads = chunk.heads;
+    step.headdim = chunk.headdim;
+    step.groups = chunk.groups;
+    step.dstate = chunk.dstate;
+    step.steps = chunk.seqlen;
+    step.io_type = ElementType::kBF16;
+    step.x = chunk.x;
+    step.x_stride = conv_dim;
+    step.B = chunk.B;
+    step.C = chunk.C;
+    step.bc_stride = conv_dim;
+    step.dt = chunk.dt_raw;
+    step.dt_stride = in_dim;
+    step.dt_bias = w.dt_bias;
+    step.dt_min = chunk.dt_min;
+    step.dt_max = chunk.dt_max;
+    step.A = w.A;
+    step.D = w.D;
+    step.state = ssm;
+    step.y = work.y;
+    step.y_stride = E;
+    if (!kernels::ssd_state_update_supported(step))
+      fail("CUDA: no SSD kernel supports heads {} × headdim {}, ngroups {}, d_state {}", step.heads, step.headdim,
+           step.groups, step.dstate);
+    cuda_ok(kernels::launch_ssd_state_update(step, stream), "ssd_state_update");
+  }
+
+  // lm_head over the rows asked for, block by block; NLL/argmax reduced on the device.
+  // Returns false if the rows do not fit one block (then the caller copies logits per block).
+  void enqueue_head_block(int64_t first_row, int64_t rows, const bf16* x, int64_t ldx, const ForwardOutputs& out,
+                          float* pinned_logits_block) const {
+    const int64_t V = config.vocab_size;
+    kernels::GemmArgs head;
+    head.m = rows;
+    head.n = V;
+    head.k = config.d_model;
+    head.x = x + first_row * ldx;
+    head.ldx = ldx;
+    head.w = model.head;
+    head.out = work.logits;
+    head.ldout = V;
+    head.out_type = ElementType::kF32;
+    gemm->run(head, stream);
+    if (out.nll || out.argmax) {
+      kernels::LogitsReduceArgs reduce;
+      reduce.rows = rows;
+      reduce.vocab = static_cast<int>(V);
+      reduce.logits = work.logits;
+      reduce.targets = out.nll ? work.targets + first_row : nullptr;
+      reduce.nll = out.nll ? work.nll + first_row : nullptr;
+      reduce.argmax = out.argmax ? work.argmax + first_row : nullptr;
+      cuda_ok(kernels::launch_logits_reduce(reduce, stream), "logits_reduce");
+    }
+    if (out.logits)
+      cuda_ok(cudaMemcpyAsync(pinned_logits_block, work.logits, rows * V * 4, cudaMemcpyDeviceToHost, stream),
+                          "copy logits");
+  }
+
+  void forward(const int32_t* tokens, int64_t length, CudaState& state, const ForwardOutputs& out) const {
+    const Mamba2Config& c = config;
+    const int64_t batch = state.batch(), M = batch * length, V = c.vocab_size;
+    for (int64_t i = 0; i < M; ++i)
+      if (tokens[i] < 0 || tokens[i] >= V) fail("token id {} at position {} is outside the vocabulary (0..{})", tokens[i], i, V - 1);
+    const int64_t R = out.last_position_only ? 1 : length, rows = batch * R;
+    if (out.nll && !out.targets) fail("internal: nll requested without targets");
+    if (out.targets)
+      for (int64_t i = 0; i < rows; ++i)
+        if (out.targets[i] < 0 || out.targets[i] >= V) fail("target id {} at position {} is outside the vocabulary", out.targets[i], i);
+    reserve(batch, length);
+
+    int32_t* host_tokens = pinned_tokens.get(M);
+    std::memcpy(host_tokens, tokens, M * 4);
+    int32_t* host_targets = out.targets ? pinned_targets.get(rows) : nullptr;
+    if (host_targets) std::memcpy(host_targets, out.targets, rows * 4);
+    float* host_nll = out.nll ? pinned_nll.get(rows) : nullptr;
+    int32_t* host_argmax = out.argmax ? pinned_argmax.get(rows) : nullptr;
+    const int64_t block_rows = std::min(rows, work.logits_rows);
+    float* host_logits = out.logits ? pinned_logits.get(block_rows * V) : nullptr;
+
+    // Rows of the final norm's output that feed lm_head: all, or the last of each sequence.
+    const bf16* head_x = work.normed + (out.last_position_only ? (length - 1) * c.d_model : 0);
+    const int64_t head_ldx = out.last_position_only ? length * c.d_model : c.d_model;
+    auto enqueue_all = [&](bool whole_head) {
+      cuda_ok(cudaMemcpyAsync(work.tokens, host_tokens, M * 4, cudaMemcpyHostToDevice, stream), "copy tokens");
+      if (host_targets)
+        cuda_ok(cudaMemcpyAsync(work.targets, host_targets, rows * 4, cudaMemcpyHostToDevice, stream),
+                            "copy targets");
+      enqueue_body(batch, length, state);
+      if (whole_head && out.any()) enqueue_head_block(0, rows, head_x, head_ldx, out, host_logits);
+      if (host_nll && whole_head)
+        cuda_ok(cudaMemcpyAsync(host_nll, work.nll, rows * 4, cudaMemcpyDeviceToHost, stream), "copy nll");
+      if (host_argmax && whole_head)
+        cuda_ok(cudaMemcpyAsync(host_argmax, work.argmax, rows * 4, cudaMemcpyDeviceToHost, stream),
+                            "copy argmax");
+    };
+
+    const bool one_block = rows <= work.logits_rows;
+    if (options.use_graphs && length == 1 && one_block) {
+      run_graph(state, out, enqueue_all);
+    } else if (one_block) {
+      enqueue_all(true);
+    } else {
+      enqueue_all(false);
+      for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
+        const int64_t n = std::min(block_rows, rows - r0);
+        enqueue_head_block(r0, n, head_x, head_ldx, out, host_logits);
+        if (out.logits) {
+          cuda_ok(cudaStreamSynchronize(stream), "forward");
+          std::memcpy(out.logits + r0 * V, host_logits, n * V * 4);
+        }
+      }
+      if (host_nll) cuda_ok(cudaMemcpyAsync(host_nll, work.nll, rows * 4, cudaMemcpyDeviceToHost, stream), "copy nll");
+      if (host_argmax)
+        cuda_ok(cudaMemcpyAsync(host_argmax, work.argmax, rows * 4, cudaMemcpyDeviceToHost, stream), "copy argmax");
+    }
+    cuda_ok(cudaStreamSynchronize(stream), "forward");
+    if (out.logits && one_block) std::memcpy(out.logits, host_logits, rows * V * 4);
+    if (out.nll)
+      for (int64_t i = 0; i < rows; ++i) out.nll[i] = host_nll[i];
+    if (out.argmax) std::memcpy(out.argmax, host_argmax, rows * 4);
+  }
+
+  template <typename Enqueue>
+  void run_graph(CudaState& state, const ForwardOutputs& out, Enqueue& enqueue_all) const {
+    const uint64_t key = work_generation * 16 + (out.logits ? 1 : 0) + (out.nll ? 2 : 0) + (out.argmax ? 4 : 0) +
+                         (out.last_position_only ? 8 : 0);
+    if (state.graph_exec && state.graph_key == key) {
+      cuda_ok(cudaGraphLaunch(state.graph_exec, stream), "cudaGraphLaunch");
+      return;
+    }
+    if (!state.decode_warmed) {  // the first step runs eagerly: cuBLASLt plans are made outside capture
+      enqueue_all(true);
+      state.decode_warmed = true;
+      return;
+    }
+    if (state.graph_exec) cudaGraphExecDestroy(state.graph_exec);
+    state.graph_exec = nullptr;
+    cudaGraph_t graph = nullptr;
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    try {
+      enqueue_all(true);
+    } catch (...) {
+      cudaStreamEndCapture(stream, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    const cudaError_t status = cudaGraphInstantiate(&state.graph_exec, graph, 0);
+    cudaGraphDestroy(graph);
+    cuda_ok(status, "cudaGraphInstantiate");
+    state.graph_key = key;
+    cuda_ok(cudaGraphLaunch(state.graph_exec, stream), "cudaGraphLaunch");
+  }
+};
+
+CudaBackend::CudaBackend(const ModelWeights& w, const CudaBackendOptions& options)
+    : impl_(std::make_unique<Impl>(w.config, options)) {
+  const Mamba2Config& c = w.config;
+  const WeightOffsets offsets = plan_weights(c);
+  impl_->weights = DeviceBlock(offsets.total, "the model weights", &impl_->counter);
+  impl_->model = bind_weights(offsets, impl_->weights);
+  DeviceModel& m = impl_->model;
+  upload_bf16(m.embedding, w.embedding);
+  if (!c.tie_embeddings) upload_bf16(m.head, w.lm_head);
+  upload_f32(m.norm_f, w.norm_f);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& src = w.layers[l];
+    const DeviceLayer& dst = m.layers[l];
+    upload_bf16(dst.in_proj, src.in_proj);
+    upload_bf16(dst.out_proj, src.out_proj);
+    upload_f32(dst.norm, src.norm);
+    upload_f32(dst.conv_weight, src.conv_weight);
+    upload_f32(dst.conv_bias, src.conv_bias);
+    upload_f32(dst.dt_bias, src.dt_bias);
+    upload_f32(dst.A, src.A);
+    upload_f32(dst.D, src.D);
+    upload_f32(dst.gated_norm, src.gated_norm);
+  }
+}
+
+CudaBackend::CudaBackend(const Mamba2Config& c, uint64_t seed, const CudaBackendOptions& options)
+    : impl_(std::make_unique<Impl>(c, options)) {
+  validate_config(c, "synthetic model");
+  const WeightOffsets offsets = plan_weights(c);
+  impl_->weights = DeviceBlock(offsets.total, "the model weights", &impl_->counter);
+  impl_->model = bind_weights(offsets, impl_->weights);
+  const DeviceModel& m = impl_->model;
+  uint64_t tensor = 0;
+  auto fill = [&](void* ptr, int64_t count, ElementType type, float center, float spread) {
+    kernels::FillRandomArgs a;
+    a.count = count;
+    a.seed = seed * 1000003 + tensor++;
+    a.center = center;
+    a.spread = spread;
+    a.type = type;
+    a.out = ptr;
+    cuda_ok(kernels::launch_fill_random(a, impl_->stream), "fill random weights");
+  };
+  const float sqrt3 = std::sqrt(3.0f);  // uniform with the standard deviations of random_weights()
+  fill(m.embedding, c.vocab_size * c.d_model, ElementType::kBF16, 0.f, 0.02f * sqrt3);
+  if (!c.tie_embeddings) fill(m.head, c.vocab_size * c.d_model, ElementType::kBF16, 0.f, 0.02f * sqrt3);
+  fill(m.norm_f, c.d_model, ElementType::kF32, 1.f, 0.1f);
+  for (const DeviceLayer& l : m.layers) {
+    fill(l.in_proj, c.d_in_proj() * c.d_model, ElementType::kBF16, 0.f, sqrt3 / std::sqrt(float(c.d_model)));
+    fill(l.out_proj, c.d_model * c.d_inner(), ElementType::kBF16, 0.f, sqrt3 / std::sqrt(float(c.d_inner())));
+    fill(l.norm, c.d_model, ElementType::kF32, 1.f, 0.1f);
+    fill(l.conv_weight, c.conv_dim() * c.d_conv, ElementType::kF32, 0.f, 0.3f * sqrt3);
+    fill(l.conv_bias, c.conv_dim(), ElementType::kF32, 0.f, 0.1f * sqrt3);
+    fill(l.dt_bias, c.nheads(), ElementType::kF32, -4.f, 1.f);
+    fill(l.A, c.nheads(), ElementType::kF32, -8.5f, 7.5f);
+    fill(l.D, c.nheads(), ElementType::kF32, 1.f, 0.1f);
+    fill(l.gated_norm, c.d_inner(), ElementType::kF32, 1.f, 0.1f);
+  }
+  cuda_ok(cudaStreamSynchronize(impl_->stream), "fill random weights");
+}
+
+CudaBackend::~CudaBackend() = default;
+
+const Mamba2Config& CudaBackend::config() const { return impl_->config; }
+
+std::unique_ptr<InferenceState> CudaBackend::new_state(int64_t batch) const {
+  if (batch <= 0) fail("batch size must be positive, got {}", batch);
+  auto state = std::make_unique<CudaState>(impl_->config, batch, &impl_->counter, impl_.get());
+  impl_->reserve(batch, 1);  // decode steps of this batch allocate nothing
+  return state;
+}
+
+void CudaBackend::forward(const int32_t* tokens, int64_t length, InferenceState& state,
+                          const ForwardOutputs& outputs) const {
+  auto* cuda_state = dynamic_cast<CudaState*>(&state);
+  if (!cuda_state || cuda_state->owner != impl_.get()) fail("the CUDA backend was given a state it did not make");
+  if (length <= 0) return;
+  impl_->forward(tokens, length, *cuda_state, outputs);
+}
+
+void CudaBackend::reserve(int64_t batch, int64_t length) const { impl_->reserve(batch, length); }
+
+CudaMemoryReport CudaBackend::memory() const {
+  CudaMemoryReport report;
+  report.weight_bytes = impl_->weights.bytes();
+  report.workspace_bytes = impl_->work_block.bytes() + impl_->gemm_workspace.bytes();
+  report.state_bytes = impl_->counter.live - report.weight_bytes - report.workspace_bytes;
+  report.peak_bytes = impl_->counter.peak;
+  return report;
+}
+
+std::string CudaBackend::device_name() const {
+  return fmt::format("{} (sm_{}{}, {:.0f} GiB)", impl_->device.name, impl_->device.major, impl_->device.minor,
+                     impl_->device.total_memory / double(1 << 30));
+}
+
+}  // namespace ssdq

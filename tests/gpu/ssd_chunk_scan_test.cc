@@ -1,0 +1,421 @@
+// The chunked-SSD prefill kernel against the CPU reference cpu::ssd_chunked (run per sequence on
+// the same bf16-rounded inputs, with dt computed the same way), in the mixer's layout: x, B, C
+// inside one conv row per token and dt_raw a column slice of the in_proj row, with junk around
+// them. Lengths below, at and past chunk multiples; several groups, heads per block, headdim and
+// dstate; zero and random initial states; two launches carrying the state equal one launch.
+// Errors are max |gpu − ref| / max |ref| per tensor; every case prints its measured errors, and a
+// failure names the worst element and the error per chunk and per 64-token tile.
+#include "kernels/ssd_chunk_scan.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "formats/dtype.h"
+#include "runtime/cpu_ops.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace ssdq {
+namespace {
+
+constexpr double kTolerance = 1e-2;
+constexpr uint16_t kUnwrittenBf16 = 0x7fc1;  // a NaN: any output the kernel misses fails the test
+constexpr size_t kGuardElements = 4096;      // past the end of y, state and the workspace
+constexpr uint16_t kGuardBf16 = 0x1234;
+constexpr uint8_t kGuardByte = 0xa5;
+
+struct Case {
+  const char* name;
+  int batch, seqlen, heads, headdim, groups, dstate, chunk;
+  bool zero_state = false;
+  float dt_min = 0.f, dt_max = __FLT_MAX__;
+  bool needs_sm90_smem = false;  // headdim 128 / dstate 256: more shared memory than sm_80 has
+  float dt_hi = 0.2f;            // dt is log-uniform in [1e-3, dt_hi] (before the clamp)
+};
+
+// One launch's inputs in the mixer's layout (bf16 bits) and the fp32 parameters.
+struct Problem {
+  int batch = 0, seqlen = 0, heads = 0, headdim = 0, groups = 0, dstate = 0, chunk = 0;
+  float dt_min = 0.f, dt_max = __FLT_MAX__;
+  int64_t conv_stride = 0, x_col = 0, b_col = 0, c_col = 0;  // conv row: [x | B | C | pad]
+  int64_t proj_stride = 0, dt_col = 0;                        // in_proj row: [z | xBC | dt | pad]
+  std::vector<uint16_t> conv, proj;
+  std::vector<float> dt_bias, A, D, state;  // state [batch, heads, headdim, dstate]
+
+  int64_t xw() const { return int64_t(heads) * headdim; }
+  int64_t state_size() const { return xw() * dstate; }
+};
+
+Problem make_problem(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Problem pr;
+  pr.batch = c.batch;
+  pr.seqlen = c.seqlen;
+  pr.heads = c.heads;
+  pr.headdim = c.headdim;
+  pr.groups = c.groups;
+  pr.dstate = c.dstate;
+  pr.chunk = c.chunk;
+  pr.dt_min = c.dt_min;
+  pr.dt_max = c.dt_max;
+  const int64_t gn = int64_t(c.groups) * c.dstate;
+  pr.x_col = 0;
+  pr.b_col = pr.xw();
+  pr.c_col = pr.xw() + gn;
+  pr.conv_stride = pr.xw() + 2 * gn + 8;
+  pr.dt_col = 2 * pr.xw() + 2 * gn;
+  pr.proj_stride = pr.dt_col + c.heads + 3;
+  const int64_t rows = int64_t(c.batch) * c.seqlen;
+  pr.conv = testing::to_bf16(testing::random_vector(rows * pr.conv_stride, -1.f, 1.f, rng));
+  // Junk (large values) everywhere in in_proj rows but the dt columns, so a misread shows.
+  pr.proj = testing::to_bf16(testing::random_vector(rows * pr.proj_stride, 50.f, 100.f, rng));
+  pr.dt_bias = testing::random_vector(c.heads, -1.f, 1.f, rng);
+  pr.A = testing::random_vector(c.heads, -8.f, -0.5f, rng);
+  pr.D = testing::random_vector(c.heads, 0.5f, 1.5f, rng);
+  std::uniform_real_distribution<float> log_dt(std::log(1e-3f), std::log(c.dt_hi));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int h = 0; h < c.heads; ++h) {
+      const float target = std::exp(log_dt(rng));  // softplus⁻¹(target) − bias
+      pr.proj[r * pr.proj_stride + pr.dt_col + h] = float_to_bf16(std::log(std::expm1(target)) - pr.dt_bias[h]);
+    }
+  }
+  pr.state = c.zero_state ? std::vector<float>(size_t(c.batch) * pr.state_size(), 0.f)
+                          : testing::random_vector(size_t(c.batch) * pr.state_size(), -1.f, 1.f, rng);
+  return pr;
+}
+
+// Tokens [start, start + length) of every sequence, as a problem of its own.
+Problem slice_tokens(const Problem& whole, int start, int length) {
+  Problem pr = whole;
+  pr.seqlen = length;
+  pr.conv.assign(size_t(whole.batch) * length * whole.conv_stride, 0);
+  pr.proj.assign(size_t(whole.batch) * length * whole.proj_stride, 0);
+  for (int b = 0; b < whole.batch; ++b) {
+    const int64_t from = int64_t(b) * whole.seqlen + start, to = int64_t(b) * length;
+    std::copy_n(whole.conv.begin() + from * whole.conv_stride, length * whole.conv_stride,
+                pr.conv.begin() + to * whole.conv_stride);
+    std::copy_n(whole.proj.begin() + from * whole.proj_stride, length * whole.proj_stride,
+                pr.proj.begin() + to * whole.proj_stride);
+  }
+  return pr;
+}
+
+struct Outputs {
+  std::vector<float> y;      // [batch, seqlen, heads * headdim]
+  std::vector<float> state;  // [batch, heads, headdim, dstate]
+};
+
+Outputs cpu_reference(const Problem& pr) {
+  const std::vector<float> conv = testing::from_bf16(pr.conv);
+  Outputs out;
+  out.y.assign(size_t(pr.batch) * pr.seqlen * pr.xw(), 0.f);
+  out.state = pr.state;
+  std::vector<float> dt(size_t(pr.seqlen) * pr.heads);
+  for (int b = 0; b < pr.batch; ++b) {
+    const int64_t row0 = int64_t(b) * pr.seqlen;
+    for (int t = 0; t < pr.seqlen; ++t) {
+      for (int h = 0; h < pr.heads; ++h) {
+        const float raw = bf16_to_float(pr.proj[(row0 + t) * pr.proj_stride + pr.dt_col + h]);
+        dt[size_t(t) * pr.heads + h] = std::min(std::max(cpu::softplus(raw + pr.dt_bias[h]), pr.dt_min), pr.dt_max);
+      }
+    }
+    const float* rows = conv.data() + row0 * pr.conv_stride;
+    const cpu::SsdInputs in{rows + pr.x_col, pr.conv_stride, rows + pr.b_col, rows + pr.c_col, pr.conv_stride,
+                            dt.data(),       pr.A.data(),    pr.D.data()};
+    cpu::ssd_chunked({pr.heads, pr.headdim, pr.groups, pr.dstate}, in, pr.seqlen, pr.chunk,
+                     out.state.data() + b * pr.state_size(), out.y.data() + row0 * pr.xw());
+  }
+  return out;
+}
+
+kernels::SsdChunkScanArgs make_args(const Problem& pr) {
+  kernels::SsdChunkScanArgs args;
+  args.batch = pr.batch;
+  args.seqlen = pr.seqlen;
+  args.heads = pr.heads;
+  args.headdim = pr.headdim;
+  args.groups = pr.groups;
+  args.dstate = pr.dstate;
+  args.chunk = pr.chunk;
+  args.x_row_stride = pr.conv_stride;
+  args.bc_row_stride = pr.conv_stride;
+  args.dt_row_stride = pr.proj_stride;
+  args.dt_min = pr.dt_min;
+  args.dt_max = pr.dt_max;
+  return args;
+}
+
+template <typename T>
+void expect_guard(const std::vector<T>& values, size_t start, T guard, const char* what) {
+  size_t touched = 0;
+  for (size_t i = start; i < values.size(); ++i) touched += values[i] != guard;
+  EXPECT_EQ(touched, 0u) << touched << " elements written past the end of " << what;
+}
+
+// Runs the kernel; checks that nothing past y, the state and the workspace was written.
+Outputs run_gpu(const Problem& pr) {
+  kernels::SsdChunkScanArgs args = make_args(pr);
+  const size_t y_size = size_t(pr.batch) * pr.seqlen * pr.xw();
+  const size_t state_size = pr.state.size();
+  std::vector<uint16_t> y_init(y_size + kGuardElements, kGuardBf16);
+  std::fill_n(y_init.begin(), y_size, kUnwrittenBf16);
+  std::vector<float> state_init = pr.state;
+  state_init.resize(state_size + kGuardElements, 123.f);
+  testing::DeviceBuffer<uint16_t> conv(pr.conv), proj(pr.proj), y(y_init);
+  testing::DeviceBuffer<float> dt_bias(pr.dt_bias), A(pr.A), D(pr.D), state(state_init);
+  const __nv_bfloat16* conv_ptr = testing::as_bf16(conv);
+  args.x = conv_ptr + pr.x_col;
+  args.B = conv_ptr + pr.b_col;
+  args.C = conv_ptr + pr.c_col;
+  args.dt_raw = testing::as_bf16(proj) + pr.dt_col;
+  args.dt_bias = dt_bias.get();
+  args.A = A.get();
+  args.D = D.get();
+  args.state = state.get();
+  args.y = testing::as_bf16(y);
+  const size_t ws_bytes = kernels::ssd_chunk_scan_workspace_bytes(args);
+  EXPECT_GT(ws_bytes, 0u);
+  testing::DeviceBuffer<uint8_t> workspace(std::vector<uint8_t>(ws_bytes + kGuardElements, kGuardByte));
+  args.workspace = workspace.get();
+  Outputs out;
+  EXPECT_TRUE(kernels::ssd_chunk_scan_supported(args));
+  EXPECT_EQ(kernels::launch_ssd_chunk_scan(args, nullptr), cudaSuccess);
+  const cudaError_t sync = cudaDeviceSynchronize();
+  EXPECT_EQ(sync, cudaSuccess) << cudaGetErrorString(sync);
+  if (sync != cudaSuccess) return out;
+  const std::vector<uint16_t> y_host = y.to_host();
+  const std::vector<float> state_host = state.to_host();
+  expect_guard(y_host, y_size, kGuardBf16, "y");
+  expect_guard(state_host, state_size, 123.f, "state");
+  expect_guard(workspace.to_host(), ws_bytes, kGuardByte, "the workspace");
+  out.y = testing::from_bf16(std::vector<uint16_t>(y_host.begin(), y_host.begin() + y_size));
+  out.state.assign(state_host.begin(), state_host.begin() + state_size);
+  return out;
+}
+
+// max |got − ref| / max |ref|, the worst element, and the same error restricted to groups of
+// elements (chunks, tiles) for the failure message.
+struct Comparison {
+  double scale = 0, max_abs = 0;
+  size_t worst = 0;
+  size_t non_finite = 0, first_non_finite = 0;
+  double relative() const { return non_finite ? INFINITY : (scale > 0 ? max_abs / scale : max_abs); }
+};
+
+Comparison compare(const std::vector<float>& got, const std::vector<float>& ref) {
+  Comparison cmp;
+  for (size_t i = 0; i < ref.size(); ++i) cmp.scale = std::max(cmp.scale, std::abs(double(ref[i])));
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) {
+      if (cmp.non_finite++ == 0) cmp.first_non_finite = i;
+      continue;
+    }
+    const double diff = std::abs(double(got[i]) - ref[i]);
+    if (diff > cmp.max_abs) {
+      cmp.max_abs = diff;
+      cmp.worst = i;
+    }
+  }
+  return cmp;
+}
+
+// Relative error per bucket, bucket(i) for element i.
+template <typename Bucket>
+std::string bucket_errors(const std::vector<float>& got, const std::vector<float>& ref, double scale, int buckets,
+                          Bucket bucket) {
+  std::vector<double> worst(buckets, 0.0);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double diff = std::isfinite(got[i]) ? std::abs(double(got[i]) - ref[i]) : INFINITY;
+    double& w = worst[bucket(i)];
+    w = std::max(w, diff / (scale > 0 ? scale : 1.0));
+  }
+  std::string out;
+  for (int k = 0; k < buckets; ++k) out += fmt::format("{}{:.2e}", k ? " " : "", worst[k]);
+  return out;
+}
+
+std::string describe_y(const Problem& pr, const std::vector<float>& got, const std::vector<float>& ref,
+                       const Comparison& cmp) {
+  const size_t at = cmp.non_finite ? cmp.first_non_finite : cmp.worst;
+  const int64_t row = at / pr.xw(), col = at % pr.xw();
+  const int64_t b = row / pr.seqlen, t = row % pr.seqlen;
+  std::string out = fmt::format(
+      "y: rel err {:.3e} (max |Δ| {:.3e}, max |ref| {:.3e}, {} non-finite); {} at b={} t={} (chunk {}, offset {}) "
+      "h={} p={}: gpu {} ref {}",
+      cmp.relative(), cmp.max_abs, cmp.scale, cmp.non_finite, cmp.non_finite ? "first non-finite" : "worst", b, t,
+      t / pr.chunk, t % pr.chunk, col / pr.headdim, col % pr.headdim, got[at], ref[at]);
+  const int nchunks = (pr.seqlen + pr.chunk - 1) / pr.chunk;
+  out += "\n  per chunk: " + bucket_errors(got, ref, cmp.scale, nchunks, [&](size_t i) {
+    return int((i / pr.xw()) % pr.seqlen / pr.chunk);
+  });
+  out += "\n  per 64-token tile of the chunk: " + bucket_errors(got, ref, cmp.scale, pr.chunk / 64, [&](size_t i) {
+    return int((i / pr.xw()) % pr.seqlen % pr.chunk / 64);
+  });
+  out += "\n  per head: " + bucket_errors(got, ref, cmp.scale, pr.heads, [&](size_t i) {
+    return int(i % pr.xw() / pr.headdim);
+  });
+  return out;
+}
+
+std::string describe_state(const Problem& pr, const std::vector<float>& got, const std::vector<float>& ref,
+                           const Comparison& cmp) {
+  const size_t at = cmp.non_finite ? cmp.first_non_finite : cmp.worst;
+  const int64_t n = at % pr.dstate, p = at / pr.dstate % pr.headdim;
+  const int64_t h = at / (int64_t(pr.dstate) * pr.headdim) % pr.heads, b = at / pr.state_size();
+  std::string out = fmt::format(
+      "state: rel err {:.3e} (max |Δ| {:.3e}, max |ref| {:.3e}, {} non-finite); {} at b={} h={} p={} n={}: "
+      "gpu {} ref {}",
+      cmp.relative(), cmp.max_abs, cmp.scale, cmp.non_finite, cmp.non_finite ? "first non-finite" : "worst", b, h, p, n,
+      got[at], ref[at]);
+  out += "\n  per head: " + bucket_errors(got, ref, cmp.scale, pr.heads, [&](size_t i) {
+    return int(i / (size_t(pr.dstate) * pr.headdim) % pr.heads);
+  });
+  out += "\n  per 16 headdim rows: " + bucket_errors(got, ref, cmp.scale, pr.headdim / 16, [&](size_t i) {
+    return int(i / pr.dstate % pr.headdim / 16);
+  });
+  return out;
+}
+
+void expect_close(const char* label, const Problem& pr, const Outputs& got, const Outputs& ref) {
+  ASSERT_EQ(got.y.size(), ref.y.size()) << label;
+  ASSERT_EQ(got.state.size(), ref.state.size()) << label;
+  const Comparison y = compare(got.y, ref.y), state = compare(got.state, ref.state);
+  std::printf("[ %s ] y rel err %.3e (max |ref| %.3g), state rel err %.3e (max |ref| %.3g)\n", label, y.relative(),
+              y.scale, state.relative(), state.scale);
+  EXPECT_LE(y.relative(), kTolerance) << label << "\n" << describe_y(pr, got.y, ref.y, y);
+  EXPECT_LE(state.relative(), kTolerance) << label << "\n" << describe_state(pr, got.state, ref.state, state);
+}
+
+bool device_lacks_sm90_smem() {
+  int device = 0, smem = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  return smem < 220 * 1024;
+}
+
+class SsdChunkScan : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SsdChunkScan, MatchesCpuReference) {
+  testing::require_device();
+  const Case c = GetParam();
+  const Problem pr = make_problem(c, 1000u + c.seqlen * 31u + c.heads * 7u + c.dstate + c.chunk * 3u + c.batch);
+  if (c.needs_sm90_smem && device_lacks_sm90_smem()) GTEST_SKIP() << "needs sm_90's 227 KB of shared memory per block";
+  const Outputs ref = cpu_reference(pr);
+  const Outputs got = run_gpu(pr);
+  expect_close(c.name, pr, got, ref);
+}
+
+// Paths on a 132-SM H100: heads per ChunkScan block is the largest k of 8, 4, 2 that divides
+// heads/groups with batch·chunks·(chunk/64)·heads/k ≥ 264 (mamba2_2p7b: 8, len1024_b4: 4,
+// len1024_b3: 2), else 1; ChunkState takes 64 headdim rows per block when batch·heads·headdim/64
+// ≥ 264 (mamba2_2p7b), else 32.
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SsdChunkScan,
+    ::testing::Values(Case{"len1", 1, 1, 8, 64, 1, 128, 256}, Case{"len17_zero_state", 1, 17, 8, 64, 2, 128, 256, true},
+                      Case{"len64_chunk64", 1, 64, 8, 64, 2, 64, 64}, Case{"len255_b2", 2, 255, 8, 64, 1, 128, 256},
+                      Case{"len256_g4", 1, 256, 8, 64, 4, 128, 256}, Case{"len257_b3", 3, 257, 8, 64, 2, 128, 256},
+                      Case{"len384_last_chunk_two_tiles", 2, 384, 8, 64, 2, 128, 256},
+                      Case{"len600_chunk128_g4", 1, 600, 16, 64, 4, 64, 128},
+                      Case{"len600_chunk64", 2, 600, 8, 64, 1, 128, 64},
+                      Case{"len1024_b3_2heads_per_block", 3, 1024, 16, 64, 2, 128, 256},
+                      Case{"len1024_chunk64_g4_b3_zero_state", 3, 1024, 8, 64, 4, 64, 64, true},
+                      Case{"len1024_b4_4heads_per_block_g4", 4, 1024, 32, 64, 4, 64, 256},
+                      Case{"mamba2_2p7b_heads_b4_len300", 4, 300, 80, 64, 1, 128, 256},
+                      Case{"dt_clamped", 2, 300, 8, 64, 1, 128, 128, false, 0.01f, 0.1f},
+                      Case{"strong_decay_dt_to_4", 2, 300, 8, 64, 1, 128, 256, false, 0.f, __FLT_MAX__, false, 4.f},
+                      Case{"headdim32", 2, 300, 8, 32, 1, 128, 128}, Case{"dstate16", 2, 130, 4, 64, 2, 16, 64},
+                      Case{"dstate48_g3", 1, 200, 6, 64, 3, 48, 128},
+                      Case{"headdim128", 1, 500, 4, 128, 1, 128, 256, false, 0.f, __FLT_MAX__, true},
+                      Case{"dstate256", 1, 300, 4, 64, 1, 256, 256, false, 0.f, __FLT_MAX__, true}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+// Prefill of n tokens then of m more from the carried state equals one prefill of n + m tokens
+// (up to the bf16 roundings, which fall at different chunk boundaries).
+TEST(SsdChunkScanCarry, TwoLaunchesEqualOne) {
+  testing::require_device();
+  const int n = 300, m = 157;
+  const Case c{"carry", 2, n + m, 8, 64, 2, 64, 128};
+  const Problem whole = make_problem(c, 77);
+  Problem first = slice_tokens(whole, 0, n), second = slice_tokens(whole, n, m);
+  const Outputs one = run_gpu(whole);
+  const Outputs a = run_gpu(first);
+  ASSERT_FALSE(a.state.empty());
+  second.state = a.state;
+  const Outputs b = run_gpu(second);
+  ASSERT_FALSE(b.y.empty());
+  Outputs two;
+  two.state = b.state;
+  for (int s = 0; s < whole.batch; ++s) {
+    two.y.insert(two.y.end(), a.y.begin() + int64_t(s) * n * whole.xw(), a.y.begin() + int64_t(s + 1) * n * whole.xw());
+    two.y.insert(two.y.end(), b.y.begin() + int64_t(s) * m * whole.xw(), b.y.begin() + int64_t(s + 1) * m * whole.xw());
+  }
+  expect_close("two launches vs one", whole, two, one);
+  expect_close("two launches vs cpu", whole, two, cpu_reference(whole));
+}
+
+TEST(SsdChunkScanArgs, RejectsUnsupportedArguments) {
+  testing::require_device();
+  testing::DeviceBuffer<uint8_t> buffer(std::vector<uint8_t>(1 << 16));
+  kernels::SsdChunkScanArgs good;
+  good.batch = 2;
+  good.seqlen = 100;
+  good.heads = 8;
+  good.headdim = 64;
+  good.groups = 2;
+  good.dstate = 128;
+  good.chunk = 256;
+  auto* bf = reinterpret_cast<__nv_bfloat16*>(buffer.get());
+  auto* fp = reinterpret_cast<float*>(buffer.get());
+  good.x = good.B = good.C = good.dt_raw = bf;
+  good.y = bf;
+  good.dt_bias = good.A = good.D = fp;
+  good.state = fp;
+  good.workspace = buffer.get();
+  good.x_row_stride = good.bc_row_stride = 8 * 64 + 2 * 2 * 128;
+  good.dt_row_stride = 8;
+  ASSERT_TRUE(kernels::ssd_chunk_scan_supported(good));
+  EXPECT_GT(kernels::ssd_chunk_scan_workspace_bytes(good), 0u);
+
+  struct Bad {
+    const char* why;
+    void (*edit)(kernels::SsdChunkScanArgs&);
+  };
+  const Bad bad[] = {
+      {"headdim 48", [](kernels::SsdChunkScanArgs& a) { a.headdim = 48; }},
+      {"dstate 100", [](kernels::SsdChunkScanArgs& a) { a.dstate = 100; }},
+      {"dstate 272", [](kernels::SsdChunkScanArgs& a) { a.dstate = 272; }},
+      {"chunk 100", [](kernels::SsdChunkScanArgs& a) { a.chunk = 100; }},
+      {"chunk 512", [](kernels::SsdChunkScanArgs& a) { a.chunk = 512; }},
+      {"heads not divisible by groups", [](kernels::SsdChunkScanArgs& a) { a.groups = 3; }},
+      {"seqlen 0", [](kernels::SsdChunkScanArgs& a) { a.seqlen = 0; }},
+      {"batch 0", [](kernels::SsdChunkScanArgs& a) { a.batch = 0; }},
+      {"x row stride not a multiple of 8", [](kernels::SsdChunkScanArgs& a) { a.x_row_stride += 4; }},
+      {"B/C row stride not a multiple of 8", [](kernels::SsdChunkScanArgs& a) { a.bc_row_stride += 2; }},
+      {"x not 16-byte aligned", [](kernels::SsdChunkScanArgs& a) { a.x += 1; }},
+      {"C not 16-byte aligned", [](kernels::SsdChunkScanArgs& a) { a.C += 4; }},
+      {"y not 16-byte aligned", [](kernels::SsdChunkScanArgs& a) { a.y += 2; }},
+      {"no workspace", [](kernels::SsdChunkScanArgs& a) { a.workspace = nullptr; }},
+      {"no dt_bias", [](kernels::SsdChunkScanArgs& a) { a.dt_bias = nullptr; }},
+      {"headdim 128 x dstate 256 at chunk 256: shared memory of no device",
+       [](kernels::SsdChunkScanArgs& a) {
+         a.headdim = 128;
+         a.dstate = 256;
+       }},
+  };
+  for (const Bad& b : bad) {
+    kernels::SsdChunkScanArgs args = good;
+    b.edit(args);
+    EXPECT_FALSE(kernels::ssd_chunk_scan_supported(args)) << b.why;
+    EXPECT_EQ(kernels::launch_ssd_chunk_scan(args, nullptr), cudaErrorInvalidValue) << b.why;
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace ssdq

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# What one call on a GPU machine runs (from the repository root, with .carry/gpu-bin.tar.xz made
+# by tools/package_gpu_run.sh): GPU tests, the kernel benchmark, eval-ppl on the GPU and the
+# benchmarks of docs/BENCHMARKS.md. Logs go to $OUT (or /tmp/gpu-out). Steps: tests, kernels,
+# eval, bench, ssd (default: all).
+set -uo pipefail
+out=${OUT:-/tmp/gpu-out}
+mkdir -p "$out"
+steps=${*:-tests kernels eval bench ssd}
+rm -rf /tmp/gpu-bin && tar -xJf .carry/gpu-bin.tar.xz -C /tmp
+bin=/tmp/gpu-bin
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$out/device.txt"
+for step in $steps; do
+  echo "=== $step"
+  case $step in
+    tests) timeout 200 tools/run_gpu_tests.sh "$bin" 2>&1 | tee "$out/gpu-tests.log" | grep -E "^\[  (FAILED|PASSED) |passed|failed|Failure|error|max " ;;
+    kernels) timeout 60 "$bin/kernels_bench" 2>&1 | tee "$out/kernels-bench.log" ;;
+    eval) timeout 120 "$bin/ssdq" eval-ppl --device cuda --quiet --model examples/mamba2-tiny \
+            --data examples/wikitext-2-raw/wiki.test.raw --ctx 2048 2>&1 | tee "$out/eval-cuda.log" ;;
+    bench) timeout 180 "$bin/ssdq" bench --synthetic mamba2-2.7b --batch 1,8,32,128 --prompt 2048 --gen 64 \
+             --json "$out/bench-2.7b.json" 2>&1 | tee "$out/bench-2.7b.log" ;;
+    bench8b) timeout 400 "$bin/ssdq" bench --synthetic mamba2-8b-like --batch 1,32 --prompt 2048 --gen 32 \
+               --json "$out/bench-8b.json" 2>&1 | tee "$out/bench-8b.log" ;;
+    ssd) timeout 90 "$bin/ssdq" bench --module ssd --synthetic mamba2-2.7b --json "$out/ssd-2.7b.json" 2>&1 |
+           tee "$out/ssd-2.7b.log" ;;
+    profile) nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null || true)
+             if [ -z "$nsys" ]; then echo "no nsys on this machine"; continue; fi
+             timeout 200 "$nsys" profile -o /tmp/decode --force-overwrite true --cuda-graph-trace=node \
+               "$bin/ssdq" bench --synthetic mamba2-2.7b --batch 1 --prompt 512 --gen 64 --repeats 1 >/dev/null 2>&1
+             timeout 100 "$nsys" stats --report cuda_gpu_kern_sum --format csv /tmp/decode.nsys-rep 2>/dev/null |
+               tee "$out/decode-kernels.csv" | cut -c1-220 | head -30 ;;
+  esac
+done

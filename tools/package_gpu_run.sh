@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds the ssdq binary, the GPU tests and the kernel benchmark (-c opt) and packs them,
+# stripped, into .carry/gpu-bin.tar.xz for a GPU machine that has no Bazel. There, from the
+# repository root: `tar -xJf .carry/gpu-bin.tar.xz -C /tmp && tools/run_gpu_tests.sh /tmp/gpu-bin`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bazel build -c opt //tools:ssdq //tests/gpu:all
+bin=$(bazel info -c opt bazel-bin 2>/dev/null)
+rm -rf .carry/gpu-bin && mkdir -p .carry/gpu-bin
+cp "$bin"/tools/ssdq .carry/gpu-bin/
+for f in "$bin"/tests/gpu/*; do
+  [ -f "$f" ] && [ -x "$f" ] && case "$f" in *.sh|*.params|*.runfiles*) ;; *) cp "$f" .carry/gpu-bin/ ;; esac
+done
+chmod u+w .carry/gpu-bin/*
+strip .carry/gpu-bin/*
+tar -C .carry -cJf .carry/gpu-bin.tar.xz gpu-bin
+rm -rf .carry/gpu-bin
+ls -la .carry/gpu-bin.tar.xz
