@@ -72,15 +72,16 @@ __global__ void __launch_bounds__(kThreads, 2) bmm_kernel(const __grid_constant_
 
 size_t bmm_smem_bytes(int dstate) { return 2 * size_t(kTile) * (dstate + 8) * sizeof(bf16); }
 
-cudaError_t launch_bmm(const Plan& p, cudaStream_t stream) {
+StageLaunch bmm_stage(const Plan& p) {
   const SsdChunkScanArgs& a = p.args;
-  const size_t smem = bmm_smem_bytes(a.dstate);
-  cudaError_t status = cudaFuncSetAttribute(bmm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (status != cudaSuccess) return status;
   const int pairs = p.tiles_per_chunk * (p.tiles_per_chunk + 1) / 2;
-  const dim3 grid(p.nchunks * pairs, a.groups, a.batch);
-  bmm_kernel<<<grid, kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  StageLaunch stage;
+  stage.name = "ChunkBMM";
+  stage.kernel = reinterpret_cast<const void*>(bmm_kernel);
+  stage.grid = dim3(p.nchunks * pairs, a.groups, a.batch);
+  stage.block = dim3(kThreads);
+  stage.smem = bmm_smem_bytes(a.dstate);
+  return stage;
 }
 
 }  // namespace ssdq::kernels::ssd_chunk

@@ -64,11 +64,14 @@ __global__ void __launch_bounds__(kThreads) cumsum_kernel(const __grid_constant_
 
 }  // namespace
 
-cudaError_t launch_cumsum(const Plan& p, cudaStream_t stream) {
+StageLaunch cumsum_stage(const Plan& p) {
   const SsdChunkScanArgs& a = p.args;
-  const dim3 grid(p.nchunks, (a.heads + kHeadsPerBlock - 1) / kHeadsPerBlock, a.batch);
-  cumsum_kernel<<<grid, kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  StageLaunch stage;
+  stage.name = "ChunkCumsum";
+  stage.kernel = reinterpret_cast<const void*>(cumsum_kernel);
+  stage.grid = dim3(p.nchunks, (a.heads + kHeadsPerBlock - 1) / kHeadsPerBlock, a.batch);
+  stage.block = dim3(kThreads);
+  return stage;
 }
 
 }  // namespace ssdq::kernels::ssd_chunk

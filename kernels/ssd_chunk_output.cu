@@ -247,14 +247,15 @@ __global__ void __launch_bounds__(kThreads, 1) output_kernel(const __grid_consta
 }
 
 template <int P>
-cudaError_t launch_headdim(const Plan& p, cudaStream_t stream) {
+StageLaunch stage_headdim(const Plan& p) {
   const SsdChunkScanArgs& a = p.args;
-  const size_t smem = OutputSmem(P, a.dstate, a.chunk, p.heads_per_block).total;
-  cudaError_t status = cudaFuncSetAttribute(output_kernel<P>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (status != cudaSuccess) return status;
-  const dim3 grid(p.nchunks * p.tiles_per_chunk * p.head_blocks, a.batch);
-  output_kernel<P><<<grid, kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  StageLaunch stage;
+  stage.name = "ChunkScan";
+  stage.kernel = reinterpret_cast<const void*>(output_kernel<P>);
+  stage.grid = dim3(p.nchunks * p.tiles_per_chunk * p.head_blocks, a.batch);
+  stage.block = dim3(kThreads);
+  stage.smem = OutputSmem(P, a.dstate, a.chunk, p.heads_per_block).total;
+  return stage;
 }
 
 }  // namespace
@@ -263,12 +264,11 @@ size_t output_smem_bytes(int headdim, int dstate, int chunk, int heads_per_block
   return OutputSmem(headdim, dstate, chunk, heads_per_block).total;
 }
 
-cudaError_t launch_output(const Plan& p, cudaStream_t stream) {
+StageLaunch output_stage(const Plan& p) {
   switch (p.args.headdim) {
-    case 32: return launch_headdim<32>(p, stream);
-    case 64: return launch_headdim<64>(p, stream);
-    case 128: return launch_headdim<128>(p, stream);
-    default: return cudaErrorInvalidValue;
+    case 32: return stage_headdim<32>(p);
+    case 64: return stage_headdim<64>(p);
+    default: return stage_headdim<128>(p);  // headdim is 32, 64 or 128 (shape_supported)
   }
 }
 

@@ -8,8 +8,6 @@
 namespace ssdq::kernels {
 namespace {
 
-using ssd_chunk::kMaxHeadsPerBlock;
-
 struct DeviceLimits {
   int multiprocessors = 0;
   size_t max_smem_per_block = 0;  // opt-in maximum of dynamic shared memory
@@ -87,14 +85,16 @@ size_t ssd_chunk_scan_workspace_bytes(const SsdChunkScanArgs& a) {
   return ssd_chunk::workspace_layout(a).total;
 }
 
-cudaError_t launch_ssd_chunk_scan(const SsdChunkScanArgs& a, cudaStream_t stream) {
-  if (!ssd_chunk_scan_supported(a)) return cudaErrorInvalidValue;
+namespace ssd_chunk {
+
+bool make_plan(const SsdChunkScanArgs& a, Plan* plan_out) {
+  if (!ssd_chunk_scan_supported(a)) return false;
   DeviceLimits limits;
-  if (!current_device_limits(&limits)) return cudaErrorInvalidValue;
-  ssd_chunk::Plan plan;
+  if (!current_device_limits(&limits)) return false;
+  Plan plan;
   plan.args = a;
   plan.nchunks = static_cast<int>(ceil_div(a.seqlen, a.chunk));
-  plan.tiles_per_chunk = a.chunk / ssd_chunk::kTile;
+  plan.tiles_per_chunk = a.chunk / kTile;
   plan.heads_per_group = a.heads / a.groups;
   // Enough blocks to fill the device twice over decides how much work each block takes on:
   // more headdim rows per ChunkState block and more heads per ChunkScan block share more loads
@@ -105,24 +105,43 @@ cudaError_t launch_ssd_chunk_scan(const SsdChunkScanArgs& a, cudaStream_t stream
   plan.heads_per_block = 1;
   for (int k = kMaxHeadsPerBlock; k > 1; k /= 2) {
     if (plan.heads_per_group % k == 0 && scan_units / k >= target_blocks &&
-        ssd_chunk::output_smem_bytes(a.headdim, a.dstate, a.chunk, k) <= limits.max_smem_per_block) {
+        output_smem_bytes(a.headdim, a.dstate, a.chunk, k) <= limits.max_smem_per_block) {
       plan.heads_per_block = k;
       break;
     }
   }
   plan.head_blocks = a.heads / plan.heads_per_block;
-  const ssd_chunk::WorkspaceLayout layout = ssd_chunk::workspace_layout(a);
+  const WorkspaceLayout layout = workspace_layout(a);
   auto* base = static_cast<unsigned char*>(a.workspace);
   plan.dt = reinterpret_cast<float*>(base + layout.dt);
   plan.cumsum = reinterpret_cast<float*>(base + layout.cumsum);
   plan.cb = reinterpret_cast<float*>(base + layout.cb);
-  plan.chunk_states = reinterpret_cast<ssd_chunk::bf16*>(base + layout.chunk_states);
+  plan.chunk_states = reinterpret_cast<bf16*>(base + layout.chunk_states);
+  *plan_out = plan;
+  return true;
+}
 
-  cudaError_t status = ssd_chunk::launch_cumsum(plan, stream);
-  if (status == cudaSuccess) status = ssd_chunk::launch_bmm(plan, stream);
-  if (status == cudaSuccess) status = ssd_chunk::launch_state(plan, stream);
-  if (status == cudaSuccess) status = ssd_chunk::launch_output(plan, stream);
-  return status;
+cudaError_t launch_stage(const StageLaunch& stage, const Plan& plan, cudaStream_t stream) {
+  if (stage.smem > 0) {
+    const cudaError_t status =
+        cudaFuncSetAttribute(stage.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(stage.smem));
+    if (status != cudaSuccess) return status;
+  }
+  void* params[] = {const_cast<Plan*>(&plan)};
+  return cudaLaunchKernel(stage.kernel, stage.grid, stage.block, params, stage.smem, stream);
+}
+
+}  // namespace ssd_chunk
+
+cudaError_t launch_ssd_chunk_scan(const SsdChunkScanArgs& a, cudaStream_t stream) {
+  ssd_chunk::Plan plan;
+  if (!ssd_chunk::make_plan(a, &plan)) return cudaErrorInvalidValue;
+  for (const ssd_chunk::StageLaunch& stage : {ssd_chunk::cumsum_stage(plan), ssd_chunk::bmm_stage(plan),
+                                             ssd_chunk::state_stage(plan), ssd_chunk::output_stage(plan)}) {
+    const cudaError_t status = ssd_chunk::launch_stage(stage, plan, stream);
+    if (status != cudaSuccess) return status;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace ssdq::kernels

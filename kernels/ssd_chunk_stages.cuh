@@ -46,15 +46,30 @@ struct WorkspaceLayout {
 };
 WorkspaceLayout workspace_layout(const SsdChunkScanArgs& args);
 
+// The plan launch_ssd_chunk_scan runs for `args` on the current device (heads per ChunkScan block,
+// ChunkState rows, workspace pointers); false when the arguments are unsupported. A caller may
+// lower heads_per_block (to a divisor of heads_per_group, updating head_blocks) or set state_rows
+// (32, or 64 when headdim is a multiple of 64) before launching the stages itself.
+bool make_plan(const SsdChunkScanArgs& args, Plan* plan);
+
 // Dynamic shared memory of the stages that need more than the default.
 size_t bmm_smem_bytes(int dstate);
 size_t state_smem_bytes(int state_rows, int dstate);
 size_t output_smem_bytes(int headdim, int dstate, int chunk, int heads_per_block);
 
-cudaError_t launch_cumsum(const Plan& plan, cudaStream_t stream);  // ChunkCumsum
-cudaError_t launch_bmm(const Plan& plan, cudaStream_t stream);     // ChunkBMM
-cudaError_t launch_state(const Plan& plan, cudaStream_t stream);   // ChunkState + StatePassing
-cudaError_t launch_output(const Plan& plan, cudaStream_t stream);  // ChunkScan
+// One stage's kernel (`__global__ void(const Plan)`) and its launch configuration.
+struct StageLaunch {
+  const char* name = "";
+  const void* kernel = nullptr;
+  dim3 grid, block;
+  size_t smem = 0;  // dynamic shared memory, bytes
+};
+StageLaunch cumsum_stage(const Plan& plan);  // ChunkCumsum
+StageLaunch bmm_stage(const Plan& plan);     // ChunkBMM
+StageLaunch state_stage(const Plan& plan);   // ChunkState + StatePassing
+StageLaunch output_stage(const Plan& plan);  // ChunkScan
+// Raises the kernel's dynamic shared memory limit to stage.smem, then launches it with `plan`.
+cudaError_t launch_stage(const StageLaunch& stage, const Plan& plan, cudaStream_t stream);
 
 #ifdef __CUDACC__
 __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src) {

@@ -162,15 +162,15 @@ __global__ void __launch_bounds__(kThreads, 2) state_kernel(const __grid_constan
 }
 
 template <int kRows>
-cudaError_t launch_rows(const Plan& p, cudaStream_t stream) {
+StageLaunch stage_rows(const Plan& p) {
   const SsdChunkScanArgs& a = p.args;
-  const size_t smem = StateSmem<kRows>(a.dstate).total;
-  cudaError_t status =
-      cudaFuncSetAttribute(state_kernel<kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (status != cudaSuccess) return status;
-  const dim3 grid(a.headdim / kRows, a.heads, a.batch);
-  state_kernel<kRows><<<grid, kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  StageLaunch stage;
+  stage.name = kRows == 64 ? "ChunkState(64 rows)" : "ChunkState(32 rows)";
+  stage.kernel = reinterpret_cast<const void*>(state_kernel<kRows>);
+  stage.grid = dim3(a.headdim / kRows, a.heads, a.batch);
+  stage.block = dim3(kThreads);
+  stage.smem = StateSmem<kRows>(a.dstate).total;
+  return stage;
 }
 
 }  // namespace
@@ -179,8 +179,6 @@ size_t state_smem_bytes(int state_rows, int dstate) {
   return state_rows == 64 ? StateSmem<64>(dstate).total : StateSmem<32>(dstate).total;
 }
 
-cudaError_t launch_state(const Plan& p, cudaStream_t stream) {
-  return p.state_rows == 64 ? launch_rows<64>(p, stream) : launch_rows<32>(p, stream);
-}
+StageLaunch state_stage(const Plan& p) { return p.state_rows == 64 ? stage_rows<64>(p) : stage_rows<32>(p); }
 
 }  // namespace ssdq::kernels::ssd_chunk

@@ -1,16 +1,21 @@
 #include "kernels/ssd_state_update.h"
 
+#include <algorithm>
+
 namespace ssdq::kernels {
 namespace {
 
 constexpr int kWarps = 8;
 constexpr int kMaxPerLane = 8;  // dstate up to 256
 
-// One block per (head, sequence); a warp owns headdim rows and keeps each row's dstate values
-// in registers (dstate/32 per lane) across all `steps` tokens; y is a warp reduction.
+// One block per (head, sequence, slice of headdim rows); a warp owns rows and keeps each row's
+// dstate values in registers (dstate/32 per lane) across all `steps` tokens; y is a warp
+// reduction. Small batches split each head's rows over several blocks to fill the GPU.
 template <typename T, int kPerLane>
 __global__ void __launch_bounds__(kWarps * 32) ssd_state_update_kernel(SsdStateUpdateArgs a) {
   const int head = blockIdx.x, seq = blockIdx.y;
+  const int rows_per_block = (a.headdim + gridDim.z - 1) / gridDim.z;
+  const int row_begin = blockIdx.z * rows_per_block, row_end = min(a.headdim, row_begin + rows_per_block);
   const int group = head / (a.heads / a.groups);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const T* x_base = static_cast<const T*>(a.x) + head * a.headdim;
@@ -21,7 +26,7 @@ __global__ void __launch_bounds__(kWarps * 32) ssd_state_update_kernel(SsdStateU
   const float A = a.A[head], skip = a.D[head];
   const float bias = a.dt_bias ? a.dt_bias[head] : 0.f;
   float* state = a.state + (static_cast<int64_t>(seq) * a.heads + head) * a.headdim * a.dstate;
-  for (int p = warp; p < a.headdim; p += kWarps) {
+  for (int p = row_begin + warp; p < row_end; p += kWarps) {
     float* row = state + static_cast<int64_t>(p) * a.dstate;
     float s[kPerLane];
 #pragma unroll
@@ -52,7 +57,10 @@ __global__ void __launch_bounds__(kWarps * 32) ssd_state_update_kernel(SsdStateU
 
 template <typename T>
 cudaError_t launch_typed(const SsdStateUpdateArgs& a, cudaStream_t stream) {
-  const dim3 grid(a.heads, a.batch), block(kWarps * 32);
+  // Enough blocks for ~2 waves on a large GPU, but at least one row per warp in each block.
+  const int blocks = a.heads * a.batch;
+  const int splits = std::max(1, std::min((264 + blocks - 1) / blocks, a.headdim / kWarps));
+  const dim3 grid(a.heads, a.batch, splits), block(kWarps * 32);
   switch (a.dstate / 32) {
     case 1: ssd_state_update_kernel<T, 1><<<grid, block, 0, stream>>>(a); break;
     case 2: ssd_state_update_kernel<T, 2><<<grid, block, 0, stream>>>(a); break;

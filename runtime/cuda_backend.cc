@@ -17,6 +17,7 @@
 #include "kernels/fill_random.h"
 #include "kernels/gated_rmsnorm.h"
 #include "kernels/gemm.h"
+#include "kernels/gemv.h"
 #include "kernels/logits_reduce.h"
 #include "kernels/ssd_chunk_scan.h"
 #include "kernels/ssd_state_update.h"
@@ -333,20 +334,37 @@ struct CudaBackend::Impl {
     norm.residual = work.residual;
     norm.out = work.normed;
     norm.out_type = ElementType::kBF16;
+    // Decode of a few sequences: the norms ride in the GEMV prologues (4 launches per layer, not 6).
+    const bool fused = M <= kernels::kGemvMaxRows && D % 8 == 0 && E % 8 == 0 && E <= 16384;
     for (int64_t l = 0; l < c.n_layer; ++l) {
       const DeviceLayer& w = model.layers[l];
-      norm.weight = w.norm;
-      cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
-      kernels::GemmArgs in_proj;
-      in_proj.m = M;
-      in_proj.n = in_dim;
-      in_proj.k = D;
-      in_proj.x = work.normed;
-      in_proj.ldx = D;
-      in_proj.w = w.in_proj;
-      in_proj.out = work.zxbcdt;
-      in_proj.ldout = in_dim;
-      gemm->run(in_proj, stream);
+      if (fused) {
+        kernels::GemvArgs in_proj;
+        in_proj.m = static_cast<int>(M);
+        in_proj.n = static_cast<int>(in_dim);
+        in_proj.k = static_cast<int>(D);
+        in_proj.input = kernels::GemvInput::kRmsNorm;
+        in_proj.residual = work.residual;
+        in_proj.norm_weight = w.norm;
+        in_proj.eps = norm.eps;
+        in_proj.w = w.in_proj;
+        in_proj.out = work.zxbcdt;
+        in_proj.ldout = in_dim;
+        cuda_ok(kernels::launch_gemv(in_proj, stream), "in_proj (gemv)");
+      } else {
+        norm.weight = w.norm;
+        cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
+        kernels::GemmArgs in_proj;
+        in_proj.m = M;
+        in_proj.n = in_dim;
+        in_proj.k = D;
+        in_proj.x = work.normed;
+        in_proj.ldx = D;
+        in_proj.w = w.in_proj;
+        in_proj.out = work.zxbcdt;
+        in_proj.ldout = in_dim;
+        gemm->run(in_proj, stream);
+      }
 
       kernels::CausalConv1dArgs conv;
       conv.batch = static_cast<int>(batch);
@@ -363,6 +381,26 @@ struct CudaBackend::Impl {
 
       enqueue_ssd(batch, length, w, state.ssm(l), E, GN, in_dim, conv_dim);
 
+      if (fused) {
+        kernels::GemvArgs out_proj;
+        out_proj.m = static_cast<int>(M);
+        out_proj.n = static_cast<int>(D);
+        out_proj.k = static_cast<int>(E);
+        out_proj.input = kernels::GemvInput::kGatedRmsNorm;
+        out_proj.y = work.y;
+        out_proj.z = work.zxbcdt;
+        out_proj.z_stride = in_dim;
+        out_proj.group_size = static_cast<int>(E / c.ngroups);
+        out_proj.norm_weight = w.gated_norm;
+        out_proj.eps = norm.eps;
+        out_proj.w = w.out_proj;
+        out_proj.out = work.residual;
+        out_proj.ldout = D;
+        out_proj.out_type = ElementType::kF32;
+        out_proj.accumulate = true;
+        cuda_ok(kernels::launch_gemv(out_proj, stream), "out_proj (gemv)");
+        continue;
+      }
       kernels::GatedRmsNormArgs gated;
       gated.rows = M;
       gated.width = static_cast<int>(E);

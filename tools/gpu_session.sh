@@ -23,6 +23,7 @@ for step in $steps; do
                --json "$out/bench-8b.json" 2>&1 | tee "$out/bench-8b.log" ;;
     ssd) timeout 90 "$bin/ssdq" bench --module ssd --synthetic mamba2-2.7b --json "$out/ssd-2.7b.json" 2>&1 |
            tee "$out/ssd-2.7b.log" ;;
+    stages) timeout 120 "$bin/ssd_stage_bench" 2>&1 | tee "$out/ssd-stages.log" | tail -60 ;;
     profile) nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null || true)
              if [ -z "$nsys" ]; then echo "no nsys on this machine"; continue; fi
              timeout 200 "$nsys" profile -o /tmp/decode --force-overwrite true --cuda-graph-trace=node \

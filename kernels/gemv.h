@@ -1,0 +1,45 @@
+// Projections for decode (m ≤ 4 rows): out[m, n] (+)= x[m, k] · w[n, k]ᵀ with bf16 weights streamed
+// once with 16-byte loads, fp32 accumulation, and the normalisation that precedes each projection
+// fused into the prologue, so a decode layer needs no separate norm kernels:
+//   kBf16:         x given (bf16)
+//   kRmsNorm:      x = bf16(rmsnorm(residual) · weight)            (before in_proj; residual fp32)
+//   kGatedRmsNorm: x = bf16(rmsnorm_group(y · silu(z)) · weight)  (before out_proj)
+// The prologue rounds x to bf16 exactly as add_rmsnorm / gated_rmsnorm do, so results match the
+// unfused path up to summation order. CPU reference: cpu::rmsnorm / cpu::gated_rmsnorm + cpu::matmul_wt.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/element_type.h"
+
+namespace ssdq::kernels {
+
+enum class GemvInput { kBf16, kRmsNorm, kGatedRmsNorm };
+
+struct GemvArgs {
+  int m = 0, n = 0, k = 0;
+  GemvInput input = GemvInput::kBf16;
+  const __nv_bfloat16* x = nullptr;  // kBf16: [m, k], row stride ldx
+  int64_t ldx = 0;
+  const float* residual = nullptr;   // kRmsNorm: [m, k] fp32, row stride k
+  const __nv_bfloat16* y = nullptr;  // kGatedRmsNorm: [m, k], row stride k
+  const __nv_bfloat16* z = nullptr;  //   row stride z_stride
+  int64_t z_stride = 0;
+  int group_size = 0;                //   channels per norm group
+  const float* norm_weight = nullptr;  // kRmsNorm / kGatedRmsNorm: [k]
+  float eps = 1e-5f;
+  const __nv_bfloat16* w = nullptr;  // [n, k], 16-byte aligned rows
+  void* out = nullptr;               // [m, n], row stride ldout
+  int64_t ldout = 0;
+  ElementType out_type = ElementType::kBF16;
+  bool accumulate = false;           // out += (fp32 out only)
+};
+
+constexpr int kGemvMaxRows = 4;
+bool gemv_supported(const GemvArgs& args);
+cudaError_t launch_gemv(const GemvArgs& args, cudaStream_t stream);
+
+}  // namespace ssdq::kernels

@@ -1,0 +1,90 @@
+// The decode GEMV against the CPU reference in its three input modes: plain bf16 x, RMSNorm of
+// an fp32 residual (in_proj), gated grouped RMSNorm (out_proj, accumulating into fp32).
+#include "kernels/gemv.h"
+
+#include <gtest/gtest.h>
+
+#include "runtime/cpu_ops.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace ssdq {
+namespace {
+
+struct Case {
+  int m, n, k;
+  kernels::GemvInput input;
+  int groups;
+};
+
+class Gemv : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Gemv, MatchesCpuReference) {
+  testing::require_device();
+  const Case c = GetParam();
+  std::mt19937 rng(c.m * 7 + c.n + c.k);
+  auto w = testing::bf16_rounded(testing::random_vector(size_t(c.n) * c.k, -1.f, 1.f, rng));
+  auto norm_w = testing::random_vector(c.k, 0.5f, 1.5f, rng);
+  auto residual = testing::random_vector(size_t(c.m) * c.k, -3.f, 3.f, rng);
+  auto y = testing::bf16_rounded(testing::random_vector(size_t(c.m) * c.k, -2.f, 2.f, rng));
+  const int64_t z_stride = c.k + 16;
+  auto z = testing::bf16_rounded(testing::random_vector(size_t(c.m) * z_stride, -3.f, 3.f, rng));
+  auto base = testing::random_vector(size_t(c.m) * c.n, -2.f, 2.f, rng);
+  // The CPU reference: the input rows as the unfused kernels would make them (rounded to bf16).
+  std::vector<float> x(size_t(c.m) * c.k);
+  if (c.input == kernels::GemvInput::kBf16) {
+    x = y;
+  } else if (c.input == kernels::GemvInput::kRmsNorm) {
+    cpu::rmsnorm(residual.data(), norm_w.data(), x.data(), c.m, c.k, 1e-5f);
+  } else {
+    cpu::gated_rmsnorm(y.data(), z.data(), z_stride, norm_w.data(), x.data(), c.m, c.k, c.k / c.groups, 1e-5f);
+  }
+  x = testing::bf16_rounded(x);
+  std::vector<float> expected(size_t(c.m) * c.n);
+  cpu::matmul_wt(x.data(), w.data(), expected.data(), c.m, c.k, c.n);
+  const bool accumulate = c.input == kernels::GemvInput::kGatedRmsNorm;
+  if (accumulate)
+    for (size_t i = 0; i < expected.size(); ++i) expected[i] += base[i];
+
+  testing::DeviceBuffer<uint16_t> d_w(testing::to_bf16(w)), d_y(testing::to_bf16(y)), d_z(testing::to_bf16(z)),
+      d_out16(std::vector<uint16_t>(expected.size()));
+  testing::DeviceBuffer<float> d_res(residual), d_norm(norm_w), d_out32(base);
+  kernels::GemvArgs a;
+  a.m = c.m;
+  a.n = c.n;
+  a.k = c.k;
+  a.input = c.input;
+  a.x = testing::as_bf16(d_y);
+  a.ldx = c.k;
+  a.residual = d_res.get();
+  a.y = testing::as_bf16(d_y);
+  a.z = testing::as_bf16(d_z);
+  a.z_stride = z_stride;
+  a.group_size = c.k / c.groups;
+  a.norm_weight = d_norm.get();
+  a.w = testing::as_bf16(d_w);
+  a.ldout = c.n;
+  a.accumulate = accumulate;
+  a.out_type = accumulate ? kernels::ElementType::kF32 : kernels::ElementType::kBF16;
+  a.out = accumulate ? static_cast<void*>(d_out32.get()) : static_cast<void*>(d_out16.get());
+  ASSERT_TRUE(kernels::gemv_supported(a));
+  ASSERT_EQ(kernels::launch_gemv(a, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto got = accumulate ? d_out32.to_host() : testing::from_bf16(d_out16.to_host());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, std::abs(double(got[i]) - expected[i]));
+    scale = std::max(scale, std::abs(double(expected[i])));
+  }
+  EXPECT_LT(diff / scale, accumulate ? 2e-3 : 1e-2) << "max |Δ| " << diff << " of max " << scale;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Gemv,
+                         ::testing::Values(Case{1, 1288, 256, kernels::GemvInput::kRmsNorm, 1},
+                                           Case{1, 10576, 2560, kernels::GemvInput::kRmsNorm, 1},
+                                           Case{4, 333, 520, kernels::GemvInput::kBf16, 1},
+                                           Case{1, 2560, 5120, kernels::GemvInput::kGatedRmsNorm, 1},
+                                           Case{3, 4096, 8192, kernels::GemvInput::kGatedRmsNorm, 8},
+                                           Case{2, 256, 512, kernels::GemvInput::kGatedRmsNorm, 4}));
+
+}  // namespace
+}  // namespace ssdq
