@@ -111,7 +111,7 @@ void BpeMerger::encode_long_word(std::string_view word, std::vector<int32_t>& ou
     queue.pop();
     if (!alive[left] || next[left] < 0) continue;
     const int64_t right = next[left];
-    int32_t merged_id;
+    int32_t merged_id = -1;
     if (find(symbols[left], symbols[right], merged_id) != rank) continue;
     symbols[left] = merged_id;
     alive[right] = false;

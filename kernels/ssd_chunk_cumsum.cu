@@ -6,34 +6,40 @@
 namespace ssdq::kernels::ssd_chunk {
 namespace {
 
-constexpr int kHeadsPerBlock = 32;
+constexpr int kHeadsPerBlock = 16;
 
-// One block per (chunk, 32 heads, sequence). The chunk's dt values are read token-major (one
-// token's 32 heads are adjacent), then one warp per head scans them: each lane sums chunk/32
-// consecutive tokens and a warp scan adds the lanes before it.
+// One block per (chunk, 16 heads, sequence); thread t owns token t of the chunk when reading dt_raw
+// (16 independent loads) and when writing dt and cumsum (coalesced rows of the workspace). In
+// between, shared memory turns tokens into heads: one warp per head scans it, each lane summing
+// chunk/32 consecutive tokens and a warp scan adding the lanes before.
 __global__ void __launch_bounds__(kThreads) cumsum_kernel(const __grid_constant__ Plan p) {
   const SsdChunkScanArgs& a = p.args;
   const int c = blockIdx.x, h0 = blockIdx.y * kHeadsPerBlock, b = blockIdx.z;
   const int L = a.chunk;
   const int valid = min(L, a.seqlen - c * L);
+  const int heads = min(kHeadsPerBlock, a.heads - h0);
   const int64_t token0 = int64_t(b) * a.seqlen + int64_t(c) * L;
   __shared__ float dt_tile[kMaxChunk][kHeadsPerBlock + 1];
-  for (int idx = threadIdx.x; idx < L * kHeadsPerBlock; idx += kThreads) {
-    const int t = idx / kHeadsPerBlock, j = idx % kHeadsPerBlock, h = h0 + j;
-    float dt = 0.f;
-    if (t < valid && h < a.heads) {
-      const float raw = __bfloat162float(a.dt_raw[(token0 + t) * a.dt_row_stride + h]);
-      dt = fminf(fmaxf(softplus(raw + a.dt_bias[h]), a.dt_min), a.dt_max);
+  __shared__ float cs_tile[kMaxChunk][kHeadsPerBlock + 1];
+  const int tid = threadIdx.x;
+  if (tid < L) {
+    float raw[kHeadsPerBlock];
+#pragma unroll
+    for (int j = 0; j < kHeadsPerBlock; ++j) {
+      raw[j] = (tid < valid && j < heads) ? __bfloat162float(a.dt_raw[(token0 + tid) * a.dt_row_stride + h0 + j]) : 0.f;
     }
-    dt_tile[t][j] = dt;
+#pragma unroll
+    for (int j = 0; j < kHeadsPerBlock; ++j) {
+      float dt = 0.f;
+      if (tid < valid && j < heads) dt = fminf(fmaxf(softplus(raw[j] + a.dt_bias[h0 + j]), a.dt_min), a.dt_max);
+      dt_tile[tid][j] = dt;
+    }
   }
   __syncthreads();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = tid / 32, lane = tid % 32;
   const int per_lane = L / 32;  // 2, 4 or 8
-  for (int j = warp; j < kHeadsPerBlock; j += kWarps) {
-    const int h = h0 + j;
-    if (h >= a.heads) break;
-    const float A = a.A[h];
+  for (int j = warp; j < heads; j += kWarps) {
+    const float A = a.A[h0 + j];
     float running[kMaxChunk / 32];
     float sum = 0.f;
 #pragma unroll
@@ -50,14 +56,17 @@ __global__ void __launch_bounds__(kThreads) cumsum_kernel(const __grid_constant_
     // The lanes before this one: the inclusive scan of the previous lane.
     const float previous = __shfl_up_sync(0xffffffffu, scan, 1);
     const float carried = lane == 0 ? 0.f : previous;
-    const int64_t row = ((int64_t(b) * a.heads + h) * p.nchunks + c) * L;
 #pragma unroll
     for (int k = 0; k < kMaxChunk / 32; ++k) {
-      if (k < per_lane) {
-        const int t = lane * per_lane + k;
-        p.dt[row + t] = dt_tile[t][j];
-        p.cumsum[row + t] = carried + running[k];
-      }
+      if (k < per_lane) cs_tile[lane * per_lane + k][j] = carried + running[k];
+    }
+  }
+  __syncthreads();
+  if (tid < L) {
+    for (int j = 0; j < heads; ++j) {
+      const int64_t row = ((int64_t(b) * a.heads + h0 + j) * p.nchunks + c) * L;
+      p.dt[row + tid] = dt_tile[tid][j];
+      p.cumsum[row + tid] = cs_tile[tid][j];
     }
   }
 }

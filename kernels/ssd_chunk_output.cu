@@ -6,53 +6,45 @@
 // terms factor as exp(cs_t − r) · (exp(r) C_t·S_in + Σ_{s<T0} CB[t,s] · exp(r − cs_s) dt_s x_s):
 // all three factors are ≤ 1 (cs decreases), and the per-element exponentials are left only for
 // the diagonal tile.
-#include <mma.h>
-
 #include "kernels/ssd_chunk_stages.cuh"
 
 namespace ssdq::kernels::ssd_chunk {
 namespace {
-
-using namespace nvcuda;
-using Accumulator = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
-using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
-using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
 
 constexpr int kLdm = kTile + 8;  // row stride of the diagonal tile's decay-weighted CB
 
 struct OutputSmem {
   int ldc, ldcb, ldx;
   // Byte offsets: c_tile[64][ldc], cb_rows[64][ldcb] (the columns left of the diagonal tile, bf16),
-  // states[2][headdim][ldc], x_rows[chunk][ldx],
-  // m_tile[64][kLdm], scratch[warps][16 x kScratchLd] fp32, cumsum and dt [heads_per_block][chunk].
-  size_t c_tile, cb_rows, states, x_rows, m_tile, scratch, cumsum, dt, total;
-  __host__ __device__ OutputSmem(int headdim, int dstate, int chunk, int heads_per_block)
+  // state[headdim][ldc], x_rows[chunk][ldx], m_tile[64][kLdm], cumsum and dt [chunk] (fp32).
+  size_t c_tile, cb_rows, state, x_rows, m_tile, cumsum, dt, total;
+  __host__ __device__ OutputSmem(int headdim, int dstate, int chunk)
       : ldc(dstate + 8), ldcb(chunk - kTile + 8), ldx(headdim + 8) {
     c_tile = 0;
     cb_rows = c_tile + size_t(kTile) * ldc * sizeof(bf16);
-    states = cb_rows + size_t(kTile) * ldcb * sizeof(bf16);
-    x_rows = states + 2 * size_t(headdim) * ldc * sizeof(bf16);
+    state = cb_rows + size_t(kTile) * ldcb * sizeof(bf16);
+    x_rows = state + size_t(headdim) * ldc * sizeof(bf16);
     m_tile = x_rows + size_t(chunk) * ldx * sizeof(bf16);
-    scratch = m_tile + size_t(kTile) * kLdm * sizeof(bf16);
-    cumsum = scratch + size_t(kWarps) * kScratchFloats * sizeof(float);
-    dt = cumsum + size_t(heads_per_block) * chunk * sizeof(float);
-    total = dt + size_t(heads_per_block) * chunk * sizeof(float);
+    cumsum = m_tile + size_t(kTile) * kLdm * sizeof(bf16);
+    dt = cumsum + size_t(chunk) * sizeof(float);
+    total = dt + size_t(chunk) * sizeof(float);
   }
 };
 
 // Block: (output tile tt of chunk c, heads_per_block heads of one group, sequence b), 8 warps.
 // Loaded once and shared by the block's heads: C rows of the tile, the CB columns left of the
 // diagonal tile (as a bf16 operand) and the diagonal CB tile (fp32, in registers, decay-weighted
-// per head into a bf16 operand). Staged per head: the chunk state (cp.async, double-buffered) and
-// x rows [0, T0 + 64) (through registers), both issued before the previous head's MMAs. Warp w
-// computes rows 16·(w % 4) and headdim/32 16-column fragments of the 64 x headdim output, in two
-// accumulators: the factored part above and the diagonal tile; the epilogue combines them per row.
+// per head into a bf16 operand). Per head, by cp.async: the chunk state, x rows [0, T0 + 64) (the
+// rows left of the diagonal tile then weighted in place), cumsum and dt. Warp w computes rows
+// 16·(w % 4) and columns [(w / 4)·P/2, +P/2) of the 64 x headdim output with mma.sync, in two
+// accumulators: the factored part above and the diagonal tile; the epilogue combines them per row
+// in registers and stores 16 bytes of y per lane. Shared memory is ≤ 113 KB at headdim 64,
+// dstate 128, chunk 256, so two blocks share an SM and overlap each other's loads.
 template <int P>
-__global__ void __launch_bounds__(kThreads, 1) output_kernel(const __grid_constant__ Plan p) {
-  constexpr int kColFrags = P / 32;
+__global__ void __launch_bounds__(kThreads, P <= 64 ? 2 : 1) output_kernel(const __grid_constant__ Plan p) {
+  constexpr int kWarpCols = P / 2;
+  constexpr int kNT = kWarpCols / 8;  // 8-column accumulator tiles per warp: 2, 4 or 8
   constexpr int kXVecsPerRow = P / 8;
-  constexpr int kXLoads = kMaxChunk * kXVecsPerRow / kThreads;  // 16-byte x loads per thread, at most
   const SsdChunkScanArgs& a = p.args;
   const int L = a.chunk, N = a.dstate, H = a.heads;
   const int tiles = p.tiles_per_chunk;
@@ -69,44 +61,47 @@ __global__ void __launch_bounds__(kThreads, 1) output_kernel(const __grid_consta
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
   extern __shared__ __align__(128) unsigned char smem[];
-  const OutputSmem lay(P, N, L, p.heads_per_block);
+  const OutputSmem lay(P, N, L);
   const int ldc = lay.ldc, ldcb = lay.ldcb, ldx = lay.ldx;
   bf16* c_tile = reinterpret_cast<bf16*>(smem + lay.c_tile);
   bf16* cb_rows = reinterpret_cast<bf16*>(smem + lay.cb_rows);
-  bf16* states = reinterpret_cast<bf16*>(smem + lay.states);
+  bf16* state = reinterpret_cast<bf16*>(smem + lay.state);
   bf16* x_rows = reinterpret_cast<bf16*>(smem + lay.x_rows);
   bf16* m_tile = reinterpret_cast<bf16*>(smem + lay.m_tile);
-  float* scr = reinterpret_cast<float*>(smem + lay.scratch) + warp * kScratchFloats;
-  float* cumsum_all = reinterpret_cast<float*>(smem + lay.cumsum);
-  float* dt_all = reinterpret_cast<float*>(smem + lay.dt);
+  float* cs = reinterpret_cast<float*>(smem + lay.cumsum);
+  float* dts = reinterpret_cast<float*>(smem + lay.dt);
 
   const int n_vecs = N / 8;
-  auto copy_state = [&](int h, bf16* dst) {
+  // One head's operands, by cp.async (x rows past the sequence end as zeros).
+  auto issue_head_loads = [&](int h) {
     const bf16* src = p.chunk_states + ((int64_t(b) * p.nchunks + c) * H + h) * P * N;
     for (int idx = tid; idx < P * n_vecs; idx += kThreads) {
       const int row = idx / n_vecs, vec = idx % n_vecs;
-      cp_async_16(dst + row * ldc + vec * 8, src + int64_t(row) * N + vec * 8);
+      cp_async_16(state + row * ldc + vec * 8, src + int64_t(row) * N + vec * 8);
     }
-  };
-  uint4 x_regs[kXLoads];
-  auto load_x = [&](int h) {
-#pragma unroll
-    for (int v = 0; v < kXLoads; ++v) {
-      const int idx = tid + v * kThreads;
+    for (int idx = tid; idx < rows * kXVecsPerRow; idx += kThreads) {
       const int s = idx / kXVecsPerRow, vec = idx % kXVecsPerRow;
-      x_regs[v] = (s < rows && s < valid)
-                      ? __ldg(reinterpret_cast<const uint4*>(a.x + (token0 + s) * a.x_row_stride + h * P + vec * 8))
-                      : make_uint4(0u, 0u, 0u, 0u);
+      bf16* dst = x_rows + s * ldx + vec * 8;
+      if (s < valid) cp_async_16(dst, a.x + (token0 + s) * a.x_row_stride + h * P + vec * 8);
+      else store_zero_16(dst);
     }
+    const int64_t row0 = ((int64_t(b) * H + h) * p.nchunks + c) * L;
+    for (int idx = tid; idx < rows / 2; idx += kThreads) {  // rows/4 vectors of cumsum, then of dt
+      const int vec = idx % (rows / 4);
+      if (idx < rows / 4) cp_async_16(cs + vec * 4, p.cumsum + row0 + vec * 4);
+      else cp_async_16(dts + vec * 4, p.dt + row0 + vec * 4);
+    }
+    cp_async_commit();
   };
 
-  // Shared by the block's heads: C rows of the tile, CB rows, each head's cumsum and dt.
+  // Shared by the block's heads: C rows of the tile, CB rows left of the diagonal tile.
   for (int idx = tid; idx < kTile * n_vecs; idx += kThreads) {
     const int r = idx / n_vecs, vec = idx % n_vecs;
     bf16* dst = c_tile + r * ldc + vec * 8;
     if (T0 + r < valid) cp_async_16(dst, a.C + (token0 + T0 + r) * a.bc_row_stride + g * N + vec * 8);
     else store_zero_16(dst);
   }
+  issue_head_loads(h_first);
   const float* cb_src = p.cb + ((int64_t(b) * p.nchunks + c) * a.groups + g) * L * L + int64_t(T0) * L;
   const int cb_vecs = T0 / 4;
   for (int idx = tid; idx < kTile * cb_vecs; idx += kThreads) {
@@ -125,35 +120,27 @@ __global__ void __launch_bounds__(kThreads, 1) output_kernel(const __grid_consta
     cb_diag[e + 2] = v.z;
     cb_diag[e + 3] = v.w;
   }
-  copy_state(h_first, states);
-  cp_async_commit();
-  for (int idx = tid; idx < KH * rows; idx += kThreads) {
-    const int k = idx / rows, s = idx % rows;
-    const int64_t src = ((int64_t(b) * H + h_first + k) * p.nchunks + c) * L + s;
-    cumsum_all[k * L + s] = p.cumsum[src];
-    dt_all[k * L + s] = p.dt[src];
-  }
-  load_x(h_first);
-  cp_async_wait_all();
-  __syncthreads();
 
-  const int rf = warp % 4, cf0 = (warp / 4) * kColFrags;
+  const int rf = warp % 4, col0 = (warp / 4) * kWarpCols;
+  const int g8 = lane / 4, q = lane % 4;
+  // Per-lane ldmatrix addresses of the warp's operand blocks at k = 0.
+  const uint32_t a_c = shared_address(c_tile + rf * 16 * ldc + a_lane_offset(lane, ldc));
+  const uint32_t b_state = shared_address(state + col0 * ldc + bt_lane_offset(lane, ldc));
+  const uint32_t a_cb = shared_address(cb_rows + rf * 16 * ldcb + a_lane_offset(lane, ldcb));
+  const uint32_t a_m = shared_address(m_tile + rf * 16 * kLdm + a_lane_offset(lane, kLdm));
+  const uint32_t b_x = shared_address(x_rows + col0 + b_lane_offset(lane, ldx));
+  const int t_lo = T0 + rf * 16 + g8, t_hi = t_lo + 8;  // the two rows of this lane's accumulators
+
   for (int k = 0; k < KH; ++k) {
     const int h = h_first + k;
-    const float* cs = cumsum_all + k * L;
-    const float* dts = dt_all + k * L;
+    cp_async_wait_all();
+    __syncthreads();  // this head's state, x, cumsum and dt have landed
     const float ref = cs[T0];
-
-    // x rows: earlier tiles weighted by exp(ref − cs_s)·dt_s, the diagonal tile as is.
-#pragma unroll
-    for (int v = 0; v < kXLoads; ++v) {
-      const int idx = tid + v * kThreads;
+    // x rows left of the diagonal tile, weighted by exp(ref − cs_s)·dt_s in place.
+    for (int idx = tid; idx < T0 * kXVecsPerRow; idx += kThreads) {
       const int s = idx / kXVecsPerRow, vec = idx % kXVecsPerRow;
-      if (s < rows) {
-        uint4 value = x_regs[v];
-        if (s < T0) value = scale_bf16x8(value, __expf(ref - cs[s]) * dts[s]);
-        *reinterpret_cast<uint4*>(x_rows + s * ldx + vec * 8) = value;
-      }
+      uint4* v = reinterpret_cast<uint4*>(x_rows + s * ldx + vec * 8);
+      *v = scale_bf16x8(*v, __expf(ref - cs[s]) * dts[s]);
     }
     // Diagonal tile: m[t][s] = CB[t][s]·exp(cs_t − cs_s)·dt_s for s ≤ t, else 0.
     {
@@ -167,82 +154,92 @@ __global__ void __launch_bounds__(kThreads, 1) output_kernel(const __grid_consta
       *reinterpret_cast<uint4*>(m_tile + diag_t * kLdm + diag_s0) = pack_bf16x8(m);
       *reinterpret_cast<uint4*>(m_tile + diag_t * kLdm + diag_s0 + 8) = pack_bf16x8(m + 8);
     }
-    cp_async_wait_all();  // this head's state
     __syncthreads();
-    if (k + 1 < KH) {
-      copy_state(h + 1, states + ((k + 1) & 1) * P * ldc);
-      cp_async_commit();
-      load_x(h + 1);
-    }
 
-    Accumulator factored[kColFrags], diagonal[kColFrags];
+    float factored[kNT][4], diagonal[kNT][4];
 #pragma unroll
-    for (int u = 0; u < kColFrags; ++u) {
-      wmma::fill_fragment(factored[u], 0.f);
-      wmma::fill_fragment(diagonal[u], 0.f);
+    for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) factored[j][e] = diagonal[j][e] = 0.f;
     }
-    // C·S_inᵀ: the state [headdim][dstate] as stored is the col-major dstate x headdim operand.
-    const bf16* state = states + (k & 1) * P * ldc;
+    // C·S_inᵀ: the state [headdim][dstate] as stored is the [n][k] B operand.
     for (int kk = 0; kk < N / 16; ++kk) {
-      FragA fa;
-      wmma::load_matrix_sync(fa, c_tile + rf * 16 * ldc + kk * 16, ldc);
+      uint32_t fa[4];
+      ldmatrix_x4(fa, a_c + kk * 32);
 #pragma unroll
-      for (int u = 0; u < kColFrags; ++u) {
-        FragBCol fb;
-        wmma::load_matrix_sync(fb, state + (cf0 + u) * 16 * ldc + kk * 16, ldc);
-        wmma::mma_sync(factored[u], fa, fb, factored[u]);
+      for (int j = 0; j < kNT; j += 2) {
+        uint32_t fb[4];
+        ldmatrix_x4(fb, b_state + (j * 8 * ldc) * 2 + kk * 32);
+        mma_bf16_16816(factored[j], fa, fb[0], fb[1]);
+        mma_bf16_16816(factored[j + 1], fa, fb[2], fb[3]);
       }
     }
     const float state_scale = __expf(ref);
 #pragma unroll
-    for (int u = 0; u < kColFrags; ++u) {
+    for (int j = 0; j < kNT; ++j) {
 #pragma unroll
-      for (int e = 0; e < factored[u].num_elements; ++e) factored[u].x[e] *= state_scale;
+      for (int e = 0; e < 4; ++e) factored[j][e] *= state_scale;
     }
+    // CB (left of the diagonal tile) · weighted x rows [0, T0).
     for (int kk = 0; kk < T0 / 16; ++kk) {
-      FragA fa;
-      wmma::load_matrix_sync(fa, cb_rows + rf * 16 * ldcb + kk * 16, ldcb);
+      uint32_t fa[4];
+      ldmatrix_x4(fa, a_cb + kk * 32);
 #pragma unroll
-      for (int u = 0; u < kColFrags; ++u) {
-        FragBRow fb;
-        wmma::load_matrix_sync(fb, x_rows + kk * 16 * ldx + (cf0 + u) * 16, ldx);
-        wmma::mma_sync(factored[u], fa, fb, factored[u]);
+      for (int j = 0; j < kNT; j += 2) {
+        uint32_t fb[4];
+        ldmatrix_x4_trans(fb, b_x + (kk * 16 * ldx + j * 8) * 2);
+        mma_bf16_16816(factored[j], fa, fb[0], fb[1]);
+        mma_bf16_16816(factored[j + 1], fa, fb[2], fb[3]);
       }
     }
-    for (int kk = 0; kk <= rf; ++kk) {  // fragments right of the diagonal are zero
-      FragA fa;
-      wmma::load_matrix_sync(fa, m_tile + rf * 16 * kLdm + kk * 16, kLdm);
+    // The diagonal tile; its 16-column blocks right of the warp's rows are zero.
+    for (int kk = 0; kk <= rf; ++kk) {
+      uint32_t fa[4];
+      ldmatrix_x4(fa, a_m + kk * 32);
 #pragma unroll
-      for (int u = 0; u < kColFrags; ++u) {
-        FragBRow fb;
-        wmma::load_matrix_sync(fb, x_rows + (T0 + kk * 16) * ldx + (cf0 + u) * 16, ldx);
-        wmma::mma_sync(diagonal[u], fa, fb, diagonal[u]);
+      for (int j = 0; j < kNT; j += 2) {
+        uint32_t fb[4];
+        ldmatrix_x4_trans(fb, b_x + ((T0 + kk * 16) * ldx + j * 8) * 2);
+        mma_bf16_16816(diagonal[j], fa, fb[0], fb[1]);
+        mma_bf16_16816(diagonal[j + 1], fa, fb[2], fb[3]);
       }
     }
 
-    // Epilogue: lane (r, c0) owns 8 adjacent outputs of row r of each fragment.
-    const int r = lane / 2, c0 = (lane % 2) * 8;
-    const int t = T0 + rf * 16 + r;
-    const float row_scale = __expf(cs[t] - ref);
+    // Epilogue: y = exp(cs_t − ref)·factored + diagonal + D·x, packed to bf16 pairs.
+    const float scale_lo = __expf(cs[t_lo] - ref), scale_hi = __expf(cs[t_hi] - ref);
     const float skip = a.D[h];
+    uint32_t y_lo[kNT], y_hi[kNT];
 #pragma unroll
-    for (int u = 0; u < kColFrags; ++u) {
-      const int col = (cf0 + u) * 16 + c0;
-      float out[8], x[8];
-      wmma::store_matrix_sync(scr, factored[u], kScratchLd, wmma::mem_row_major);
-      __syncwarp();
-#pragma unroll
-      for (int e = 0; e < 8; ++e) out[e] = row_scale * scr[r * kScratchLd + c0 + e];
-      __syncwarp();
-      wmma::store_matrix_sync(scr, diagonal[u], kScratchLd, wmma::mem_row_major);
-      __syncwarp();
-      unpack_bf16x8(*reinterpret_cast<const uint4*>(x_rows + t * ldx + col), x);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) out[e] += scr[r * kScratchLd + c0 + e] + skip * x[e];
-      __syncwarp();
-      if (t < valid) *reinterpret_cast<uint4*>(a.y + (token0 + t) * int64_t(H) * P + h * P + col) = pack_bf16x8(out);
+    for (int j = 0; j < kNT; ++j) {
+      const int col = col0 + j * 8 + 2 * q;
+      const float2 x_lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(x_rows + t_lo * ldx + col));
+      const float2 x_hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(x_rows + t_hi * ldx + col));
+      y_lo[j] = pack_bf16x2(scale_lo * factored[j][0] + diagonal[j][0] + skip * x_lo.x,
+                            scale_lo * factored[j][1] + diagonal[j][1] + skip * x_lo.y);
+      y_hi[j] = pack_bf16x2(scale_hi * factored[j][2] + diagonal[j][2] + skip * x_hi.x,
+                            scale_hi * factored[j][3] + diagonal[j][3] + skip * x_hi.y);
     }
-    __syncthreads();  // before the next head overwrites x_rows and m_tile
+    bf16* y_row_lo = a.y + (token0 + t_lo) * int64_t(H) * P + h * P + col0;
+    bf16* y_row_hi = a.y + (token0 + t_hi) * int64_t(H) * P + h * P + col0;
+    if constexpr (kNT % 4 == 0) {
+#pragma unroll
+      for (int j = 0; j < kNT; j += 4) {
+        uint32_t lo[4] = {y_lo[j], y_lo[j + 1], y_lo[j + 2], y_lo[j + 3]};
+        uint32_t hi[4] = {y_hi[j], y_hi[j + 1], y_hi[j + 2], y_hi[j + 3]};
+        transpose_quad(lo, lane);
+        transpose_quad(hi, lane);
+        if (t_lo < valid) *reinterpret_cast<uint4*>(y_row_lo + j * 8 + q * 8) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        if (t_hi < valid) *reinterpret_cast<uint4*>(y_row_hi + j * 8 + q * 8) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        if (t_lo < valid) *reinterpret_cast<uint32_t*>(y_row_lo + j * 8 + 2 * q) = y_lo[j];
+        if (t_hi < valid) *reinterpret_cast<uint32_t*>(y_row_hi + j * 8 + 2 * q) = y_hi[j];
+      }
+    }
+    __syncthreads();  // every read of this head's operands is done
+    if (k + 1 < KH) issue_head_loads(h + 1);
   }
 }
 
@@ -254,15 +251,13 @@ StageLaunch stage_headdim(const Plan& p) {
   stage.kernel = reinterpret_cast<const void*>(output_kernel<P>);
   stage.grid = dim3(p.nchunks * p.tiles_per_chunk * p.head_blocks, a.batch);
   stage.block = dim3(kThreads);
-  stage.smem = OutputSmem(P, a.dstate, a.chunk, p.heads_per_block).total;
+  stage.smem = OutputSmem(P, a.dstate, a.chunk).total;
   return stage;
 }
 
 }  // namespace
 
-size_t output_smem_bytes(int headdim, int dstate, int chunk, int heads_per_block) {
-  return OutputSmem(headdim, dstate, chunk, heads_per_block).total;
-}
+size_t output_smem_bytes(int headdim, int dstate, int chunk) { return OutputSmem(headdim, dstate, chunk).total; }
 
 StageLaunch output_stage(const Plan& p) {
   switch (p.args.headdim) {

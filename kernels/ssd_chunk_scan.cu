@@ -75,8 +75,8 @@ bool ssd_chunk_scan_supported(const SsdChunkScanArgs& a) {
   if (!shape_supported(a) || !pointers_supported(a)) return false;
   DeviceLimits limits;
   if (!current_device_limits(&limits)) return false;
-  const size_t smem = std::max({ssd_chunk::output_smem_bytes(a.headdim, a.dstate, a.chunk, 1),
-                                ssd_chunk::state_smem_bytes(64, a.dstate), ssd_chunk::bmm_smem_bytes(a.dstate)});
+  const size_t smem = std::max({ssd_chunk::output_smem_bytes(a.headdim, a.dstate, a.chunk),
+                                ssd_chunk::state_smem_bytes(32, a.dstate), ssd_chunk::bmm_smem_bytes(a.dstate)});
   return smem <= limits.max_smem_per_block;
 }
 
@@ -97,15 +97,20 @@ bool make_plan(const SsdChunkScanArgs& a, Plan* plan_out) {
   plan.tiles_per_chunk = a.chunk / kTile;
   plan.heads_per_group = a.heads / a.groups;
   // Enough blocks to fill the device twice over decides how much work each block takes on:
-  // more headdim rows per ChunkState block and more heads per ChunkScan block share more loads
-  // (and each ChunkScan head needs its cumsum and dt in shared memory).
+  // more state rows per ChunkState block (128 rows: two heads of headdim 64 share each B tile) and
+  // more heads per ChunkScan block share more loads.
   const int64_t target_blocks = 2 * int64_t(limits.multiprocessors);
-  plan.state_rows = (a.headdim % 64 == 0 && int64_t(a.batch) * a.heads * (a.headdim / 64) >= target_blocks) ? 64 : 32;
+  plan.state_rows = 32;
+  for (int rows : {128, 64}) {
+    if (state_rows_valid(a, rows) && int64_t(a.batch) * a.heads * a.headdim / rows >= target_blocks) {
+      plan.state_rows = rows;
+      break;
+    }
+  }
   const int64_t scan_units = int64_t(a.batch) * plan.nchunks * plan.tiles_per_chunk * a.heads;
   plan.heads_per_block = 1;
   for (int k = kMaxHeadsPerBlock; k > 1; k /= 2) {
-    if (plan.heads_per_group % k == 0 && scan_units / k >= target_blocks &&
-        output_smem_bytes(a.headdim, a.dstate, a.chunk, k) <= limits.max_smem_per_block) {
+    if (plan.heads_per_group % k == 0 && scan_units / k >= target_blocks) {
       plan.heads_per_block = k;
       break;
     }

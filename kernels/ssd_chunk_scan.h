@@ -37,9 +37,9 @@ struct SsdChunkScanArgs {
 // Shapes handled: headdim 32, 64 or 128; dstate a multiple of 16 up to 256; chunk 64, 128 or 256;
 // heads divisible by groups; x, B, C, y 16-byte aligned with row strides a multiple of 8 elements;
 // state 32-byte aligned; workspace 256-byte aligned; and the ChunkScan stage's shared memory, which
-// grows with headdim, dstate and chunk, within the current device's per-block limit: sm_80's 163 KB
-// holds headdim ≤ 64 with dstate ≤ 128 at any chunk; sm_90's 227 KB adds headdim 64 with dstate 256
-// and headdim 128 with dstate ≤ 128 (table in docs/kernels/ssd_chunk_scan.md).
+// grows with headdim, dstate and chunk, within the current device's per-block limit: sm_90's 227 KB
+// holds every shape; sm_80's 163 KB every shape but headdim 128 with dstate > 144 at chunk 256
+// (table in docs/kernels/ssd_chunk_scan.md).
 bool ssd_chunk_scan_supported(const SsdChunkScanArgs& args);
 
 // Bytes of scratch the launch needs (dt and its chunk cumsum, C·Bᵀ per chunk, the bf16 state

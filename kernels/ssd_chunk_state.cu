@@ -1,99 +1,109 @@
-// ChunkState + StatePassing, fused: per (sequence, head, slice of headdim rows) the state is carried
-// in tensor-core accumulators through the chunks in order,
+// ChunkState + StatePassing, fused: per (sequence, slice of state rows) the state is carried in
+// tensor-core accumulators through the chunks in order,
 //   S ← exp(cumsum_last) S + Σ_s (exp(cumsum_last − cumsum_s) dt_s x_s) B_sᵀ,
 // writing the state that enters each chunk (bf16, for ChunkScan) and the final state (fp32).
-#include <mma.h>
-
 #include "kernels/ssd_chunk_stages.cuh"
 
 namespace ssdq::kernels::ssd_chunk {
 namespace {
 
-using namespace nvcuda;
-using Accumulator = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-
 template <int kRows>
 struct StateSmem {
   static constexpr int kLdx = kRows + 8;
   int ldb;
-  size_t x_tiles, b_tiles, scratch, total;  // byte offsets: x_tiles[2][64][kLdx], b_tiles[2][64][ldb]
+  size_t x_tiles, b_tiles, total;  // byte offsets: x_tiles[2][64][kLdx], b_tiles[2][64][ldb]
   __host__ __device__ explicit StateSmem(int dstate) : ldb(dstate + 8) {
     x_tiles = 0;
     b_tiles = x_tiles + 2 * size_t(kTile) * kLdx * sizeof(bf16);
-    scratch = b_tiles + 2 * size_t(kTile) * ldb * sizeof(bf16);
-    total = scratch + size_t(kWarps) * kScratchFloats * sizeof(float);
+    total = b_tiles + 2 * size_t(kTile) * ldb * sizeof(bf16);
   }
 };
 
-// Block (slice of kRows headdim rows, head, sequence). The state slice [kRows, dstate] lives in
-// accumulators: warp w holds row fragment w % (kRows/16) and every 8th fragment after. The tokens
-// stream in 64-token tiles, double-buffered: B rows by cp.async, x rows through registers (scaled
-// by exp(cumsum_last − cumsum_s)·dt_s on the way into shared memory); one barrier per tile.
-template <int kRows>
+// Block (slice of kRows state rows, sequence). State rows are numbered h·headdim + p, like x's
+// columns, so a slice is kRows/headdim whole heads of one group (sharing every B tile) or a part of
+// one head. The slice [kRows, dstate] lives in mma.sync accumulators: 8 warps as kRowWarps x
+// kColWarps, each 16·kMT rows x kWarpCols columns of a dstate padded to kNMax (column blocks past
+// dstate are skipped). The tokens stream in 64-token tiles, double-buffered: B rows by cp.async,
+// x columns through registers (scaled by exp(cumsum_last − cumsum_s)·dt_s on the way into shared
+// memory); one barrier per tile.
+template <int kRows, int kNMax>
 __global__ void __launch_bounds__(kThreads, 2) state_kernel(const __grid_constant__ Plan p) {
-  constexpr int kRowFrags = kRows / 16;
-  constexpr int kMaxFrags = kRowFrags * (256 / 16) / kWarps;  // per warp, at dstate 256
+  constexpr int kRowWarps = kRows >= 64 ? 4 : 2;
+  constexpr int kColWarps = kWarps / kRowWarps;
+  constexpr int kMT = kRows / kRowWarps / 16;  // 16-row accumulator tiles per warp: 1 or 2
+  constexpr int kWarpCols = kNMax / kColWarps;
+  constexpr int kNT = kWarpCols / 8;           // 8-column accumulator tiles per warp
   constexpr int kLdx = StateSmem<kRows>::kLdx;
   constexpr int kXVecsPerRow = kRows / 8;
   constexpr int kXLoads = kTile * kXVecsPerRow / kThreads;  // 16-byte x loads per thread per tile
   static_assert(kXLoads * kThreads == kTile * kXVecsPerRow, "x tile must split evenly over the block");
+  static_assert(kNT % 2 == 0 && kMT >= 1, "warp tile must hold whole 16x16 blocks");
   const SsdChunkScanArgs& a = p.args;
-  const int p0 = blockIdx.x * kRows, h = blockIdx.y, b = blockIdx.z;
-  const int g = h / p.heads_per_group;
   const int L = a.chunk, N = a.dstate, P = a.headdim, H = a.heads;
+  const int f0 = blockIdx.x * kRows, b = blockIdx.y;  // first state row h·P + p of the slice
+  const int g = (f0 / P) / p.heads_per_group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g8 = lane / 4, q = lane % 4;
 
   extern __shared__ __align__(128) unsigned char smem[];
   const StateSmem<kRows> lay(N);
   const int ldb = lay.ldb;
   bf16* x_tiles = reinterpret_cast<bf16*>(smem + lay.x_tiles);
   bf16* b_tiles = reinterpret_cast<bf16*>(smem + lay.b_tiles);
-  float* scr = reinterpret_cast<float*>(smem + lay.scratch) + warp * kScratchFloats;
 
-  const int frags = kRowFrags * (N / 16);
-  const int rf = warp % kRowFrags;
-  Accumulator acc[kMaxFrags];
-  float* state = a.state + (int64_t(b) * H + h) * P * N + int64_t(p0) * N;
+  const int row0 = (warp % kRowWarps) * kMT * 16, col0 = (warp / kRowWarps) * kWarpCols;
+  // acc[i][j]: rows row0 + 16i + g8 (+8), columns col0 + 8j + 2q (+1).
+  float acc[kMT][kNT][4];
+  float* state = a.state + (int64_t(b) * H * P + f0) * N;
 #pragma unroll
-  for (int u = 0; u < kMaxFrags; ++u) {
-    const int f = warp + kWarps * u;
-    if (f < frags) wmma::load_matrix_sync(acc[u], state + rf * 16 * N + (f / kRowFrags) * 16, N, wmma::mem_row_major);
+  for (int i = 0; i < kMT; ++i) {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+      const int r = row0 + 16 * i + g8, col = col0 + 8 * j + 2 * q;
+      float2 lo = make_float2(0.f, 0.f), hi = lo;
+      if (col0 + 16 * (j / 2) < N) {
+        lo = *reinterpret_cast<const float2*>(state + int64_t(r) * N + col);
+        hi = *reinterpret_cast<const float2*>(state + int64_t(r + 8) * N + col);
+      }
+      acc[i][j][0] = lo.x;
+      acc[i][j][1] = lo.y;
+      acc[i][j][2] = hi.x;
+      acc[i][j][3] = hi.y;
+    }
   }
 
   const int tiles_per_chunk = p.tiles_per_chunk;
   const int last_valid = a.seqlen - (p.nchunks - 1) * L;
   const int total_tiles = (p.nchunks - 1) * tiles_per_chunk + (last_valid + kTile - 1) / kTile;
   const int64_t seq_token0 = int64_t(b) * a.seqlen;
-  const int64_t head_chunks = (int64_t(b) * H + h) * p.nchunks;  // row of (b, h, chunk 0) in dt/cumsum
 
   uint4 x_regs[kXLoads];
-  auto load_x = [&](int q) {
-    const int c = q / tiles_per_chunk, j = q % tiles_per_chunk;
+  auto load_x = [&](int tile) {
+    const int c = tile / tiles_per_chunk, j = tile % tiles_per_chunk;
     const int valid = min(L, a.seqlen - c * L);
 #pragma unroll
     for (int v = 0; v < kXLoads; ++v) {
       const int idx = tid + v * kThreads;
       const int s = j * kTile + idx / kXVecsPerRow, vec = idx % kXVecsPerRow;
-      const bf16* src = a.x + (seq_token0 + int64_t(c) * L + s) * a.x_row_stride + h * P + p0 + vec * 8;
+      const bf16* src = a.x + (seq_token0 + int64_t(c) * L + s) * a.x_row_stride + f0 + vec * 8;
       x_regs[v] = s < valid ? __ldg(reinterpret_cast<const uint4*>(src)) : make_uint4(0u, 0u, 0u, 0u);
     }
   };
-  auto store_x = [&](int q, bf16* x_tile) {
-    const int c = q / tiles_per_chunk, j = q % tiles_per_chunk;
-    const float* cumsum = p.cumsum + (head_chunks + c) * L;
-    const float* dt = p.dt + (head_chunks + c) * L;
-    const float last = cumsum[L - 1];
+  auto store_x = [&](int tile, bf16* x_tile) {
+    const int c = tile / tiles_per_chunk, j = tile % tiles_per_chunk;
 #pragma unroll
     for (int v = 0; v < kXLoads; ++v) {
       const int idx = tid + v * kThreads;
       const int r = idx / kXVecsPerRow, vec = idx % kXVecsPerRow;
+      const int h = (f0 + vec * 8) / P;
+      const int64_t row = ((int64_t(b) * H + h) * p.nchunks + c) * L;
       const int s = j * kTile + r;
-      const float weight = __expf(last - cumsum[s]) * dt[s];
+      const float weight = __expf(p.cumsum[row + L - 1] - p.cumsum[row + s]) * p.dt[row + s];
       *reinterpret_cast<uint4*>(x_tile + r * kLdx + vec * 8) = scale_bf16x8(x_regs[v], weight);
     }
   };
-  auto load_b = [&](int q, bf16* b_tile) {
-    const int c = q / tiles_per_chunk, j = q % tiles_per_chunk;
+  auto load_b = [&](int tile, bf16* b_tile) {
+    const int c = tile / tiles_per_chunk, j = tile % tiles_per_chunk;
     const int valid = min(L, a.seqlen - c * L);
     const int vecs = N / 8;
     for (int idx = tid; idx < kTile * vecs; idx += kThreads) {
@@ -106,79 +116,122 @@ __global__ void __launch_bounds__(kThreads, 2) state_kernel(const __grid_constan
     cp_async_commit();
   };
 
+  // Per-lane ldmatrix addresses at k = 0 of buffer 0: xᵀ as the A operand, B rows as [k][n].
+  const uint32_t a_x = shared_address(x_tiles + row0 + at_lane_offset(lane, kLdx));
+  const uint32_t b_b = shared_address(b_tiles + col0 + b_lane_offset(lane, ldb));
+  const uint32_t x_buf_bytes = kTile * kLdx * sizeof(bf16), b_buf_bytes = kTile * ldb * sizeof(bf16);
+
   load_x(0);
   load_b(0, b_tiles);
-  const int r = lane / 2, c0 = (lane % 2) * 8;
-  for (int q = 0; q < total_tiles; ++q) {
-    const int buf = q & 1;
-    const int c = q / tiles_per_chunk, j = q % tiles_per_chunk;
-    if (j == 0) {
-      // The state entering chunk c, for ChunkScan; then its decay over the chunk.
-      bf16* out = p.chunk_states + ((int64_t(b) * p.nchunks + c) * H + h) * P * N + int64_t(p0 + rf * 16 + r) * N;
-      const float decay = __expf(p.cumsum[(head_chunks + c) * L + L - 1]);
+  for (int tile = 0; tile < total_tiles; ++tile) {
+    const int buf = tile & 1;
+    const int c = tile / tiles_per_chunk;
+    if (tile % tiles_per_chunk == 0) {
+      // The state entering chunk c, for ChunkScan; then its decay over the chunk (per head).
+      bf16* out = p.chunk_states + ((int64_t(b) * p.nchunks + c) * H * P + f0) * N;
 #pragma unroll
-      for (int u = 0; u < kMaxFrags; ++u) {
-        const int f = warp + kWarps * u;
-        if (f < frags) {
-          wmma::store_matrix_sync(scr, acc[u], kScratchLd, wmma::mem_row_major);
-          __syncwarp();
-          *reinterpret_cast<uint4*>(out + (f / kRowFrags) * 16 + c0) = pack_bf16x8(scr + r * kScratchLd + c0);
-          __syncwarp();
+      for (int i = 0; i < kMT; ++i) {
+        const int r = row0 + 16 * i + g8;
+        const int h = (f0 + r) / P;  // rows r and r + 8 belong to one head (P ≥ 32)
+        const float decay = __expf(p.cumsum[((int64_t(b) * H + h) * p.nchunks + c) * L + L - 1]);
 #pragma unroll
-          for (int e = 0; e < acc[u].num_elements; ++e) acc[u].x[e] *= decay;
+        for (int j = 0; j < kNT; ++j) {
+          const int col = col0 + 8 * j + 2 * q;
+          if (col0 + 16 * (j / 2) < N) {
+            *reinterpret_cast<uint32_t*>(out + int64_t(r) * N + col) = pack_bf16x2(acc[i][j][0], acc[i][j][1]);
+            *reinterpret_cast<uint32_t*>(out + int64_t(r + 8) * N + col) = pack_bf16x2(acc[i][j][2], acc[i][j][3]);
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[i][j][e] *= decay;
         }
       }
     }
-    bf16* x_tile = x_tiles + buf * kTile * kLdx;
-    bf16* b_tile = b_tiles + buf * kTile * ldb;
-    store_x(q, x_tile);
+    store_x(tile, x_tiles + buf * kTile * kLdx);
     cp_async_wait_all();
     __syncthreads();
-    if (q + 1 < total_tiles) {
-      load_x(q + 1);
-      load_b(q + 1, b_tiles + (buf ^ 1) * kTile * ldb);
+    if (tile + 1 < total_tiles) {
+      load_x(tile + 1);
+      load_b(tile + 1, b_tiles + (buf ^ 1) * kTile * ldb);
     }
+    const uint32_t a_tile = a_x + buf * x_buf_bytes, b_tile = b_b + buf * b_buf_bytes;
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk) {
-      // (x_tile)ᵀ: the stored [token][row] tile read as a col-major [row][token] operand.
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major> fa;
-      wmma::load_matrix_sync(fa, x_tile + kk * 16 * kLdx + rf * 16, kLdx);
+      uint32_t fa[kMT][4];
 #pragma unroll
-      for (int u = 0; u < kMaxFrags; ++u) {
-        const int f = warp + kWarps * u;
-        if (f < frags) {
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
-          wmma::load_matrix_sync(fb, b_tile + kk * 16 * ldb + (f / kRowFrags) * 16, ldb);
-          wmma::mma_sync(acc[u], fa, fb, acc[u]);
+      for (int i = 0; i < kMT; ++i) ldmatrix_x4_trans(fa[i], a_tile + (kk * 16 * kLdx + 16 * i) * 2);
+#pragma unroll
+      for (int j = 0; j < kNT; j += 2) {
+        if (col0 + 8 * j < N) {
+          uint32_t fb[4];
+          ldmatrix_x4_trans(fb, b_tile + (kk * 16 * ldb + 8 * j) * 2);
+#pragma unroll
+          for (int i = 0; i < kMT; ++i) {
+            mma_bf16_16816(acc[i][j], fa[i], fb[0], fb[1]);
+            mma_bf16_16816(acc[i][j + 1], fa[i], fb[2], fb[3]);
+          }
         }
       }
     }
   }
 #pragma unroll
-  for (int u = 0; u < kMaxFrags; ++u) {
-    const int f = warp + kWarps * u;
-    if (f < frags) wmma::store_matrix_sync(state + rf * 16 * N + (f / kRowFrags) * 16, acc[u], N, wmma::mem_row_major);
+  for (int i = 0; i < kMT; ++i) {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+      const int r = row0 + 16 * i + g8, col = col0 + 8 * j + 2 * q;
+      if (col0 + 16 * (j / 2) < N) {
+        *reinterpret_cast<float2*>(state + int64_t(r) * N + col) = make_float2(acc[i][j][0], acc[i][j][1]);
+        *reinterpret_cast<float2*>(state + int64_t(r + 8) * N + col) = make_float2(acc[i][j][2], acc[i][j][3]);
+      }
+    }
   }
 }
 
-template <int kRows>
-StageLaunch stage_rows(const Plan& p) {
+template <int kRows, int kNMax>
+StageLaunch stage_for(const Plan& p) {
   const SsdChunkScanArgs& a = p.args;
   StageLaunch stage;
-  stage.name = kRows == 64 ? "ChunkState(64 rows)" : "ChunkState(32 rows)";
-  stage.kernel = reinterpret_cast<const void*>(state_kernel<kRows>);
-  stage.grid = dim3(a.headdim / kRows, a.heads, a.batch);
+  stage.name = kRows == 128 ? "ChunkState(128 rows)" : kRows == 64 ? "ChunkState(64 rows)" : "ChunkState(32 rows)";
+  stage.kernel = reinterpret_cast<const void*>(state_kernel<kRows, kNMax>);
+  stage.grid = dim3(a.heads * a.headdim / kRows, a.batch);
   stage.block = dim3(kThreads);
   stage.smem = StateSmem<kRows>(a.dstate).total;
   return stage;
 }
 
-}  // namespace
-
-size_t state_smem_bytes(int state_rows, int dstate) {
-  return state_rows == 64 ? StateSmem<64>(dstate).total : StateSmem<32>(dstate).total;
+template <int kRows>
+StageLaunch stage_rows(const Plan& p) {
+  if (p.args.dstate <= 64) return stage_for<kRows, 64>(p);
+  if constexpr (kRows == 128) {
+    return stage_for<kRows, 128>(p);  // state_rows_valid: 128 rows only with dstate ≤ 128
+  } else {
+    if (p.args.dstate <= 128) return stage_for<kRows, 128>(p);
+    return stage_for<kRows, 256>(p);
+  }
 }
 
-StageLaunch state_stage(const Plan& p) { return p.state_rows == 64 ? stage_rows<64>(p) : stage_rows<32>(p); }
+}  // namespace
+
+bool state_rows_valid(const SsdChunkScanArgs& a, int rows) {
+  if (rows != 32 && rows != 64 && rows != 128) return false;
+  if (rows == 128 && a.dstate > 128) return false;  // 64 accumulator floats per thread at most
+  if (rows <= a.headdim) return a.headdim % rows == 0;
+  return (a.heads / a.groups) % (rows / a.headdim) == 0;  // whole heads of one group
+}
+
+size_t state_smem_bytes(int state_rows, int dstate) {
+  switch (state_rows) {
+    case 128: return StateSmem<128>(dstate).total;
+    case 64: return StateSmem<64>(dstate).total;
+    default: return StateSmem<32>(dstate).total;
+  }
+}
+
+StageLaunch state_stage(const Plan& p) {
+  switch (p.state_rows) {
+    case 128: return stage_rows<128>(p);
+    case 64: return stage_rows<64>(p);
+    default: return stage_rows<32>(p);
+  }
+}
 
 }  // namespace ssdq::kernels::ssd_chunk

@@ -3,6 +3,7 @@
 // one longer prefill, and a batch equals its sequences run alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -130,6 +131,29 @@ TEST_P(SyntheticModel, NllMatchesLogSoftmaxOfLogits) {
     double sum = 0;
     for (int64_t v = 0; v < config_.vocab_size; ++v) sum += std::exp(double(row[v]));
     EXPECT_NEAR(nll[t], std::log(sum) - row[targets[t]], 1e-5);
+  }
+}
+
+TEST_P(SyntheticModel, LastPositionOnlyAndArgmaxAgreeWithFullLogits) {
+  const int64_t batch = 2, length = 19, V = config_.vocab_size;
+  const auto tokens = random_tokens(batch * length, V, 17);
+  std::vector<float> all(batch * length * V);
+  auto state = backend_->new_state(batch);
+  ForwardOutputs full;
+  full.logits = all.data();
+  backend_->forward(tokens.data(), length, *state, full);
+  std::vector<float> last(batch * V);
+  std::vector<int32_t> argmax(batch);
+  ForwardOutputs tail;
+  tail.logits = last.data();
+  tail.argmax = argmax.data();
+  tail.last_position_only = true;
+  state->reset();
+  backend_->forward(tokens.data(), length, *state, tail);
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* expected = all.data() + (b * length + length - 1) * V;
+    for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(last[b * V + v], expected[v], 1e-5) << "sequence " << b;  // GEMM blocking differs
+    EXPECT_EQ(argmax[b], std::max_element(expected, expected + V) - expected);
   }
 }
 

@@ -8,7 +8,9 @@
 
 #include "kernels/add_rmsnorm.h"
 #include "kernels/cuda_check.h"
+#include "kernels/causal_conv1d.h"
 #include "kernels/gemm.h"
+#include "kernels/gemv.h"
 #include "kernels/ssd_state_update.h"
 
 namespace ssdq {
@@ -131,6 +133,71 @@ void bench_gemm(int64_t m, int64_t n, int64_t k, double bandwidth, double* total
   cudaFree(workspace);
 }
 
+// The fused decode GEMVs of one mamba2-2.7b layer at batch m.
+void bench_gemv(int m, double bandwidth) {
+  std::mt19937 rng(4);
+  using bf16 = __nv_bfloat16;
+  const int D = 2560, E = 5120, in_dim = 10576;
+  bf16* w_in = reinterpret_cast<bf16*>(device_random(size_t(in_dim) * D / 2, -1, 1, rng));  // bf16 bytes from floats
+  bf16* w_out = reinterpret_cast<bf16*>(device_random(size_t(D) * E / 2, -1, 1, rng));
+  float* residual = device_random(size_t(m) * D, -1, 1, rng);
+  float* norm = device_random(E, 0.5f, 1.5f, rng);
+  bf16* zxbcdt = reinterpret_cast<bf16*>(device_random(size_t(m) * in_dim / 2 + 8, -1, 1, rng));
+  bf16* y = reinterpret_cast<bf16*>(device_random(size_t(m) * E / 2, -1, 1, rng));
+  kernels::GemvArgs a;
+  a.m = m;
+  a.n = in_dim;
+  a.k = D;
+  a.input = kernels::GemvInput::kRmsNorm;
+  a.residual = residual;
+  a.norm_weight = norm;
+  a.w = w_in;
+  a.out = zxbcdt;
+  a.ldout = in_dim;
+  const double in_us = time_us([&] { return kernels::launch_gemv(a, nullptr); });
+  kernels::GemvArgs o;
+  o.m = m;
+  o.n = D;
+  o.k = E;
+  o.input = kernels::GemvInput::kGatedRmsNorm;
+  o.y = y;
+  o.z = zxbcdt;
+  o.z_stride = in_dim;
+  o.group_size = E;
+  o.norm_weight = norm;
+  o.w = w_out;
+  o.out = residual;
+  o.ldout = D;
+  o.out_type = kernels::ElementType::kF32;
+  o.accumulate = true;
+  const double out_us = time_us([&] { return kernels::launch_gemv(o, nullptr); });
+  const double in_bytes = 2.0 * in_dim * D, out_bytes = 2.0 * D * E;
+  fmt::print("gemv+rmsnorm      m {} in_proj : {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n", m, in_us,
+             in_bytes / in_us / 1e3, 100 * in_bytes / in_us / 1e3 / bandwidth);
+  fmt::print("gemv+gated norm   m {} out_proj: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n", m, out_us,
+             out_bytes / out_us / 1e3, 100 * out_bytes / out_us / 1e3 / bandwidth);
+}
+
+void bench_conv_decode(int batch, double bandwidth) {
+  std::mt19937 rng(5);
+  using bf16 = __nv_bfloat16;
+  const int channels = 5376, in_dim = 10576;
+  kernels::CausalConv1dArgs a;
+  a.batch = batch;
+  a.seqlen = 1;
+  a.channels = channels;
+  a.width = 4;
+  a.in = reinterpret_cast<bf16*>(device_random(size_t(batch) * in_dim / 2 + 8, -1, 1, rng));
+  a.in_stride = in_dim;
+  a.weight = device_random(size_t(channels) * 4, -1, 1, rng);
+  a.bias = device_random(channels, -1, 1, rng);
+  a.state = reinterpret_cast<bf16*>(device_random(size_t(batch) * channels * 3 / 2 + 8, -1, 1, rng));
+  a.out = reinterpret_cast<bf16*>(device_random(size_t(batch) * channels / 2 + 8, -1, 1, rng));
+  const double us = time_us([&] { return kernels::launch_causal_conv1d(a, nullptr); });
+  fmt::print("causal_conv1d     batch {:4d} decode step:  {:8.2f} us\n", batch, us);
+  (void)bandwidth;
+}
+
 }  // namespace
 }  // namespace ssdq
 
@@ -142,6 +209,8 @@ int main() {
   for (int batch : {1, 8, 32, 128}) ssdq::bench_state_update(batch, 80, 1, bandwidth);   // mamba2-2.7b
   ssdq::bench_state_update(1, 128, 8, bandwidth);                                         // 8B-like
   for (int rows : {1, 32, 2048, 16384}) ssdq::bench_add_rmsnorm(rows, 2560, bandwidth);
+  for (int m : {1, 2, 4}) ssdq::bench_gemv(m, bandwidth);
+  for (int b : {1, 8}) ssdq::bench_conv_decode(b, bandwidth);
   for (int m : {1, 8, 32}) {  // one decode step's projections of mamba2-2.7b (per layer) and its lm_head
     double total = 0;
     ssdq::bench_gemm(m, 10576, 2560, bandwidth, &total);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "formats/dtype.h"
+#include "kernels/ssd_chunk_stages.cuh"
 #include "runtime/cpu_ops.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -35,8 +36,9 @@ struct Case {
   int batch, seqlen, heads, headdim, groups, dstate, chunk;
   bool zero_state = false;
   float dt_min = 0.f, dt_max = __FLT_MAX__;
-  bool needs_sm90_smem = false;  // headdim 128 / dstate 256: more shared memory than sm_80 has
+  bool needs_sm90_smem = false;  // headdim 128 with dstate 256: more shared memory than sm_80 has
   float dt_hi = 0.2f;            // dt is log-uniform in [1e-3, dt_hi] (before the clamp)
+  int state_rows = 0;            // ChunkState rows per block forced through the stage API; 0: the plan's
 };
 
 // One launch's inputs in the mixer's layout (bf16 bits) and the fp32 parameters.
@@ -158,8 +160,22 @@ void expect_guard(const std::vector<T>& values, size_t start, T guard, const cha
   EXPECT_EQ(touched, 0u) << touched << " elements written past the end of " << what;
 }
 
+// The four stages of launch_ssd_chunk_scan's plan, with ChunkState's rows per block replaced.
+cudaError_t launch_with_state_rows(const kernels::SsdChunkScanArgs& args, int state_rows) {
+  namespace sc = kernels::ssd_chunk;
+  sc::Plan plan;
+  if (!sc::make_plan(args, &plan) || !sc::state_rows_valid(args, state_rows)) return cudaErrorInvalidValue;
+  plan.state_rows = state_rows;
+  for (const sc::StageLaunch& stage :
+       {sc::cumsum_stage(plan), sc::bmm_stage(plan), sc::state_stage(plan), sc::output_stage(plan)}) {
+    const cudaError_t status = sc::launch_stage(stage, plan, nullptr);
+    if (status != cudaSuccess) return status;
+  }
+  return cudaSuccess;
+}
+
 // Runs the kernel; checks that nothing past y, the state and the workspace was written.
-Outputs run_gpu(const Problem& pr) {
+Outputs run_gpu(const Problem& pr, int state_rows = 0) {
   kernels::SsdChunkScanArgs args = make_args(pr);
   const size_t y_size = size_t(pr.batch) * pr.seqlen * pr.xw();
   const size_t state_size = pr.state.size();
@@ -185,7 +201,8 @@ Outputs run_gpu(const Problem& pr) {
   args.workspace = workspace.get();
   Outputs out;
   EXPECT_TRUE(kernels::ssd_chunk_scan_supported(args));
-  EXPECT_EQ(kernels::launch_ssd_chunk_scan(args, nullptr), cudaSuccess);
+  if (state_rows == 0) EXPECT_EQ(kernels::launch_ssd_chunk_scan(args, nullptr), cudaSuccess);
+  else EXPECT_EQ(launch_with_state_rows(args, state_rows), cudaSuccess) << state_rows << " state rows";
   const cudaError_t sync = cudaDeviceSynchronize();
   EXPECT_EQ(sync, cudaSuccess) << cudaGetErrorString(sync);
   if (sync != cudaSuccess) return out;
@@ -307,14 +324,14 @@ TEST_P(SsdChunkScan, MatchesCpuReference) {
   const Problem pr = make_problem(c, 1000u + c.seqlen * 31u + c.heads * 7u + c.dstate + c.chunk * 3u + c.batch);
   if (c.needs_sm90_smem && device_lacks_sm90_smem()) GTEST_SKIP() << "needs sm_90's 227 KB of shared memory per block";
   const Outputs ref = cpu_reference(pr);
-  const Outputs got = run_gpu(pr);
+  const Outputs got = run_gpu(pr, c.state_rows);
   expect_close(c.name, pr, got, ref);
 }
 
-// Paths on a 132-SM H100: heads per ChunkScan block is the largest k of 8, 4, 2 that divides
+// Paths on a 132-SM H100/H200: heads per ChunkScan block is the largest k of 8, 4, 2 that divides
 // heads/groups with batch·chunks·(chunk/64)·heads/k ≥ 264 (mamba2_2p7b: 8, len1024_b4: 4,
-// len1024_b3: 2), else 1; ChunkState takes 64 headdim rows per block when batch·heads·headdim/64
-// ≥ 264 (mamba2_2p7b), else 32.
+// len1024_b3: 2), else 1; ChunkState takes 128 (or else 64) state rows per block when
+// batch·heads·headdim/rows ≥ 264 (none of these: the rows* cases force 128 and 64), else 32.
 INSTANTIATE_TEST_SUITE_P(
     Shapes, SsdChunkScan,
     ::testing::Values(Case{"len1", 1, 1, 8, 64, 1, 128, 256}, Case{"len17_zero_state", 1, 17, 8, 64, 2, 128, 256, true},
@@ -331,8 +348,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"strong_decay_dt_to_4", 2, 300, 8, 64, 1, 128, 256, false, 0.f, __FLT_MAX__, false, 4.f},
                       Case{"headdim32", 2, 300, 8, 32, 1, 128, 128}, Case{"dstate16", 2, 130, 4, 64, 2, 16, 64},
                       Case{"dstate48_g3", 1, 200, 6, 64, 3, 48, 128},
-                      Case{"headdim128", 1, 500, 4, 128, 1, 128, 256, false, 0.f, __FLT_MAX__, true},
-                      Case{"dstate256", 1, 300, 4, 64, 1, 256, 256, false, 0.f, __FLT_MAX__, true}),
+                      Case{"headdim128", 1, 500, 4, 128, 1, 128, 256},
+                      Case{"dstate256", 1, 300, 4, 64, 1, 256, 256},
+                      Case{"headdim128_dstate256", 1, 200, 2, 128, 1, 256, 256, false, 0.f, __FLT_MAX__, true},
+                      Case{"rows128_two_heads_g2", 2, 300, 8, 64, 2, 128, 256, false, 0.f, __FLT_MAX__, false, 0.2f, 128},
+                      Case{"rows128_four_heads_headdim32", 1, 200, 8, 32, 1, 128, 128, false, 0.f, __FLT_MAX__, false,
+                           0.2f, 128},
+                      Case{"rows128_dstate48", 1, 150, 4, 64, 1, 48, 64, false, 0.f, __FLT_MAX__, false, 0.2f, 128},
+                      Case{"rows64_dstate256", 1, 130, 4, 64, 1, 256, 128, false, 0.f, __FLT_MAX__, false, 0.2f, 64},
+                      Case{"rows64_two_heads_headdim32", 1, 200, 4, 32, 2, 64, 64, false, 0.f, __FLT_MAX__, false,
+                           0.2f, 64}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 // Prefill of n tokens then of m more from the carried state equals one prefill of n + m tokens
@@ -402,11 +427,6 @@ TEST(SsdChunkScanArgs, RejectsUnsupportedArguments) {
       {"y not 16-byte aligned", [](kernels::SsdChunkScanArgs& a) { a.y += 2; }},
       {"no workspace", [](kernels::SsdChunkScanArgs& a) { a.workspace = nullptr; }},
       {"no dt_bias", [](kernels::SsdChunkScanArgs& a) { a.dt_bias = nullptr; }},
-      {"headdim 128 x dstate 256 at chunk 256: shared memory of no device",
-       [](kernels::SsdChunkScanArgs& a) {
-         a.headdim = 128;
-         a.dstate = 256;
-       }},
   };
   for (const Bad& b : bad) {
     kernels::SsdChunkScanArgs args = good;
@@ -414,6 +434,10 @@ TEST(SsdChunkScanArgs, RejectsUnsupportedArguments) {
     EXPECT_FALSE(kernels::ssd_chunk_scan_supported(args)) << b.why;
     EXPECT_EQ(kernels::launch_ssd_chunk_scan(args, nullptr), cudaErrorInvalidValue) << b.why;
   }
+  kernels::SsdChunkScanArgs largest = good;  // ChunkScan needs 208 KB of shared memory: sm_90 only
+  largest.headdim = 128;
+  largest.dstate = 256;
+  EXPECT_EQ(kernels::ssd_chunk_scan_supported(largest), !device_lacks_sm90_smem());
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

@@ -30,7 +30,7 @@ constexpr double kRefGbs = 4200.0;
 struct Shape {
   int batch, seqlen, heads, headdim, groups, dstate, chunk;
   std::string label() const {
-    return fmt::format("b{} T{} H{} P{} N{} G{} L{}", batch, seqlen, heads, headdim, groups, dstate, chunk);
+    return fmt::format("b{} T{} H{} P{} N{} G{} L{}", batch, seqlen, heads, headdim, dstate, groups, chunk);
   }
 };
 
@@ -239,20 +239,16 @@ void bench_shape(const Shape& s, bool variants) {
   if (!variants) return;
 
   // The other ChunkState row counts and ChunkScan heads per block the plan could have picked.
-  for (int rows : {32, 64}) {
-    if (rows == plan.state_rows || s.headdim % rows != 0) continue;
+  for (int rows : {32, 64, 128}) {
+    if (rows == plan.state_rows || !sc::state_rows_valid(buf.args, rows)) continue;
     sc::Plan p = plan;
     p.state_rows = rows;
     const sc::StageLaunch stage = sc::state_stage(p);
     print_timing(shape, stage.name, fmt::format("rows{}", rows), time_stage(p, stage), costs.state);
     kernel_rows.push_back(describe(shape, fmt::format("rows{}", rows), stage));
   }
-  int device = 0, max_smem = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "attribute");
   for (int k = 1; k <= sc::kMaxHeadsPerBlock; k *= 2) {
     if (k == plan.heads_per_block || plan.heads_per_group % k != 0) continue;
-    if (sc::output_smem_bytes(s.headdim, s.dstate, s.chunk, k) > size_t(max_smem)) continue;
     sc::Plan p = plan;
     p.heads_per_block = k;
     p.head_blocks = s.heads / k;
