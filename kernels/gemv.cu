@@ -7,7 +7,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
+constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane (8 measured slower on an H200)
 
 __device__ float block_sum(float value, float* scratch) {
 #pragma unroll

@@ -334,8 +334,10 @@ struct CudaBackend::Impl {
     norm.residual = work.residual;
     norm.out = work.normed;
     norm.out_type = ElementType::kBF16;
-    // Decode of a few sequences: the norms ride in the GEMV prologues (4 launches per layer, not 6).
-    const bool fused = M <= kernels::kGemvMaxRows && D % 8 == 0 && E % 8 == 0 && E <= 16384;
+    // Decode of one sequence: the norms ride in the GEMV prologues (4 launches per layer, not 6).
+    // Measured on an H200 at 2.7b shapes (docs/BENCHMARKS.md): TPOT 3.20 ms fused against 3.46 ms
+    // with out_proj unfused and 3.71 ms with neither; with m > 1 cuBLASLt's kernels are faster.
+    const bool fused = M == 1 && D % 8 == 0 && E % 8 == 0 && E <= 16384;
     for (int64_t l = 0; l < c.n_layer; ++l) {
       const DeviceLayer& w = model.layers[l];
       if (fused) {
