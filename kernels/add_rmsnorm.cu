@@ -1,5 +1,7 @@
 #include "kernels/add_rmsnorm.h"
 
+#include "kernels/block_reduce.cuh"
+
 namespace ssdq::kernels {
 namespace {
 
@@ -20,19 +22,7 @@ __global__ void add_rmsnorm_kernel(AddRmsNormArgs a) {
     }
     sum += v * v;
   }
-  __shared__ float partial[kThreads / 32];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    sum = threadIdx.x < kThreads / 32 ? partial[threadIdx.x] : 0.f;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (threadIdx.x == 0) partial[0] = rsqrtf(sum / a.dim + a.eps);
-  }
-  __syncthreads();
-  const float scale = partial[0];
+  const float scale = rsqrtf(block_sum<kThreads>(sum) / a.dim + a.eps);
   Out* out = static_cast<Out*>(a.out) + row * a.dim;
   for (int i = threadIdx.x; i < a.dim; i += kThreads) out[i] = from_float<Out>(r[i] * scale * a.weight[i]);
 }

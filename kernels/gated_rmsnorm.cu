@@ -1,5 +1,6 @@
 #include "kernels/gated_rmsnorm.h"
 
+#include "kernels/block_reduce.cuh"
 #include "kernels/element_type.h"
 
 namespace ssdq::kernels {
@@ -22,19 +23,7 @@ __global__ void __launch_bounds__(kThreads) gated_rmsnorm_kernel(GatedRmsNormArg
     gated[i] = c < a.group_size ? __bfloat162float(y[c]) * silu(__bfloat162float(z[c])) : 0.f;
     sum += gated[i] * gated[i];
   }
-  __shared__ float partial[kThreads / 32];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    sum = threadIdx.x < kThreads / 32 ? partial[threadIdx.x] : 0.f;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (threadIdx.x == 0) partial[0] = rsqrtf(sum / a.group_size + a.eps);
-  }
-  __syncthreads();
-  const float scale = partial[0];
+  const float scale = rsqrtf(block_sum<kThreads>(sum) / a.group_size + a.eps);
   __nv_bfloat16* out = a.out + row * a.width + g0;
 #pragma unroll
   for (int i = 0; i < kMaxPerThread; ++i) {

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "kernels/block_reduce.cuh"
+
 namespace ssdq::kernels {
 namespace {
 
@@ -9,20 +11,8 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane (8 measured slower on an H200)
 
-__device__ float block_sum(float value, float* scratch) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  __syncthreads();  // scratch may still be read from the previous call
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = value;
-  __syncthreads();
-  float total = 0.f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];
-  return total;
-}
-
 // Writes the m input rows, as bf16, into shared memory.
-__device__ void load_inputs(const GemvArgs& a, __nv_bfloat16* xs, float* scratch) {
+__device__ void load_inputs(const GemvArgs& a, __nv_bfloat16* xs) {
   for (int r = 0; r < a.m; ++r) {
     __nv_bfloat16* row = xs + static_cast<int64_t>(r) * a.k;
     if (a.input == GemvInput::kBf16) {
@@ -32,7 +22,7 @@ __device__ void load_inputs(const GemvArgs& a, __nv_bfloat16* xs, float* scratch
       const float* src = a.residual + static_cast<int64_t>(r) * a.k;
       float sum = 0.f;
       for (int i = threadIdx.x; i < a.k; i += kThreads) sum += src[i] * src[i];
-      const float scale = rsqrtf(block_sum(sum, scratch) / a.k + a.eps);
+      const float scale = rsqrtf(block_sum<kThreads>(sum) / a.k + a.eps);
       for (int i = threadIdx.x; i < a.k; i += kThreads) row[i] = __float2bfloat16_rn(src[i] * scale * a.norm_weight[i]);
     } else {
       const __nv_bfloat16* y = a.y + static_cast<int64_t>(r) * a.k;
@@ -43,7 +33,7 @@ __device__ void load_inputs(const GemvArgs& a, __nv_bfloat16* xs, float* scratch
           const float g = __bfloat162float(y[g0 + i]) * silu(__bfloat162float(z[g0 + i]));
           sum += g * g;
         }
-        const float scale = rsqrtf(block_sum(sum, scratch) / a.group_size + a.eps);
+        const float scale = rsqrtf(block_sum<kThreads>(sum) / a.group_size + a.eps);
         for (int i = threadIdx.x; i < a.group_size; i += kThreads) {
           const float g = __bfloat162float(y[g0 + i]) * silu(__bfloat162float(z[g0 + i]));
           row[g0 + i] = __float2bfloat16_rn(g * scale * a.norm_weight[g0 + i]);
@@ -70,9 +60,8 @@ __device__ inline void accumulate8(const uint4& w, const uint4& x, float& acc) {
 template <int M>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   extern __shared__ __align__(16) unsigned char shared[];
-  __shared__ float scratch[kWarps];
   __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(shared);
-  load_inputs(a, xs, scratch);
+  load_inputs(a, xs);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int col = blockIdx.x * kWarps + warp;
   if (col >= a.n) return;

@@ -10,6 +10,7 @@
 
 #include "formats/error.h"
 #include "runtime/cpu_backend.h"
+#include "tests/compare.h"
 
 namespace ssdq {
 namespace {
@@ -32,15 +33,6 @@ std::vector<int32_t> random_tokens(int64_t count, int64_t vocab, uint32_t seed) 
   std::vector<int32_t> out(count);
   for (auto& t : out) t = static_cast<int32_t>(rng() % vocab);
   return out;
-}
-
-double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(double(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return diff / scale;
 }
 
 class SyntheticModel : public ::testing::TestWithParam<int64_t> {
@@ -73,10 +65,10 @@ TEST_P(SyntheticModel, ChunkedPrefillEqualsRecurrentDecode) {
   const auto tokens = random_tokens(53, config_.vocab_size, 7);  // 3 full chunks of 16 and a partial one
   auto prefill_state = backend_->new_state(1);
   auto decode_state = backend_->new_state(1);
-  EXPECT_LT(max_rel(prefill_logits(tokens, *prefill_state), decode_logits(tokens, *decode_state)), 1e-4);
+  EXPECT_LT(testing::max_relative_difference(prefill_logits(tokens, *prefill_state), decode_logits(tokens, *decode_state)), 1e-4);
   // The final states agree too: one more token from each gives the same logits.
   const std::vector<int32_t> next = {5};
-  EXPECT_LT(max_rel(decode_logits(next, *prefill_state), decode_logits(next, *decode_state)), 1e-4);
+  EXPECT_LT(testing::max_relative_difference(decode_logits(next, *prefill_state), decode_logits(next, *decode_state)), 1e-4);
 }
 
 TEST_P(SyntheticModel, PrefillThenDecodeEqualsLongerPrefill) {
@@ -88,13 +80,13 @@ TEST_P(SyntheticModel, PrefillThenDecodeEqualsLongerPrefill) {
   auto split = prefill_logits(head, *split_state);
   const auto rest = decode_logits(tail, *split_state);
   split.insert(split.end(), rest.begin(), rest.end());
-  EXPECT_LT(max_rel(split, whole), 1e-4);
+  EXPECT_LT(testing::max_relative_difference(split, whole), 1e-4);
   // Prefill in two chunked pieces (the second starting from a non-zero state) as well.
   auto two_state = backend_->new_state(1);
   auto two = prefill_logits(head, *two_state);
   const auto second = prefill_logits(tail, *two_state);
   two.insert(two.end(), second.begin(), second.end());
-  EXPECT_LT(max_rel(two, whole), 1e-4);
+  EXPECT_LT(testing::max_relative_difference(two, whole), 1e-4);
 }
 
 TEST_P(SyntheticModel, BatchEqualsSequencesAlone) {
@@ -111,7 +103,7 @@ TEST_P(SyntheticModel, BatchEqualsSequencesAlone) {
     const auto alone = prefill_logits(one, *state);
     std::vector<float> slice(logits.begin() + b * length * config_.vocab_size,
                              logits.begin() + (b + 1) * length * config_.vocab_size);
-    EXPECT_LT(max_rel(slice, alone), 1e-6) << "sequence " << b;
+    EXPECT_LT(testing::max_relative_difference(slice, alone), 1e-6) << "sequence " << b;
   }
 }
 

@@ -12,6 +12,7 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/eval_ppl.h"
 #include "runtime/model_loader.h"
+#include "tests/compare.h"
 
 namespace ssdq {
 namespace {
@@ -50,15 +51,9 @@ TEST_F(TinyModel, LogitsOfFirstEightPositionsMatchFloat64Reference) {
   ForwardOutputs out;
   out.logits = logits.data();
   backend_->forward(tokens.data(), 8, *state, out);
-  for (int64_t row = 0; row < 8; ++row) {
-    double diff = 0, scale = 0;
-    for (int64_t v = 0; v < V; ++v) {
-      const double ref = reference.as<double>()[row * V + v];
-      diff = std::max(diff, std::abs(logits[row * V + v] - ref));
-      scale = std::max(scale, std::abs(ref));
-    }
-    EXPECT_LT(diff / scale, 1e-4) << "row " << row << ": max |Δ| " << diff << ", max |ref| " << scale;
-  }
+  for (int64_t row = 0; row < 8; ++row)
+    EXPECT_LT(testing::max_relative_difference(logits.data() + row * V, reference.as<double>() + row * V, V), 1e-4)
+        << "row " << row;
 }
 
 TEST_F(TinyModel, EveryNllOfFirst512TokensMatchesFloat64Reference) {
@@ -89,14 +84,9 @@ TEST_F(TinyModel, PrefillThenDecodeEqualsPrefillOfWholeSequence) {
     out.logits = split.data() + t * V;
     backend_->forward(tokens.data() + t, 1, *state, out);
   }
-  for (int64_t t = n; t < n + m; ++t) {
-    double diff = 0, scale = 0;
-    for (int64_t v = 0; v < V; ++v) {
-      diff = std::max(diff, double(std::abs(split[t * V + v] - whole[t * V + v])));
-      scale = std::max(scale, double(std::abs(whole[t * V + v])));
-    }
-    EXPECT_LT(diff / scale, 1e-4) << "position " << t;
-  }
+  for (int64_t t = n; t < n + m; ++t)
+    EXPECT_LT(testing::max_relative_difference(split.data() + t * V, whole.data() + t * V, V), 1e-4)
+        << "position " << t;
 }
 
 double reference_perplexity(int64_t ctx, int64_t max_tokens) {

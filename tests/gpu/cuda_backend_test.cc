@@ -13,18 +13,10 @@
 #include "formats/safetensors.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/model_loader.h"
+#include "tests/compare.h"
 
 namespace ssdq {
 namespace {
-
-double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(double(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return diff / scale;
-}
 
 std::vector<float> logits_of(const Backend& backend, const std::vector<int32_t>& tokens, int64_t batch) {
   const int64_t length = tokens.size() / batch;
@@ -63,7 +55,7 @@ CpuBackend* TinyModelOnCuda::cpu_ = nullptr;
 
 TEST_F(TinyModelOnCuda, LogitsMatchCpu) {
   const auto tokens = golden_tokens(300);  // crosses the 256-token chunk boundary
-  const double err = max_rel(logits_of(*cuda_, tokens, 1), logits_of(*cpu_, tokens, 1));
+  const double err = testing::max_relative_difference(logits_of(*cuda_, tokens, 1), logits_of(*cpu_, tokens, 1));
   std::printf("max |Δlogit| / max |logit| = %.3g\n", err);
   EXPECT_LT(err, 3e-2);
 }
@@ -103,7 +95,7 @@ TEST_F(TinyModelOnCuda, DecodeAfterPrefillEqualsPrefillOfWholeSequence) {
     split.insert(split.end(), step.begin(), step.end());
   }
   const std::vector<float> tail(whole.begin() + n * V, whole.end());
-  EXPECT_LT(max_rel(split, tail), 3e-2);
+  EXPECT_LT(testing::max_relative_difference(split, tail), 3e-2);
 }
 
 TEST_F(TinyModelOnCuda, GraphReplayEqualsEagerDecode) {
@@ -146,7 +138,7 @@ TEST(SyntheticOnCuda, GroupedModelMatchesCpuInBatches) {
   std::mt19937 rng(4);
   std::vector<int32_t> tokens(3 * 150);
   for (auto& t : tokens) t = rng() % c.vocab_size;
-  EXPECT_LT(max_rel(logits_of(cuda, tokens, 3), logits_of(cpu, tokens, 3)), 3e-2);
+  EXPECT_LT(testing::max_relative_difference(logits_of(cuda, tokens, 3), logits_of(cpu, tokens, 3)), 3e-2);
 }
 
 TEST(CudaBackendErrors, TokenOutsideVocabularyIsRefused) {
