@@ -2,10 +2,11 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 namespace ssdq::kernels {
 
-enum class ElementType { kF32, kBF16 };
+enum class ElementType { kF32, kBF16, kF16 };
 
 template <typename T>
 __host__ __device__ inline float to_float(T value);
@@ -14,12 +15,18 @@ __host__ __device__ inline float to_float<float>(float value) { return value; }
 template <>
 __host__ __device__ inline float to_float<__nv_bfloat16>(__nv_bfloat16 value) { return __bfloat162float(value); }
 
+template <>
+__host__ __device__ inline float to_float<__half>(__half value) { return __half2float(value); }
+
 template <typename T>
 __host__ __device__ inline T from_float(float value);
 template <>
 __host__ __device__ inline float from_float<float>(float value) { return value; }
 template <>
 __host__ __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float value) { return __float2bfloat16_rn(value); }
+
+template <>
+__host__ __device__ inline __half from_float<__half>(float value) { return __float2half_rn(value); }
 
 #ifdef __CUDACC__
 // PyTorch's softplus (identity above 20).

@@ -40,23 +40,37 @@ Gemm::~Gemm() {
   if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
+namespace {
+cudaDataType_t cuda_type(ElementType type) {
+  switch (type) {
+    case ElementType::kF32: return CUDA_R_32F;
+    case ElementType::kBF16: return CUDA_R_16BF;
+    case ElementType::kF16: return CUDA_R_16F;
+  }
+  return CUDA_R_32F;
+}
+}  // namespace
+
 bool Gemm::supported(const GemmArgs& a) {
-  return a.m > 0 && a.n > 0 && a.k > 0 && a.x && a.w && a.out && a.ldx >= a.k && a.ldout >= a.n &&
+  const bool types = (a.in_type == ElementType::kBF16 || a.in_type == ElementType::kF16) &&
+                     (a.out_type == ElementType::kF32 || a.out_type == a.in_type);
+  return types && a.m > 0 && a.n > 0 && a.k > 0 && a.x && a.w && a.out && a.ldx >= a.k && a.ldout >= a.n &&
          (!a.accumulate || a.out_type == ElementType::kF32);
 }
 
 const Gemm::Plan& Gemm::plan(const GemmArgs& args) {
-  const Key key{args.m, args.n, args.k, args.ldx, args.ldout, static_cast<int>(args.out_type), args.accumulate};
+  const Key key{args.m,     args.n, args.k, args.ldx, args.ldout, static_cast<int>(args.in_type),
+                static_cast<int>(args.out_type), args.accumulate};
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
   auto plan = std::make_unique<Plan>();
-  const cudaDataType_t out_type = args.out_type == ElementType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t in_type = cuda_type(args.in_type), out_type = cuda_type(args.out_type);
   check(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose), "TRANSA");
   check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep), "TRANSB");
-  check(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, args.k, args.n, args.k), "layout w");
-  check(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, args.k, args.m, args.ldx), "layout x");
+  check(cublasLtMatrixLayoutCreate(&plan->a, in_type, args.k, args.n, args.k), "layout w");
+  check(cublasLtMatrixLayoutCreate(&plan->b, in_type, args.k, args.m, args.ldx), "layout x");
   check(cublasLtMatrixLayoutCreate(&plan->c, out_type, args.n, args.m, args.ldout), "layout out");
   cublasLtMatmulPreference_t preference = nullptr;
   check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
@@ -72,7 +86,7 @@ const Gemm::Plan& Gemm::plan(const GemmArgs& args) {
   check(status, "cublasLtMatmulAlgoGetHeuristic");
   if (found_count == 0)
     throw std::runtime_error("cuBLASLt has no algorithm for a " + std::to_string(args.m) + "x" + std::to_string(args.n) +
-                             "x" + std::to_string(args.k) + " bf16 GEMM");
+                             "x" + std::to_string(args.k) + " GEMM");
   plan->algo = result.algo;
   return *plans_.emplace(key, std::move(plan)).first->second;
 }

@@ -1,5 +1,5 @@
-// Dense projections through cuBLASLt: out[m, n] (+)= x[m, k] · w[n, k]ᵀ with bf16 inputs and
-// fp32 accumulation; out is bf16, or fp32 (optionally accumulated into: the residual add of
+// Dense projections through cuBLASLt: out[m, n] (+)= x[m, k] · w[n, k]ᵀ with bf16 or fp16 inputs
+// and fp32 accumulation; out is the input type, or fp32 (optionally accumulated into: the residual add of
 // out_proj rides on the GEMM's beta). Plans (layouts + the heuristic's algorithm) are cached per
 // shape, so after the first call of a shape a run only launches (and can be graph-captured).
 // CPU reference: runtime/cpu_ops.h `cpu::matmul_wt`.
@@ -19,12 +19,13 @@ namespace ssdq::kernels {
 
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
-  const __nv_bfloat16* x = nullptr;  // [m, k], row stride ldx
+  ElementType in_type = ElementType::kBF16;  // of x and w: kBF16 or kF16
+  const void* x = nullptr;                  // [m, k], row stride ldx
   int64_t ldx = 0;
-  const __nv_bfloat16* w = nullptr;  // [n, k], contiguous rows
+  const void* w = nullptr;                  // [n, k], contiguous rows
   void* out = nullptr;               // [m, n], row stride ldout
   int64_t ldout = 0;
-  ElementType out_type = ElementType::kBF16;
+  ElementType out_type = ElementType::kBF16;  // kF32 or in_type
   bool accumulate = false;           // out += x·wᵀ (fp32 out only)
 };
 
@@ -42,7 +43,7 @@ class Gemm {
 
  private:
   struct Plan;
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool>;
   const Plan& plan(const GemmArgs& args);
   void* handle_ = nullptr;
   void* workspace_;
