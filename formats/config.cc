@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdint>
 
 #include "formats/error.h"
 #include "formats/file_io.h"
@@ -11,6 +12,11 @@ namespace ssdq {
 namespace {
 
 using nlohmann::json;
+
+// Real config.json files are a few KB and a few levels deep. The caps keep a hostile file from
+// being read whole into memory, and keep nesting within what json::dump (recursive) can print.
+constexpr size_t kMaxConfigBytes = size_t{1} << 20;
+constexpr int kMaxJsonDepth = 64;
 
 class Fields {
  public:
@@ -50,8 +56,13 @@ class Fields {
 
  private:
   int64_t as_int(const char* key, const json& value) const {
+    if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      fail("{}: field '{}' = {} is too large", label_, key, value.dump());
     if (value.is_number_integer()) return value.get<int64_t>();
-    if (value.is_number_float() && std::floor(value.get<double>()) == value.get<double>())
+    // Whole floats (2.0e3) are accepted; beyond +-2^62 the cast to int64 would be undefined.
+    constexpr double kLimit = 4.6e18;
+    if (value.is_number_float() && std::floor(value.get<double>()) == value.get<double>() &&
+        std::fabs(value.get<double>()) < kLimit)
       return static_cast<int64_t>(value.get<double>());
     fail("{}: field '{}' must be an integer, got {}", label_, key, value.dump());
   }
@@ -65,8 +76,11 @@ void parse_mamba_ssm(const Fields& top, Mamba2Config& config) {
   config.n_layer = top.required_int("n_layer");
   config.vocab_size = top.required_int("vocab_size");
   const int64_t pad = top.optional_int("pad_vocab_size_multiple", 16);
-  if (pad <= 0) fail("{}: pad_vocab_size_multiple must be positive, got {}", top.label(), pad);
-  if (config.vocab_size % pad != 0) config.vocab_size += pad - config.vocab_size % pad;
+  if (pad <= 0 || pad > (1 << 24))
+    fail("{}: pad_vocab_size_multiple must be in 1..{}, got {}", top.label(), 1 << 24, pad);
+  // Out-of-range sizes are left for validate_config to report (padding them could overflow).
+  if (config.vocab_size > 0 && config.vocab_size <= INT32_MAX && config.vocab_size % pad != 0)
+    config.vocab_size += pad - config.vocab_size % pad;
   config.tie_embeddings = top.optional_bool("tie_embeddings", true);
   if (!top.optional_bool("rms_norm", true)) fail("{}: rms_norm = false (LayerNorm) is not supported", top.label());
   if (top.optional_int("d_intermediate", 0) != 0)
@@ -92,6 +106,7 @@ void parse_mamba_ssm(const Fields& top, Mamba2Config& config) {
   if (ssm.optional_bool("norm_before_gate", false))
     fail("{}: ssm_cfg.norm_before_gate = true is not supported", top.label());
   if (ssm.optional_bool("D_has_hdim", false)) fail("{}: ssm_cfg.D_has_hdim = true is not supported", top.label());
+  validate_config(config, top.label());  // d_inner() below must not overflow
   if (ssm.object().contains("d_ssm") && !ssm.object().at("d_ssm").is_null() &&
       ssm.optional_int("d_ssm", 0) != config.d_inner())
     fail("{}: ssm_cfg.d_ssm different from d_inner is not supported", top.label());
@@ -116,6 +131,7 @@ void parse_transformers(const Fields& top, Mamba2Config& config) {
   config.chunk_size = top.optional_int("chunk_size", 256);
   config.norm_eps = top.optional_double("layer_norm_epsilon", 1e-5);
   config.tie_embeddings = top.optional_bool("tie_word_embeddings", false);
+  validate_config(config, top.label());  // nheads() below must not divide by zero or overflow
   const int64_t heads = top.optional_int("num_heads", config.nheads());
   if (heads != config.nheads())
     fail("{}: num_heads = {} but expand * hidden_size / head_dim = {}", top.label(), heads, config.nheads());
@@ -169,7 +185,13 @@ void validate_config(const Mamba2Config& c, const std::string& label) {
 }
 
 Mamba2Config parse_config_json(std::string_view text, const std::string& label) {
-  json object = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (text.size() > kMaxConfigBytes)
+    fail("{}: {} bytes is too large for a config.json (the limit is {} bytes)", label, text.size(), kMaxConfigBytes);
+  json::parser_callback_t limit_depth = [&](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxJsonDepth) fail("{}: JSON nested more than {} levels deep", label, kMaxJsonDepth);
+    return true;
+  };
+  json object = json::parse(text.begin(), text.end(), limit_depth, /*allow_exceptions=*/false);
   if (object.is_discarded()) fail("{}: not valid JSON", label);
   if (!object.is_object()) fail("{}: expected a JSON object", label);
   const Fields top(object, label);
@@ -187,6 +209,9 @@ Mamba2Config parse_config_json(std::string_view text, const std::string& label) 
   return config;
 }
 
-Mamba2Config load_config(const std::string& path) { return parse_config_json(read_file(path), path); }
+Mamba2Config load_config(const std::string& path) {
+  const auto file = MappedFile::open(path);
+  return parse_config_json(file->view(), path);
+}
 
 }  // namespace ssdq

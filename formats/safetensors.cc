@@ -19,11 +19,17 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kMetadataKey = "__metadata__";
+// Headers and indexes are a few levels deep; deeper nesting is refused so that error messages
+// (json::dump is recursive) cannot overflow the stack.
+constexpr int kMaxJsonDepth = 64;
+// model.safetensors.index.json of the largest published checkpoints is a few MB.
+constexpr size_t kMaxIndexBytes = size_t{64} << 20;
 
 // nlohmann keeps the last of duplicate keys silently; a header that names a tensor twice is corrupt.
 json parse_json_object_without_duplicates(std::string_view text, const std::string& label) {
   std::vector<std::set<std::string>> open_objects;
-  json::parser_callback_t track_keys = [&](int, json::parse_event_t event, json& parsed) {
+  json::parser_callback_t track_keys = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth > kMaxJsonDepth) fail("{}: JSON nested more than {} levels deep", label, kMaxJsonDepth);
     if (event == json::parse_event_t::object_start) {
       open_objects.emplace_back();
     } else if (event == json::parse_event_t::object_end) {
@@ -231,7 +237,11 @@ void write_safetensors(const std::string& path, const TensorMap& tensors,
 }
 
 SafetensorsFile read_safetensors_index(const std::string& index_path) {
-  const json index = parse_json_object_without_duplicates(read_file(index_path), index_path);
+  const auto index_file = MappedFile::open(index_path);
+  if (index_file->size() > kMaxIndexBytes)
+    fail("{}: {} bytes is larger than the limit of {} bytes for a safetensors index", index_path, index_file->size(),
+         kMaxIndexBytes);
+  const json index = parse_json_object_without_duplicates(index_file->view(), index_path);
   auto weight_map_field = index.find("weight_map");
   if (weight_map_field == index.end()) fail("{}: missing field \"weight_map\"", index_path);
   if (!weight_map_field->is_object()) fail("{}: weight_map must be an object, got {}", index_path, weight_map_field->type_name());

@@ -36,7 +36,9 @@ std::vector<float> Tensor::to_f32() const {
     for (int64_t i = 0; i < n; ++i) out[i] = reader(i);
   };
   switch (dtype) {
-    case DType::F32: std::memcpy(out.data(), data, n * sizeof(float)); break;
+    case DType::F32:
+      if (n > 0) std::memcpy(out.data(), data, n * sizeof(float));  // out.data() is null when n == 0
+      break;
     case DType::F64: convert([&](int64_t i) { return static_cast<float>(as<double>()[i]); }); break;
     case DType::F16: convert([&](int64_t i) { return half_to_float(as<uint16_t>()[i]); }); break;
     case DType::BF16: convert([&](int64_t i) { return bf16_to_float(as<uint16_t>()[i]); }); break;

@@ -25,6 +25,10 @@ constexpr int64_t kMaxTokenId = (int64_t{1} << 21) - 1;  // 8x the largest real 
 constexpr size_t kMaxAddedTokens = 1 << 16;
 constexpr size_t kCacheWords = 1 << 16;
 constexpr size_t kCacheWordBytes = 64;
+// The largest real tokenizer.json files are a few tens of MB and about six levels deep; the caps
+// bound what a hostile file can make the JSON parser hold, and json::dump (recursive) print.
+constexpr size_t kMaxTokenizerJsonBytes = size_t{128} << 20;
+constexpr int kMaxJsonDepth = 64;
 
 // GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others for U+0100 onwards, in byte order.
 std::array<uint32_t, 256> make_byte_to_codepoint() {
@@ -282,12 +286,22 @@ void read_added_tokens(const json& root, Tokenizer::Model& model) {
 
 }  // namespace
 
-Tokenizer Tokenizer::from_file(const std::string& path) { return from_json(read_file(path), path); }
+Tokenizer Tokenizer::from_file(const std::string& path) {
+  const auto file = MappedFile::open(path);
+  return from_json(file->view(), path);
+}
 
 Tokenizer Tokenizer::from_json(std::string_view text, const std::string& label) {
+  if (text.size() > kMaxTokenizerJsonBytes)
+    fail("{}: {} bytes is larger than the limit of {} bytes for a tokenizer.json", label, text.size(),
+         kMaxTokenizerJsonBytes);
+  const json::parser_callback_t limit_depth = [&](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxJsonDepth) fail("{}: JSON nested more than {} levels deep", label, kMaxJsonDepth);
+    return true;
+  };
   json root;
   try {
-    root = json::parse(text.begin(), text.end());
+    root = json::parse(text.begin(), text.end(), limit_depth);
   } catch (const json::exception& e) {
     fail("{}: invalid JSON: {}", label, e.what());
   }

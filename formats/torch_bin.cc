@@ -16,7 +16,11 @@ namespace {
 using Kind = PickleValue::Kind;
 
 constexpr int kMaxNesting = 64;
-constexpr size_t kMaxVisits = size_t{1} << 24;  // shared sub-objects are walked once per path
+constexpr size_t kMaxVisits = size_t{1} << 22;  // shared sub-objects are walked once per path
+// A shared sub-object is named once per path to it, so a few hundred pickle bytes could ask for
+// millions of names (or 64 levels of a 16 MB key); real state dicts have far fewer and shorter.
+constexpr size_t kMaxTensorNames = size_t{1} << 20;
+constexpr size_t kMaxNameBytes = 4096;
 // Copies of non-contiguous tensors may total at most this many times the checkpoint size, so a
 // tiny storage expanded by zero strides cannot ask for unbounded memory.
 constexpr uint64_t kMaterializeFactor = 2;
@@ -120,6 +124,8 @@ class StateDictBuilder {
         for (const auto& [key, child] : value.entries) {
           std::string key_text;
           if (key->kind == Kind::Str) {
+            if (name.size() + 1 + key->text.size() > kMaxNameBytes)
+              fail("{}: a name under '{}' is longer than {} bytes", zip_.label(), name.substr(0, 200), kMaxNameBytes);
             key_text = key->text;
           } else if (key->kind == Kind::Int) {
             key_text = std::to_string(key->int_value);
@@ -147,6 +153,9 @@ class StateDictBuilder {
 
   void add(const std::string& name, const PickledTensor& pickled) {
     if (name.empty()) fail("{}: a tensor has an empty name", zip_.label());
+    if (out_.size() >= kMaxTensorNames)
+      fail("{}: more than {} tensor names (shared sub-objects are named once per path)", zip_.label(),
+           kMaxTensorNames);
     auto done = done_.find(&pickled);
     Tensor tensor = done != done_.end() ? done->second : make_tensor(name, pickled);
     done_.emplace(&pickled, tensor);

@@ -218,15 +218,17 @@ PickleValuePtr Unpickler::memo_get(uint64_t index) {
 }
 
 void Unpickler::set_item(PickleValue& dict, PickleValuePtr key, PickleValuePtr value) {
-  std::string index_key;
-  if (key->kind == Kind::Str) index_key = "s" + key->text;
-  if (is_int(key)) index_key = "i" + std::to_string(key->int_value);
-  if (!index_key.empty()) {
-    auto [it, inserted] = dict.entry_index.emplace(index_key, dict.entries.size());
-    if (!inserted) {
-      dict.entries[it->second].second = std::move(value);
-      return;
-    }
+  std::pair<size_t, bool> slot{dict.entries.size(), true};  // (position, new key)
+  if (key->kind == Kind::Str) {
+    auto [it, inserted] = dict.str_index.emplace(key->text, dict.entries.size());
+    slot = {it->second, inserted};
+  } else if (is_int(key)) {
+    auto [it, inserted] = dict.int_index.emplace(key->int_value, dict.entries.size());
+    slot = {it->second, inserted};
+  }
+  if (!slot.second) {
+    dict.entries[slot.first].second = std::move(value);
+    return;
   }
   count_items(1);
   dict.entries.emplace_back(std::move(key), std::move(value));

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -53,7 +54,10 @@ struct PickleValue {
   std::string text;  // Str, Bytes, and a Global's "module.name"
   std::vector<PickleValuePtr> items;  // Tuple, List, Set
   std::vector<std::pair<PickleValuePtr, PickleValuePtr>> entries;  // Dict, in insertion order
-  std::unordered_map<std::string, size_t> entry_index;  // Dict: str/int keys -> position in entries
+  // Dict: str and int keys -> position in entries. The views point into the keys' own text (the
+  // keys stay alive in entries), so a long key used in many dicts is not copied into each index.
+  std::unordered_map<std::string_view, size_t> str_index;
+  std::unordered_map<int64_t, size_t> int_index;
   GlobalId global = GlobalId::None;
   DType global_dtype = DType::U8;  // StorageClass, DTypeValue
   bool global_untyped = false;     // StorageClass torch.UntypedStorage

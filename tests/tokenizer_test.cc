@@ -288,7 +288,7 @@ TEST(Tokenizer, RejectsInvalidJson) {
               HasSubstr("array.json: expected a JSON object at the top level"));
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   EXPECT_THAT(error_of([&] { Tokenizer::from_json(deep, "deep.json"); }),
-              HasSubstr("deep.json: expected a JSON object at the top level"));
+              HasSubstr("deep.json: JSON nested more than 64 levels deep"));
 }
 
 TEST(Tokenizer, RejectsAMissingModelVocabOrMerges) {

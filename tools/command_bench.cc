@@ -5,6 +5,7 @@
 
 #include "formats/error.h"
 #include "formats/file_io.h"
+#include "formats/hub_cache.h"
 #include "runtime/backend_factory.h"
 #include "runtime/bench.h"
 #include "runtime/cuda_backend.h"
@@ -146,7 +147,7 @@ void add_bench_command(CLI::App& app) {
   for (const auto& name : synthetic_config_names()) synthetic_help += " " + name;
   CLI::App* cmd = app.add_subcommand(
       "bench", "Latency: TTFT for --prompt tokens and TPOT over --gen greedy steps per batch size, or the SSD module alone.");
-  cmd->add_option("--model", flags->model, "Checkpoint folder")->check(CLI::ExistingDirectory);
+  cmd->add_option("--model", flags->model, "Checkpoint folder, or org/name[@revision] on the Hugging Face hub");
   cmd->add_option("--synthetic", flags->synthetic, synthetic_help);
   cmd->add_option("--device", flags->device, "cuda, cuda:N or cpu")->capture_default_str();
   cmd->add_option("--batch", flags->batches, "Batch sizes, comma separated")->delimiter(',')->capture_default_str();
@@ -160,7 +161,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--repeats", flags->repeats, "Timed repeats (median reported)")->capture_default_str();
   cmd->add_option("--seed", flags->seed, "Seed of the random prompt and synthetic weights")->capture_default_str();
   cmd->add_option("--json", flags->json_path, "Also write every figure to this JSON file");
-  cmd->callback([flags] { run_bench(*flags); });
+  cmd->callback([flags] { flags->model = flags->model.empty() ? "" : resolve_model_dir(flags->model), run_bench(*flags); });
 }
 
 }  // namespace ssdq::cli

@@ -2,6 +2,8 @@
 
 #include <memory>
 
+#include "formats/error.h"
+#include "formats/hub_cache.h"
 #include "formats/token_data.h"
 #include "formats/tokenizer.h"
 #include "runtime/backend_factory.h"
@@ -9,29 +11,56 @@
 #include "runtime/model_loader.h"
 #include "runtime/parallel.h"
 #include "runtime/progress.h"
+#include "runtime/quantized_artifact.h"
+#include "runtime/quantized_backend.h"
 #include "tools/commands.h"
 
 namespace ssdq::cli {
 namespace {
 
 struct EvalPplFlags {
-  std::string model, data, tokenizer, device = "cpu";
+  std::string model, artifact, data, tokenizer, device = "cpu";
   int64_t ctx = 2048, max_tokens = 0, batch = 0;
   int threads = 0;
   bool quiet = false;
 };
 
+// The backend and tokenizer of a quantized artifact (the CPU runs it; a CUDA path comes later).
+std::unique_ptr<Backend> artifact_backend(const EvalPplFlags& flags, std::unique_ptr<Tokenizer>& tokenizer) {
+  if (flags.device != "cpu")
+    fail("--artifact runs on --device cpu only for now (the quantized CUDA backend is not built yet)");
+  const LoadedArtifact loaded = read_quantized_artifact(flags.artifact);
+  if (!flags.tokenizer.empty()) {
+    tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(flags.tokenizer));
+  } else if (!loaded.tokenizer_json.empty()) {
+    tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_json(loaded.tokenizer_json, flags.artifact + " (tokenizer)"));
+  } else {
+    fail("{}: the artifact embeds no tokenizer; pass --tokenizer PATH", flags.artifact);
+  }
+  fmt::print("artifact {}\n        recipe {}\n        {}\n", flags.artifact, loaded.description.recipe,
+             loaded.model->config.summary());
+  return std::make_unique<QuantizedBackend>(loaded.model);
+}
+
 void run_eval_ppl(const EvalPplFlags& flags) {
   if (flags.threads > 0) set_thread_count(flags.threads);
-  const LoadedModel model = load_model(flags.model);
-  const Tokenizer tokenizer = Tokenizer::from_file(find_tokenizer(flags.model, flags.tokenizer));
-  fmt::print("model   {} ({})\n        {}\n", flags.model, model.weights_path, model.weights->config.summary());
+  if (flags.model.empty() == flags.artifact.empty()) fail("eval-ppl needs exactly one of --model and --artifact");
+  std::unique_ptr<Tokenizer> tokenizer_owner;
+  std::unique_ptr<Backend> backend;
+  if (!flags.artifact.empty()) {
+    backend = artifact_backend(flags, tokenizer_owner);
+  } else {
+    const LoadedModel model = load_model(flags.model);
+    tokenizer_owner = std::make_unique<Tokenizer>(Tokenizer::from_file(find_tokenizer(flags.model, flags.tokenizer)));
+    fmt::print("model   {} ({})\n        {}\n", flags.model, model.weights_path, model.weights->config.summary());
+    backend = make_backend(flags.device, model.weights);
+  }
+  const Tokenizer& tokenizer = *tokenizer_owner;
   const std::vector<int32_t> tokens = tokenize_data_file(flags.data, tokenizer);
   const int64_t used = flags.max_tokens > 0 ? std::min<int64_t>(flags.max_tokens, tokens.size()) : tokens.size();
   fmt::print("data    {}: {} tokens, evaluating {} at ctx {}\n", flags.data, tokens.size(), used, flags.ctx);
   std::fflush(stdout);
 
-  const std::unique_ptr<Backend> backend = make_backend(flags.device, model.weights);
   ProgressBar progress("eval-ppl", used - 1, "tok", !flags.quiet);
   EvalOptions options;
   options.ctx = flags.ctx;
@@ -54,9 +83,11 @@ void add_eval_ppl_command(CLI::App& app) {
       "eval-ppl",
       "Perplexity of a model on a text file: the file tokenized as one string, windows of --ctx tokens, each "
       "from a zero state, ppl = exp(mean NLL of the next token).");
-  cmd->add_option("--model", flags->model, "Checkpoint folder (config.json + model.safetensors / pytorch_model.bin)")
-      ->required()
-      ->check(CLI::ExistingDirectory);
+  CLI::Option* model =
+      cmd->add_option("--model", flags->model, "Checkpoint folder (config.json + weights), or org/name[@revision] on the hub");
+  cmd->add_option("--artifact", flags->artifact, "Quantized model written by ssdq export (.ssdq); instead of --model")
+      ->check(CLI::ExistingFile)
+      ->excludes(model);
   cmd->add_option("--data", flags->data, "Text file: plain text, or JSON lines with \"text\" (.jsonl, .jsonl.zst)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -73,7 +104,7 @@ void add_eval_ppl_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--quiet", flags->quiet, "No progress bar");
-  cmd->callback([flags] { run_eval_ppl(*flags); });
+  cmd->callback([flags] { flags->model = flags->model.empty() ? "" : resolve_model_dir(flags->model), run_eval_ppl(*flags); });
 }
 
 }  // namespace ssdq::cli

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "formats/checkpoint.h"
+#include "formats/hub_cache.h"
 #include "tools/commands.h"
 
 namespace ssdq::cli {
@@ -33,8 +34,8 @@ void run_info(const std::string& model_dir) {
 void add_info_command(CLI::App& app) {
   auto model = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("info", "Describe a checkpoint: config, derived widths, tensors (all shapes are checked).");
-  cmd->add_option("--model", *model, "Checkpoint folder")->required()->check(CLI::ExistingDirectory);
-  cmd->callback([model] { run_info(*model); });
+  cmd->add_option("--model", *model, "Checkpoint folder, or org/name[@revision] on the Hugging Face hub")->required();
+  cmd->callback([model] { run_info(resolve_model_dir(*model)); });
 }
 
 }  // namespace ssdq::cli

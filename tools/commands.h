@@ -6,9 +6,13 @@
 
 namespace ssdq::cli {
 
+inline constexpr const char* kSsdqVersion = "0.1.0";
+
 void add_eval_ppl_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_doctor_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_calibrate_command(CLI::App& app);
+void add_export_command(CLI::App& app);
 
 }  // namespace ssdq::cli

@@ -4,7 +4,8 @@
 # failure, crash, timeout) counts as one failed case.
 set -uo pipefail
 log=$1
-testlogs=$(bazel info -c opt bazel-testlogs 2>/dev/null)
+shift  # the rest: the --config flags the tests ran with, which decide where their reports are
+testlogs=$(bazel info -c opt "$@" bazel-testlogs 2>/dev/null)
 passed=0
 failed=0
 while read -r target verdict; do

@@ -13,7 +13,9 @@ int main(int argc, char** argv) {
       "ssdq: quantize Mamba-2 (SSD) language models after training and measure the result.\n"
       "Run `ssdq COMMAND --help` for the flags of a command."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "ssdq 0.1.0");
+  app.set_version_flag("--version", std::string("ssdq ") + ssdq::cli::kSsdqVersion);
+  ssdq::cli::add_calibrate_command(app);
+  ssdq::cli::add_export_command(app);
   ssdq::cli::add_eval_ppl_command(app);
   ssdq::cli::add_info_command(app);
   ssdq::cli::add_bench_command(app);

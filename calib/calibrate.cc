@@ -1,0 +1,83 @@
+#include "calib/calibrate.h"
+
+#include <chrono>
+#include <memory>
+
+#include "calib/ordered_parallel.h"
+#include "formats/digest.h"
+#include "formats/error.h"
+#include "formats/file_io.h"
+#include "formats/text_data.h"
+#include "formats/token_data.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/model_loader.h"
+
+namespace ssdq {
+
+std::vector<int32_t> sample_calibration_tokens(const std::vector<std::string>& data_files, const Tokenizer& tokenizer,
+                                               int32_t separator, int64_t samples, int64_t seqlen, uint64_t seed) {
+  if (data_files.empty()) fail("calibration needs at least one data file");
+  if (samples <= 0) fail("--samples must be positive, got {}", samples);
+  if (seqlen <= 1) fail("--seqlen must be at least 2, got {}", seqlen);
+  std::vector<std::vector<int32_t>> documents;
+  for (const std::string& path : data_files) {
+    std::vector<std::vector<int32_t>> file_documents = tokenize_documents(path, tokenizer);
+    for (auto& document : file_documents) documents.push_back(std::move(document));
+  }
+  const std::vector<std::vector<int32_t>> windows = sample_windows(documents, separator, samples, seqlen, seed);
+  std::vector<int32_t> tokens;
+  tokens.reserve(samples * seqlen);
+  for (const auto& window : windows) tokens.insert(tokens.end(), window.begin(), window.end());
+  return tokens;
+}
+
+CalibrationStats collect_statistics(const ModelWeights& weights, const std::vector<int32_t>& tokens, int64_t samples,
+                                    int64_t seqlen, const CollectOptions& options) {
+  if (samples <= 0 || seqlen <= 1 || static_cast<int64_t>(tokens.size()) != samples * seqlen)
+    fail("internal: {} calibration tokens for {} samples of {}", tokens.size(), samples, seqlen);
+  // Non-owning: the caller keeps the weights alive for the whole call.
+  const CpuBackend backend(std::shared_ptr<const ModelWeights>(&weights, [](const ModelWeights*) {}));
+  CalibrationStats total = CalibrationStats::empty_for(weights.config);
+  using Slot = std::unique_ptr<StatsObserver>;
+  ordered_parallel_fold<Slot>(
+      samples, [&] { return std::make_unique<StatsObserver>(weights.config, options.ssd_internals); },
+      [&](int64_t sample, Slot& observer) {
+        auto state = backend.new_state(1);
+        static_cast<CpuState&>(*state).set_observer(observer.get());
+        backend.forward(tokens.data() + sample * seqlen, seqlen, *state, ForwardOutputs{});
+      },
+      [&](int64_t sample, Slot& observer) {
+        total.merge(observer->stats());
+        observer.reset();
+        if (options.on_progress) options.on_progress(sample + 1, samples);
+      });
+  return total;
+}
+
+CalibrationFile run_calibration(const CalibrationRequest& request, const CollectOptions& options) {
+  const LoadedModel model = load_model(request.model_dir);
+  const std::string tokenizer_path = find_tokenizer(request.model_dir, request.tokenizer_path);
+  const Tokenizer tokenizer = Tokenizer::from_file(tokenizer_path);
+  CalibrationFile file;
+  file.config = model.weights->config;
+  CalibrationProvenance& p = file.provenance;
+  p.samples = request.samples;
+  p.seqlen = request.seqlen;
+  p.seed = request.seed;
+  p.separator = end_of_text_id(tokenizer, tokenizer_path);
+  p.model_dir = request.model_dir;
+  p.weights_file = model.weights_path;
+  p.weights_sha256 = file_sha256_hex(model.weights_path);
+  p.tokenizer_file = tokenizer_path;
+  p.tokenizer_sha256 = file_sha256_hex(tokenizer_path);
+  p.ssdq_version = request.ssdq_version;
+  for (const std::string& path : request.data_files)
+    p.data_files.push_back({path, file_sha256_hex(path), static_cast<int64_t>(MappedFile::open(path)->size())});
+  file.tokens = sample_calibration_tokens(request.data_files, tokenizer, p.separator, p.samples, p.seqlen, p.seed);
+  const auto start = std::chrono::steady_clock::now();
+  file.stats = collect_statistics(*model.weights, file.tokens, p.samples, p.seqlen, options);
+  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return file;
+}
+
+}  // namespace ssdq

@@ -1,0 +1,69 @@
+// What calibration records for a model: per layer, ChannelStats at every quantization point of
+// QUANT.md §2, in the model's original channel order, and the observer that fills them from a
+// forward.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "calib/channel_stats.h"
+#include "formats/config.h"
+#include "runtime/forward_observer.h"
+
+namespace ssdq {
+
+// The activation points of forward_observer.h, then three SSD internals derived from the SSD
+// inputs (SSDi8 §4.2, definitions in runtime/quantized_ssd.h):
+//   ssd.x_scaled  LUT_state ⊙ x inside ChunkState, channels (h, p): [H·P]
+//   ssd.state     chunk-local states and the states after StatePassing, channels (h, p, n): [H·P·N]
+//   ssd.cb        C·Bᵀ within a chunk (causal part s ≤ t), one channel per group: [G]
+enum class StatPoint : int {
+  kInProjIn, kConvIn, kSsdX, kSsdB, kSsdC, kSsdDt, kSsdY, kOutProjIn, kOutProjOut,
+  kSsdXScaled, kSsdState, kSsdCb,
+};
+inline constexpr int kStatPointCount = 12;
+
+inline StatPoint stat_point(ActivationPoint point) { return static_cast<StatPoint>(static_cast<int>(point)); }
+const char* stat_point_name(StatPoint point);
+// Channels of a point for a config.
+int64_t stat_point_width(const Mamba2Config& config, StatPoint point);
+// Means are tracked everywhere but at ssd.state (H·P·N wide, and no recipe needs its mean).
+bool stat_point_tracks_mean(StatPoint point);
+
+struct LayerStats {
+  std::array<ChannelStats, kStatPointCount> points;
+  ChannelStats& at(StatPoint p) { return points[static_cast<int>(p)]; }
+  const ChannelStats& at(StatPoint p) const { return points[static_cast<int>(p)]; }
+};
+
+struct CalibrationStats {
+  std::vector<LayerStats> layers;
+
+  // only_layer >= 0: statistics of that layer only (the others have no channels).
+  static CalibrationStats empty_for(const Mamba2Config& config, int64_t only_layer = -1);
+  void merge(const CalibrationStats& other);
+};
+
+// Fills a CalibrationStats from the forwards it watches (one sequence at a time: not thread-safe).
+// `ssd_internals` off skips X_scaled / state / CB, which cost a second pass over the SSD;
+// only_layer >= 0 records that layer only.
+class StatsObserver : public ForwardObserver {
+ public:
+  explicit StatsObserver(const Mamba2Config& config, bool ssd_internals = true, int64_t only_layer = -1);
+  void on_activation(int64_t layer, ActivationPoint point, const float* data, int64_t rows, int64_t width,
+                     int64_t stride) override;
+  void on_ssd_inputs(int64_t layer, const cpu::SsdDims& dims, const cpu::SsdInputs& inputs, int64_t length,
+                     int64_t chunk, const float* initial_state) override;
+
+  CalibrationStats& stats() { return stats_; }
+
+ private:
+  Mamba2Config config_;
+  bool ssd_internals_;
+  int64_t only_layer_;
+  CalibrationStats stats_;
+};
+
+}  // namespace ssdq

@@ -1,0 +1,57 @@
+#include "calib/export_artifact.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <sys/stat.h>
+
+#include "formats/digest.h"
+#include "formats/error.h"
+#include "formats/file_io.h"
+#include "runtime/model_loader.h"
+#include "runtime/quantized_artifact.h"
+
+namespace ssdq {
+
+ExportSummary export_artifact(const ExportRequest& request, const ExportOptions& options) {
+  const LoadedModel model = load_model(request.model_dir);
+  const CalibrationFile calib = read_calibration_file(request.calibration_path);
+  const std::string weights_hash = file_sha256_hex(model.weights_path);
+  if (weights_hash != calib.provenance.weights_sha256)
+    fail("{}: the statistics were computed for weights with sha256 {} ({}), but {} has sha256 {}; run ssdq calibrate "
+         "on this model",
+         request.calibration_path, calib.provenance.weights_sha256, calib.provenance.weights_file, model.weights_path,
+         weights_hash);
+  const std::string tokenizer_path = find_tokenizer(request.model_dir, request.tokenizer_path);
+  const std::string tokenizer_text = read_file(tokenizer_path);
+
+  const auto start = std::chrono::steady_clock::now();
+  const QuantizedModel quantized = quantize_model(*model.weights, calib, options);
+  ExportSummary summary;
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  summary.seqlen = calib.provenance.seqlen;
+  summary.samples = options.max_samples > 0 ? std::min(options.max_samples, calib.provenance.samples)
+                                            : calib.provenance.samples;
+
+  nlohmann::json calibration = {{"file", request.calibration_path},
+                                 {"sha256", file_sha256_hex(request.calibration_path)},
+                                 {"samples_used", summary.samples},
+                                 {"seqlen", summary.seqlen}};
+  calibration["provenance"] = {{"data_files", nlohmann::json::array()},
+                               {"seed", calib.provenance.seed},
+                               {"samples", calib.provenance.samples},
+                               {"seqlen", calib.provenance.seqlen},
+                               {"model_dir", calib.provenance.model_dir},
+                               {"weights_sha256", calib.provenance.weights_sha256},
+                               {"ssdq_version", calib.provenance.ssdq_version}};
+  for (const DataFileRecord& f : calib.provenance.data_files)
+    calibration["provenance"]["data_files"].push_back({{"path", f.path}, {"sha256", f.sha256}, {"bytes", f.bytes}});
+  const ArtifactDescription description{options.recipe.to_json(), calibration.dump(),
+                                        tokenizer_metadata(tokenizer_text, file_sha256_hex(tokenizer_path))};
+  write_quantized_artifact(request.out_path, quantized, description);
+  struct stat st {};
+  if (::stat(request.out_path.c_str(), &st) == 0) summary.bytes = st.st_size;
+  return summary;
+}
+
+}  // namespace ssdq

@@ -1,0 +1,295 @@
+#include "calib/quantize_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "calib/calibration_stats.h"
+#include "calib/input_gram.h"
+#include "calib/ordered_parallel.h"
+#include "formats/error.h"
+#include "quant/activation_scales.h"
+#include "quant/hadamard.h"
+#include "quant/mean_correction.h"
+#include "quant/sort_cluster.h"
+#include "quant/transforms.h"
+#include "quant/weight_formats.h"
+#include "runtime/quantized_layer.h"
+
+namespace ssdq {
+namespace {
+
+void check_same_shape(const Mamba2Config& model, const Mamba2Config& calib) {
+  auto differs = [](int64_t a, int64_t b) { return a != b; };
+  if (differs(model.d_model, calib.d_model) || differs(model.n_layer, calib.n_layer) ||
+      differs(model.vocab_size, calib.vocab_size) || differs(model.d_state, calib.d_state) ||
+      differs(model.headdim, calib.headdim) || differs(model.ngroups, calib.ngroups) ||
+      differs(model.expand, calib.expand) || differs(model.d_conv, calib.d_conv) ||
+      differs(model.chunk_size, calib.chunk_size))
+    fail("the calibration file was made for a different model ({}) than this one ({})", calib.summary(),
+         model.summary());
+}
+
+// The observer of one sample in one export pass: whichever of its parts are set.
+struct PassSlot : ForwardObserver {
+  std::unique_ptr<StatsObserver> stats;      // pass A: every point of the layer
+  std::unique_ptr<InputGram> in_proj_gram;   // pass A with GPTQ
+  std::unique_ptr<InputGram> out_proj_gram;  // pass B
+  std::unique_ptr<ChannelStats> output;      // pass C: out_proj.out sums
+
+  void on_activation(int64_t layer, ActivationPoint point, const float* data, int64_t rows, int64_t width,
+                     int64_t stride) override {
+    if (stats) stats->on_activation(layer, point, data, rows, width, stride);
+    if (in_proj_gram && point == ActivationPoint::kInProjIn) in_proj_gram->add_rows(data, rows, stride);
+    if (out_proj_gram && point == ActivationPoint::kOutProjIn) out_proj_gram->add_rows(data, rows, stride);
+    if (output && point == ActivationPoint::kOutProjOut) output->add_rows(data, rows, stride, "out_proj.out");
+  }
+  void on_ssd_inputs(int64_t layer, const cpu::SsdDims& dims, const cpu::SsdInputs& inputs, int64_t length,
+                     int64_t chunk, const float* initial_state) override {
+    if (stats) stats->on_ssd_inputs(layer, dims, inputs, length, chunk, initial_state);
+  }
+};
+
+WeightMatrix quantize_projection(const std::vector<float>& w, int64_t rows, int64_t cols, const RecipeOptions& o,
+                                 const std::vector<double>* hessian) {
+  if (o.keeps_float("weights")) return float16_weight(w, rows, cols);
+  const QuantBits bits = o.weights_int4() ? QuantBits::kInt4 : QuantBits::kInt8;
+  const int64_t group_size = o.weights_int4() ? o.group_size : 0;
+  if (!hessian) return rtn_weight(w, rows, cols, bits, group_size);
+  GptqOptions g;
+  g.bits = bits;
+  g.group_size = group_size;
+  g.damp_percent = o.damp;
+  g.act_order = o.act_order;
+  g.static_groups = o.act_order;
+  return gptq_weight(w, rows, cols, *hessian, g);
+}
+
+// The activation formats of layer `l` from its statistics (the calibration file's for rtn, pass
+// A's otherwise); `clusters` is quamba2's sort-and-cluster result for the layer.
+void assign_activation_formats(QuantizedLayer& q, const LayerStats& s, const RecipeOptions& o, int64_t l,
+                               const Mamba2Config& c, const SortClusterResult* clusters) {
+  const int64_t E = c.d_inner(), GN = c.ngroups * c.d_state, N = c.d_state;
+  const ActQuant fp16 = ActQuant::float16();
+  auto absmax = [&](StatPoint p) { return s.at(p).absmax(); };
+  q.ssd_mode = SsdMode::kFloat;
+  q.x_scaled = q.cb = ActQuant::float32();
+  if (!o.int8_activations(l)) {
+    for (ActQuant* a : {&q.in_proj_in, &q.conv_in, &q.ssd_x, &q.ssd_B, &q.ssd_C, &q.ssd_dt, &q.out_proj_in, &q.ssm_state})
+      *a = fp16;
+    return;
+  }
+  q.in_proj_in = int8_per_tensor(absmax(StatPoint::kInProjIn));
+  q.conv_in = int8_per_segment(absmax(StatPoint::kConvIn), {E, GN, GN});
+  q.out_proj_in = int8_per_tensor(absmax(StatPoint::kOutProjIn));
+  switch (o.recipe) {
+    case RecipeName::kRtn:
+    case RecipeName::kHad:
+      q.ssd_x = int8_per_tensor(absmax(StatPoint::kSsdX));
+      q.ssd_B = int8_per_tensor(absmax(StatPoint::kSsdB));
+      q.ssd_C = int8_per_tensor(absmax(StatPoint::kSsdC));
+      q.ssd_dt = int8_per_tensor(absmax(StatPoint::kSsdDt));
+      q.ssm_state = fp16;
+      break;
+    case RecipeName::kQuamba2: {
+      const std::vector<int32_t>& map = clusters->cluster_of_channel;
+      const int64_t count = static_cast<int64_t>(clusters->scales.size());
+      q.ssd_x = int8_per_cluster(absmax(StatPoint::kSsdX), map, count);
+      q.ssd_B = int8_per_group(absmax(StatPoint::kSsdB), N);
+      q.ssd_C = int8_per_group(absmax(StatPoint::kSsdC), N);
+      q.ssd_dt = int8_per_tensor(absmax(StatPoint::kSsdDt));
+      q.ssm_state = int8_state_per_cluster(absmax(StatPoint::kSsdState), map, count, N);
+      break;
+    }
+    case RecipeName::kSsdi8:
+      q.ssd_mode = SsdMode::kSsdi8;
+      q.ssd_x = fp16;
+      q.ssd_dt = fp16;
+      q.ssd_B = int8_per_group(absmax(StatPoint::kSsdB), N);
+      q.ssd_C = int8_per_group(absmax(StatPoint::kSsdC), N);
+      q.x_scaled = int8_per_channel(absmax(StatPoint::kSsdXScaled));
+      q.ssm_state = int8_state_per_channel(absmax(StatPoint::kSsdState), E, N);
+      q.cb = int8_per_channel(absmax(StatPoint::kSsdCb));
+      break;
+  }
+  // Ablations: points left in fp16 (SSDi8 operands left in float run ssdi8_chunked_simulated).
+  const std::pair<const char*, ActQuant*> points[] = {
+      {"in_proj.in", &q.in_proj_in}, {"conv.in", &q.conv_in},     {"ssd.x", &q.ssd_x},
+      {"ssd.B", &q.ssd_B},           {"ssd.C", &q.ssd_C},         {"ssd.dt", &q.ssd_dt},
+      {"ssd.state", &q.ssm_state},   {"ssd.x_scaled", &q.x_scaled}, {"ssd.cb", &q.cb},
+      {"out_proj.in", &q.out_proj_in}};
+  for (const auto& [name, act] : points)
+    if (o.keeps_float(name)) *act = (act == &q.x_scaled || act == &q.cb) ? ActQuant::float32() : fp16;
+}
+
+// Runs a pass over the samples: work(sample, slot) on the threads, fold in sample order.
+void run_pass(const std::string& stage, int64_t samples, const std::function<std::unique_ptr<PassSlot>()>& make,
+              const std::function<void(int64_t, PassSlot&)>& work, const std::function<void(PassSlot&)>& fold,
+              const ExportOptions& options) {
+  using Slot = std::unique_ptr<PassSlot>;
+  ordered_parallel_fold<Slot>(
+      samples, make, [&](int64_t s, Slot& slot) { work(s, *slot); },
+      [&](int64_t s, Slot& slot) {
+        fold(*slot);
+        slot.reset();
+        if (options.on_progress) options.on_progress(stage, s + 1, samples);
+      });
+}
+
+}  // namespace
+
+QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& calib, const ExportOptions& options) {
+  const RecipeOptions& o = options.recipe;
+  const Mamba2Config& c = fp.config;
+  check_same_shape(c, calib.config);
+  o.validate(c.n_layer, c.heads_per_group(), c.headdim);
+  const int64_t D = c.d_model, E = c.d_inner(), V = c.vocab_size, H = c.nheads(), P = c.headdim, N = c.d_state;
+  const int64_t in_dim = c.d_in_proj(), L = c.n_layer, T = calib.provenance.seqlen;
+  const int64_t S = options.max_samples > 0 ? std::min(options.max_samples, calib.provenance.samples)
+                                            : calib.provenance.samples;
+
+  // Function-preserving transforms (QUANT.md §3).
+  ModelWeights w = fp;
+  std::vector<SortClusterResult> clusters(L);
+  std::vector<float> signs;
+  if (o.uses_transforms()) {
+    fuse_norm_weights(w);
+    if (o.rotation_seed) signs = random_signs(D, *o.rotation_seed);
+    rotate_residual(w, signs);
+    // Reordering permutes out_proj's columns, so it comes before the Hadamard is fused into them.
+    if (o.recipe == RecipeName::kQuamba2)
+      for (int64_t l = 0; l < L; ++l) {
+        SortClusterOptions so;
+        so.head_clusters = o.head_clusters;
+        so.channel_clusters = o.channel_clusters;
+        clusters[l] = sort_and_cluster(calib.stats.layers[l].at(StatPoint::kSsdX).absmax(), H, P, c.ngroups, so);
+        reorder_heads(w.layers[l], c, clusters[l].permutation);
+      }
+    fuse_out_proj_hadamard(w);
+  }
+
+  QuantizedModel m;
+  m.config = w.config;
+  m.norm_f = w.norm_f;
+  const QuantBits weight_bits = o.weights_int4() ? QuantBits::kInt4 : QuantBits::kInt8;
+  m.embedding = o.quantize_embedding ? rtn_weight(w.embedding, V, D, weight_bits, 0) : float16_weight(w.embedding, V, D);
+  if (o.quantize_lm_head) {
+    m.lm_head = rtn_weight(w.head(), V, D, weight_bits, o.group_size);
+  } else if (o.quantize_embedding || !w.lm_head.empty()) {
+    m.lm_head = float16_weight(w.head(), V, D);
+  }
+  m.config.tie_embeddings = m.lm_head.empty();
+
+  if (!o.quantized() || o.recipe == RecipeName::kRtn) {
+    for (int64_t l = 0; l < L; ++l) {
+      QuantizedLayer q = float_quantized_layer(w.layers[l]);
+      if (o.quantized()) {
+        q.in_proj = quantize_projection(w.layers[l].in_proj, in_dim, D, o, nullptr);
+        q.out_proj = quantize_projection(w.layers[l].out_proj, D, E, o, nullptr);
+        assign_activation_formats(q, calib.stats.layers[l], o, l, c, nullptr);
+      } else {
+        q.in_proj = float16_weight(w.layers[l].in_proj, in_dim, D);
+        q.out_proj = float16_weight(w.layers[l].out_proj, D, E);
+        for (ActQuant* a : {&q.in_proj_in, &q.conv_in, &q.ssd_x, &q.ssd_B, &q.ssd_C, &q.ssd_dt, &q.out_proj_in,
+                            &q.ssm_state})
+          *a = ActQuant::float16();
+      }
+      m.layers.push_back(std::move(q));
+    }
+    validate_quantized_model(m, "export");
+    return m;
+  }
+
+  // Sequential passes over the calibration samples. streams[s]: the residual stream [T, D] of
+  // sample s entering the current layer.
+  std::vector<std::vector<float>> streams(S, std::vector<float>(T * D));
+  parallel_for(S, [&](int64_t s) {
+    for (int64_t t = 0; t < T; ++t)
+      m.embedding.row_to_float(calib.tokens[s * T + t], streams[s].data() + t * D);
+  });
+  const bool internals = o.recipe == RecipeName::kQuamba2 || o.recipe == RecipeName::kSsdi8;
+  const double eta = o.mean_correction_eta();
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string layer_name = fmt::format("layer {}/{}", l + 1, L);
+    QuantizedLayer q = float_quantized_layer(w.layers[l]);
+    q.online_hadamard = true;
+    auto run_copy = [&](int64_t s, const QuantizedLayer& layer, ForwardObserver& observer) {
+      std::vector<float> residual = streams[s];
+      std::vector<float> conv(c.conv_dim() * (c.d_conv - 1), 0.0f), ssm(H * P * N, 0.0f);
+      quantized_layer_forward(c, layer, l, residual.data(), T, conv.data(), ssm.data(), &observer);
+    };
+
+    // Pass A: activation maxima of the fp32 layer (and the in_proj Hessian).
+    CalibrationStats stats = CalibrationStats::empty_for(c, l);
+    InputGram in_gram(D);
+    run_pass(
+        layer_name + " activations", S,
+        [&] {
+          auto slot = std::make_unique<PassSlot>();
+          slot->stats = std::make_unique<StatsObserver>(c, internals, l);
+          if (o.uses_gptq()) slot->in_proj_gram = std::make_unique<InputGram>(D);
+          return slot;
+        },
+        [&](int64_t s, PassSlot& slot) { run_copy(s, q, slot); },
+        [&](PassSlot& slot) {
+          stats.merge(slot.stats->stats());
+          if (slot.in_proj_gram) in_gram.merge(*slot.in_proj_gram);
+        },
+        options);
+    assign_activation_formats(q, stats.layers[l], o, l, c, o.recipe == RecipeName::kQuamba2 ? &clusters[l] : nullptr);
+    std::vector<double> hessian;
+    if (o.uses_gptq()) hessian = in_gram.hessian();
+    q.in_proj = quantize_projection(w.layers[l].in_proj, in_dim, D, o, o.uses_gptq() ? &hessian : nullptr);
+
+    // Pass B: the out_proj input Hessian through the quantized in_proj and activations.
+    if (o.uses_gptq()) {
+      InputGram out_gram(E);
+      run_pass(
+          layer_name + " out_proj Hessian", S,
+          [&] {
+            auto slot = std::make_unique<PassSlot>();
+            slot->out_proj_gram = std::make_unique<InputGram>(E);
+            return slot;
+          },
+          [&](int64_t s, PassSlot& slot) { run_copy(s, q, slot); },
+          [&](PassSlot& slot) { out_gram.merge(*slot.out_proj_gram); }, options);
+      hessian = out_gram.hessian();
+    }
+    q.out_proj = quantize_projection(w.layers[l].out_proj, D, E, o, o.uses_gptq() ? &hessian : nullptr);
+
+    // Pass C: advance the streams through the quantized layer; mean correction.
+    if (l + 1 < L || eta > 0) {
+      ChannelStats output(D, true);
+      run_pass(
+          layer_name + " quantized forward", S,
+          [&] {
+            auto slot = std::make_unique<PassSlot>();
+            slot->output = std::make_unique<ChannelStats>(D, true);
+            return slot;
+          },
+          [&](int64_t s, PassSlot& slot) {
+            std::vector<float> conv(c.conv_dim() * (c.d_conv - 1), 0.0f), ssm(H * P * N, 0.0f);
+            quantized_layer_forward(c, q, l, streams[s].data(), T, conv.data(), ssm.data(), &slot);
+          },
+          [&](PassSlot& slot) { output.merge(*slot.output); }, options);
+      if (eta > 0) {
+        // μ_fp in the rotated basis: the FP block output o becomes o·Q with Q = diag(signs)·H/√D.
+        std::vector<float> fp_mean = calib.stats.layers[l].at(StatPoint::kOutProjOut).mean();
+        if (!signs.empty())
+          for (int64_t i = 0; i < D; ++i) fp_mean[i] *= signs[i];
+        apply_hadamard_rows(fp_mean.data(), 1, D, /*normalized=*/true);
+        q.out_bias = mean_correction(fp_mean, output.mean(), eta);
+        parallel_for(S, [&](int64_t s) {
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t i = 0; i < D; ++i) streams[s][t * D + i] += q.out_bias[i];
+        });
+      }
+    }
+    m.layers.push_back(std::move(q));
+  }
+  validate_quantized_model(m, "export");
+  return m;
+}
+
+}  // namespace ssdq

@@ -1,0 +1,42 @@
+// `ssdq export`: a FP model and its calibration file to a QuantizedModel by one recipe of
+// QUANT.md §4 (docs/QUANTIZATION.md says what each recipe does at each point).
+//
+// rtn and fp16 need no forward: weights are rounded, activation scales come straight from the
+// calibration statistics. had, quamba2 and ssdi8 transform the weights (γ fusion, residual
+// rotation, online Hadamard at out_proj.in; quamba2 also sort-and-cluster reordering) and then
+// go layer by layer over the calibration samples, each layer seeing the outputs of the layers
+// already quantized (and mean-corrected) before it:
+//   pass A  the layer in fp32: maxima at every point (its static scales) and, with GPTQ, the
+//           in_proj input Hessian; in_proj is quantized;
+//   pass B  (GPTQ only) the layer with in_proj and activations quantized: the out_proj input
+//           Hessian; out_proj is quantized;
+//   pass C  the quantized layer advances the samples' residual streams; with SSDi8 mean
+//           correction its out_proj.out mean μ_q gives c = η·(μ_fp − μ_q), which is stored as the
+//           layer's out_proj bias and added to the streams (Algorithm 1).
+// Samples run in parallel and are merged in sample order: the result does not depend on the
+// thread count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "calib/calibration_file.h"
+#include "quant/recipe.h"
+#include "runtime/model_weights.h"
+#include "runtime/quantized_model.h"
+
+namespace ssdq {
+
+struct ExportOptions {
+  RecipeOptions recipe;
+  int64_t max_samples = 0;  // use the first N calibration samples (0: all)
+  // Called after each sample of each pass; `stage` names the layer and pass.
+  std::function<void(const std::string& stage, int64_t done, int64_t total)> on_progress;
+};
+
+// Fails when the calibration file was made for a different model shape, or on invalid options.
+QuantizedModel quantize_model(const ModelWeights& weights, const CalibrationFile& calibration,
+                              const ExportOptions& options);
+
+}  // namespace ssdq

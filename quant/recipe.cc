@@ -1,0 +1,103 @@
+#include "quant/recipe.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "formats/error.h"
+
+namespace ssdq {
+
+const char* recipe_name(RecipeName recipe) {
+  switch (recipe) {
+    case RecipeName::kRtn: return "rtn";
+    case RecipeName::kHad: return "had";
+    case RecipeName::kQuamba2: return "quamba2";
+    case RecipeName::kSsdi8: return "ssdi8";
+  }
+  return "?";
+}
+
+const char* bit_width_name(BitWidth bits) {
+  switch (bits) {
+    case BitWidth::kW8A8: return "w8a8";
+    case BitWidth::kW4A8: return "w4a8";
+    case BitWidth::kW4A16: return "w4a16";
+    case BitWidth::kFp16: return "fp16";
+  }
+  return "?";
+}
+
+RecipeName parse_recipe_name(const std::string& text) {
+  for (RecipeName r : {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8})
+    if (text == recipe_name(r)) return r;
+  fail("unknown recipe \"{}\"; choose rtn, had, quamba2 or ssdi8", text);
+}
+
+BitWidth parse_bit_width(const std::string& text) {
+  for (BitWidth b : {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16})
+    if (text == bit_width_name(b)) return b;
+  fail("unknown bit width \"{}\"; choose w8a8, w4a8, w4a16 or fp16", text);
+}
+
+const std::vector<std::string>& keep_float_choices() {
+  static const std::vector<std::string> choices = {"in_proj.in", "conv.in",      "ssd.x",     "ssd.B",
+                                                   "ssd.C",      "ssd.dt",       "ssd.state", "ssd.x_scaled",
+                                                   "ssd.cb",     "out_proj.in",  "weights"};
+  return choices;
+}
+
+bool RecipeOptions::int8_activations(int64_t layer) const {
+  if (bits != BitWidth::kW8A8 && bits != BitWidth::kW4A8) return false;
+  return std::find(w4a16_layers.begin(), w4a16_layers.end(), layer) == w4a16_layers.end();
+}
+
+bool RecipeOptions::keeps_float(const std::string& point) const {
+  return std::find(keep_float.begin(), keep_float.end(), point) != keep_float.end();
+}
+
+void RecipeOptions::validate(int64_t n_layer, int64_t heads_per_group, int64_t headdim) const {
+  if (recipe == RecipeName::kRtn && gptq.value_or(false))
+    fail("--gptq: the rtn recipe rounds weights to nearest by definition; use had, quamba2 or ssdi8");
+  if (!quantized() && (quantize_embedding || quantize_lm_head))
+    fail("--quantize-embedding / --quantize-lm-head need quantized weights, not --bits fp16");
+  if (group_size <= 0 || group_size > (int64_t{1} << 20)) fail("--group-size must be in 1..1048576, got {}", group_size);
+  if (!(damp >= 0 && damp < 1)) fail("--damp must be in [0, 1), got {}", damp);
+  if (eta && !(*eta >= 0 && *eta <= 1)) fail("--eta must be in [0, 1], got {}", *eta);
+  if (eta && recipe != RecipeName::kSsdi8) fail("--eta applies to the ssdi8 recipe only");
+  if (head_clusters < 1 || head_clusters > heads_per_group)
+    fail("--head-clusters must be in 1..{} (heads per B/C group), got {}", heads_per_group, head_clusters);
+  if (channel_clusters < 1 || channel_clusters > headdim)
+    fail("--channel-clusters must be in 1..{} (headdim), got {}", headdim, channel_clusters);
+  if (!w4a16_layers.empty()) {
+    if (bits != BitWidth::kW4A8) fail("--w4a16-layers mixes W4A16 layers into a w4a8 model; --bits is {}", bit_width_name(bits));
+    for (int64_t layer : w4a16_layers)
+      if (layer < 0 || layer >= n_layer) fail("--w4a16-layers: layer {} is outside 0..{}", layer, n_layer - 1);
+  }
+  for (const std::string& point : keep_float)
+    if (std::find(keep_float_choices().begin(), keep_float_choices().end(), point) == keep_float_choices().end())
+      fail("--keep-float: unknown point \"{}\"", point);
+}
+
+std::string RecipeOptions::to_json() const {
+  nlohmann::json out = {
+      {"name", recipe_name(recipe)},
+      {"bits", bit_width_name(bits)},
+      {"quantize_embedding", quantize_embedding},
+      {"quantize_lm_head", quantize_lm_head},
+      {"gptq", uses_gptq()},
+      {"group_size", group_size},
+      {"act_order", act_order},
+      {"damp", damp},
+      {"head_clusters", head_clusters},
+      {"channel_clusters", channel_clusters},
+      {"mean_correction_eta", mean_correction_eta()},
+      {"w4a16_layers", w4a16_layers},
+      {"residual_rotation", uses_transforms()},
+      {"rotation_seed", rotation_seed ? nlohmann::json(*rotation_seed) : nlohmann::json(nullptr)},
+      {"keep_float", keep_float},
+  };
+  return out.dump();
+}
+
+}  // namespace ssdq

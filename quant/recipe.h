@@ -1,0 +1,56 @@
+// The quantization recipes of QUANT.md §4 as options, and what each one quantizes where. Pure:
+// the export driver (calib/quantize_model.h) applies them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ssdq {
+
+enum class RecipeName { kRtn, kHad, kQuamba2, kSsdi8 };
+enum class BitWidth { kW8A8, kW4A8, kW4A16, kFp16 };
+
+const char* recipe_name(RecipeName recipe);
+const char* bit_width_name(BitWidth bits);
+RecipeName parse_recipe_name(const std::string& text);  // fails listing the choices
+BitWidth parse_bit_width(const std::string& text);
+
+// Activation points a user may keep in floating point (fp16) for ablations, plus "weights"
+// (projections kept fp16) — `--keep-float`.
+const std::vector<std::string>& keep_float_choices();
+
+struct RecipeOptions {
+  RecipeName recipe = RecipeName::kRtn;
+  BitWidth bits = BitWidth::kW8A8;
+  bool quantize_embedding = false;  // head-to-toe: per-row embedding at the weight bit width
+  bool quantize_lm_head = false;    // head-to-toe: per-group (group_size) lm_head, weight-only
+  std::optional<bool> gptq;         // unset: on for 4-bit weights of had/quamba2/ssdi8
+  int64_t group_size = 128;         // int4 weight groups along the input dimension
+  bool act_order = false;           // GPTQ act-order (implies static groups)
+  double damp = 0.01;               // GPTQ damping, fraction of mean(diag H)
+  int64_t head_clusters = 4;        // quamba2 sort-and-cluster m
+  int64_t channel_clusters = 4;     // quamba2 sort-and-cluster n
+  std::optional<double> eta;        // ssdi8 mean correction factor; unset: 0.15; 0 disables
+  std::vector<int64_t> w4a16_layers;  // w4a8 layers run with fp16 activations (mixed precision)
+  std::optional<uint64_t> rotation_seed;  // residual rotation Q = diag(±1)·H/√D with signs from this seed
+  std::vector<std::string> keep_float;    // ablation: points (or "weights") left in fp16
+
+  // Resolved choices.
+  bool weights_int4() const { return bits == BitWidth::kW4A8 || bits == BitWidth::kW4A16; }
+  bool quantized() const { return bits != BitWidth::kFp16; }
+  bool uses_transforms() const { return quantized() && recipe != RecipeName::kRtn; }
+  bool uses_gptq() const { return quantized() && recipe != RecipeName::kRtn && gptq.value_or(weights_int4()); }
+  double mean_correction_eta() const { return recipe == RecipeName::kSsdi8 && quantized() ? eta.value_or(0.15) : 0.0; }
+  bool int8_activations(int64_t layer) const;
+  bool keeps_float(const std::string& point) const;
+
+  // Fails with a message naming the flag when options contradict each other or the model
+  // (layer indices beyond n_layer, clusters beyond the heads per group or headdim).
+  void validate(int64_t n_layer, int64_t heads_per_group, int64_t headdim) const;
+  // Every option, resolved defaults included, as a JSON object string (the artifact's "recipe").
+  std::string to_json() const;
+};
+
+}  // namespace ssdq

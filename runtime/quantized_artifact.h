@@ -1,0 +1,33 @@
+// A QuantizedModel to and from the tensors and metadata of an .ssdq artifact (formats/artifact.h;
+// the schema is docs/ARTIFACT.md). Reading checks every tensor against the stored config and
+// the model with validate_quantized_model, so a loaded model is safe to run.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/quantized_model.h"
+
+namespace ssdq {
+
+// JSON strings stored next to the model.
+struct ArtifactDescription {
+  std::string recipe;       // the recipe and every flag (quant/recipe.h)
+  std::string calibration;  // statistics file, its hash and its provenance; "{}" for none
+  std::string tokenizer;    // {"sha256": ..., "json": <tokenizer.json text>}
+};
+
+// Atomic: on any failure nothing is left at `path`.
+void write_quantized_artifact(const std::string& path, const QuantizedModel& model, const ArtifactDescription& description);
+
+struct LoadedArtifact {
+  std::shared_ptr<const QuantizedModel> model;
+  ArtifactDescription description;
+  std::string tokenizer_json;  // the embedded tokenizer.json text ("" when the artifact has none)
+};
+LoadedArtifact read_quantized_artifact(const std::string& path);
+
+// {"sha256": hash, "json": text} as stored in the "tokenizer" metadata.
+std::string tokenizer_metadata(const std::string& tokenizer_json_text, const std::string& sha256);
+
+}  // namespace ssdq

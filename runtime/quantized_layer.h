@@ -1,0 +1,28 @@
+// One Mamba-2 block of a QuantizedModel, for one sequence: the specification of the quantized
+// forward that the CUDA backend reproduces.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/forward_observer.h"
+#include "runtime/quantized_model.h"
+
+namespace ssdq {
+
+// Advances `residual` [T, D] through layer `q` (index `layer`). conv_state [conv_dim, K-1] holds the
+// last conv.in values, ssm_state [H, P, N] the SSM state in the layer's ssm_state format; both are
+// read and advanced. T == 1 is a decode step (recurrent form), T > 1 a prefill (chunked form).
+//
+// Order of operations (QUANT.md §1 with the points of §2; "in format" = apply_activation_format):
+//   u = rmsnorm(r)·norm, in format in_proj_in          → zxbcdt = linear_forward(in_proj, u)
+//   xBC_pre = zxbcdt[E : E+conv_dim], in format conv_in  → xBC = SiLU(causal conv + bias)
+//   x, B, C = xBC parts, each in its format; dt_raw in format ssd_dt; dt = clamp(softplus(dt_raw + dt_bias))
+//   y = SSD (cpu::ssd_chunked / ssd_step in fp32 for SsdMode::kFloat, ssdi8_* for kSsdi8);
+//       after a kFloat SSD the state is put in the ssm_state format
+//   g = gated_rmsnorm(y, z)·gated_norm (groups E/G); g ← g·H_E/√E when online_hadamard; g in format out_proj_in
+//   o = linear_forward(out_proj, g) + out_bias;  r += o
+// The observer, if any, sees each point's values as the next op consumes them (after its format).
+void quantized_layer_forward(const Mamba2Config& config, const QuantizedLayer& q, int64_t layer, float* residual,
+                             int64_t T, float* conv_state, float* ssm_state, ForwardObserver* observer = nullptr);
+
+}  // namespace ssdq

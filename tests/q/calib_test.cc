@@ -1,0 +1,246 @@
+// Calibration: per-channel statistics and their deterministic merge, the SSD internals, the
+// driver's independence from the thread count, the statistics file (round trip, refusal of bad
+// files, nothing written on failure) and a run on the bundled model with its provenance.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "calib/calibrate.h"
+#include "calib/calibration_file.h"
+#include "calib/calibration_stats.h"
+#include "calib/ssd_internals.h"
+#include "formats/digest.h"
+#include "formats/error.h"
+#include "formats/file_io.h"
+#include "formats/safetensors.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/parallel.h"
+#include "tests/q/test_models.h"
+
+namespace ssdq {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace testing_models;
+
+std::string temp_path(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+void expect_same_stats(const CalibrationStats& a, const CalibrationStats& b) {
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  for (size_t l = 0; l < a.layers.size(); ++l)
+    for (int p = 0; p < kStatPointCount; ++p) {
+      const ChannelStats& x = a.layers[l].points[p];
+      const ChannelStats& y = b.layers[l].points[p];
+      EXPECT_EQ(x.absmax(), y.absmax()) << "layer " << l << " " << stat_point_name(static_cast<StatPoint>(p));
+      EXPECT_EQ(x.sums(), y.sums()) << "layer " << l << " " << stat_point_name(static_cast<StatPoint>(p));
+      EXPECT_EQ(x.rows(), y.rows());
+    }
+}
+
+TEST(ChannelStats, MaximaSumsAndMeansOverStridedRows) {
+  ChannelStats stats(3, true);
+  const float rows[] = {1, -4, 2, 99, -3, 2, 0.5f, 99};  // two rows of 3 with stride 4
+  stats.add_rows(rows, 2, 4, "test");
+  EXPECT_EQ(stats.absmax(), (std::vector<float>{3, 4, 2}));
+  EXPECT_EQ(stats.mean(), (std::vector<float>{-1, -1, 1.25f}));
+  ChannelStats other(3, true);
+  const float more[] = {-7, 0, 0};
+  other.add_rows(more, 1, 3, "test");
+  stats.merge(other);
+  EXPECT_EQ(stats.absmax(), (std::vector<float>{7, 4, 2}));
+  EXPECT_EQ(stats.rows(), 3);
+  EXPECT_FLOAT_EQ(stats.mean()[0], -3.0f);
+}
+
+TEST(ChannelStats, RejectsNonFiniteValuesNamingThePoint) {
+  ChannelStats stats(2, false);
+  const float bad[] = {1, NAN};
+  EXPECT_THAT([&] { stats.add_rows(bad, 1, 2, "layer 3 ssd.x"); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("layer 3 ssd.x has the non-finite value nan at token 0, channel 1")));
+  EXPECT_THAT([&] { stats.mean(); }, ::testing::ThrowsMessage<Error>(HasSubstr("do not track means")));
+}
+
+// With one chunk and a zero initial state, the chunk-local state is the final state and the
+// state after StatePassing is the same: both maxima equal |final state| of the FP SSD.
+TEST(SsdInternals, SingleChunkStatesEqualTheFpFinalState) {
+  const Mamba2Config c = synthetic_config(2);
+  const ModelWeights w = random_weights(c, 3);
+  const int64_t H = c.nheads(), P = c.headdim, N = c.d_state, G = c.ngroups, T = 20;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(T * H * P), bc(T * 2 * G * N), dt(T * H);
+  for (float& v : x) v = normal(rng);
+  for (float& v : bc) v = normal(rng);
+  for (float& v : dt) v = 0.05f + 0.05f * std::abs(normal(rng));
+  const cpu::SsdInputs in{x.data(), H * P, bc.data(), bc.data() + G * N, 2 * G * N, dt.data(), w.layers[0].A.data(),
+                          w.layers[0].D.data()};
+  std::vector<float> state(H * P * N, 0.0f), zero(H * P * N, 0.0f), y(T * H * P);
+  ChannelStats x_scaled(H * P, true), states(H * P * N, false), cb(G, false);
+  observe_ssd_internals({H, P, G, N}, in, T, c.chunk_size, zero.data(), x_scaled, states, cb);
+  cpu::ssd_chunked({H, P, G, N}, in, T, c.chunk_size, state.data(), y.data());
+  EXPECT_EQ(states.rows(), 2);
+  EXPECT_EQ(x_scaled.rows(), T);
+  EXPECT_EQ(cb.rows(), 1);
+  for (int64_t i = 0; i < H * P * N; ++i)
+    ASSERT_NEAR(states.absmax()[i], std::abs(state[i]), 1e-5 * (1 + std::abs(state[i]))) << i;
+  // CB's maximum is at least the largest diagonal |C_t·B_t| of each group.
+  for (int64_t g = 0; g < G; ++g) {
+    float diagonal = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      float dot = 0;
+      for (int64_t n = 0; n < N; ++n) dot += bc[t * 2 * G * N + G * N + g * N + n] * bc[t * 2 * G * N + g * N + n];
+      diagonal = std::max(diagonal, std::abs(dot));
+    }
+    EXPECT_GE(cb.absmax()[g], diagonal * (1 - 1e-6f));
+  }
+}
+
+TEST(CollectStatistics, IsTheSameForAnyThreadCountAndCoversEveryPoint) {
+  const Mamba2Config c = synthetic_config(2);
+  const ModelWeights w = random_weights(c, 11);
+  const int64_t samples = 5, seqlen = 70;  // chunks of 32: two full and a partial one
+  const std::vector<int32_t> tokens = random_tokens(samples * seqlen, c.vocab_size, 2);
+  set_thread_count(1);
+  const CalibrationStats one = collect_statistics(w, tokens, samples, seqlen);
+  set_thread_count(2);
+  int64_t reported = 0;
+  CollectOptions options;
+  options.on_progress = [&](int64_t done, int64_t total) {
+    EXPECT_EQ(total, samples);
+    reported = done;
+  };
+  const CalibrationStats two = collect_statistics(w, tokens, samples, seqlen, options);
+  EXPECT_EQ(reported, samples);
+  expect_same_stats(one, two);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerStats& s = one.layers[l];
+    EXPECT_EQ(s.at(StatPoint::kInProjIn).rows(), samples * seqlen);
+    EXPECT_EQ(s.at(StatPoint::kSsdXScaled).rows(), samples * seqlen);
+    EXPECT_EQ(s.at(StatPoint::kSsdState).rows(), samples * 3 * 2);  // 3 chunks, local + passed
+    EXPECT_EQ(s.at(StatPoint::kSsdCb).rows(), samples * 3);
+    for (int p = 0; p < kStatPointCount; ++p) {
+      const auto& maxima = s.points[p].absmax();
+      EXPECT_GT(*std::max_element(maxima.begin(), maxima.end()), 0.0f) << stat_point_name(static_cast<StatPoint>(p));
+    }
+  }
+  // The observed in_proj input of layer 0 is rmsnorm(embedding)·γ of the tokens.
+  float expected = 0;
+  std::vector<float> normed(c.d_model);
+  for (int32_t t : tokens) {
+    cpu::rmsnorm(&w.embedding[t * c.d_model], w.layers[0].norm.data(), normed.data(), 1, c.d_model, 1e-5f);
+    expected = std::max(expected, std::abs(normed[0]));
+  }
+  EXPECT_FLOAT_EQ(one.layers[0].at(StatPoint::kInProjIn).absmax()[0], expected);
+}
+
+CalibrationFile small_file() {
+  const Mamba2Config c = synthetic_config(2);
+  const ModelWeights w = random_weights(c, 4);
+  CalibrationFile file;
+  file.config = c;
+  file.provenance.samples = 2;
+  file.provenance.seqlen = 40;
+  file.provenance.seed = 9;
+  file.provenance.separator = 0;
+  file.provenance.data_files = {{"data.jsonl", std::string(64, 'a'), 123}};
+  file.provenance.model_dir = "model";
+  file.provenance.weights_file = "model/pytorch_model.bin";
+  file.provenance.weights_sha256 = std::string(64, 'b');
+  file.provenance.tokenizer_file = "tokenizer.json";
+  file.provenance.tokenizer_sha256 = std::string(64, 'c');
+  file.provenance.ssdq_version = "test";
+  file.tokens = random_tokens(80, c.vocab_size, 1);
+  file.stats = collect_statistics(w, file.tokens, 2, 40);
+  return file;
+}
+
+TEST(CalibrationFile, RoundTrips) {
+  const CalibrationFile file = small_file();
+  const std::string path = temp_path("round_trip.safetensors");
+  write_calibration_file(path, file);
+  const CalibrationFile back = read_calibration_file(path);
+  EXPECT_EQ(back.tokens, file.tokens);
+  EXPECT_EQ(back.config.d_model, file.config.d_model);
+  EXPECT_EQ(back.config.ngroups, file.config.ngroups);
+  EXPECT_EQ(back.config.chunk_size, file.config.chunk_size);
+  EXPECT_EQ(back.provenance.seed, 9u);
+  EXPECT_EQ(back.provenance.data_files[0].bytes, 123);
+  EXPECT_EQ(back.provenance.weights_sha256, file.provenance.weights_sha256);
+  expect_same_stats(back.stats, file.stats);
+}
+
+// Rewrites the file with one change to its tensors or metadata.
+void rewrite(const std::string& from, const std::string& to,
+             const std::function<void(TensorMap&, std::map<std::string, std::string>&)>& change) {
+  SafetensorsFile file = read_safetensors(from);
+  change(file.tensors, file.metadata);
+  write_safetensors(to, file.tensors, file.metadata);
+}
+
+TEST(CalibrationFile, RefusesBadFilesWithAClearMessage) {
+  const std::string good = temp_path("good.safetensors"), bad = temp_path("bad.safetensors");
+  write_calibration_file(good, small_file());
+  auto expect_refused = [&](const std::function<void(TensorMap&, std::map<std::string, std::string>&)>& change,
+                            const std::string& message) {
+    rewrite(good, bad, change);
+    EXPECT_THAT([&] { read_calibration_file(bad); }, ::testing::ThrowsMessage<Error>(HasSubstr(message))) << message;
+  };
+  expect_refused([](TensorMap&, auto& m) { m["format_version"] = "2.0"; },
+                 "format_version 2.0 is newer than this ssdq reads (major 1); upgrade ssdq");
+  expect_refused([](TensorMap&, auto& m) { m["format"] = "ssdq"; }, "format is \"ssdq\", expected \"ssdq-calibration\"");
+  expect_refused([](TensorMap&, auto& m) { m.erase("provenance"); }, "metadata \"provenance\" is missing");
+  expect_refused([](TensorMap& t, auto&) { t.erase("layers.1.ssd.state.absmax"); },
+                 "tensor 'layers.1.ssd.state.absmax' is missing");
+  expect_refused([](TensorMap& t, auto&) { t["tokens"] = Tensor::from_i32({2, 40}, std::vector<int32_t>(80, 256)); },
+                 "tokens[0] = 256 is outside the vocabulary (0..255)");
+  expect_refused([](TensorMap& t, auto&) { t["layers.0.ssd.x.absmax"] = Tensor::from_f32({3}, {1, 2, 3}); },
+                 "tensor 'layers.0.ssd.x.absmax' is F32 [3], expected F32 [256]");
+  expect_refused(
+      [](TensorMap& t, auto&) {
+        std::vector<float> maxima(16, 1.0f);
+        maxima[3] = -1;
+        t["layers.0.ssd.dt.absmax"] = Tensor::from_f32({16}, maxima);
+      },
+      "tensor 'layers.0.ssd.dt.absmax' has -1 at channel 3, expected a finite value >= 0");
+  expect_refused([](TensorMap&, auto& m) { m["provenance"] = "{\"seed\": 1}"; }, "provenance lacks");
+}
+
+TEST(CalibrationFile, WritesNothingWhenTheContentsAreInconsistent) {
+  CalibrationFile file = small_file();
+  file.tokens.pop_back();
+  const std::string path = temp_path("never.safetensors");
+  std::remove(path.c_str());
+  EXPECT_THAT([&] { write_calibration_file(path, file); }, ::testing::ThrowsMessage<Error>(HasSubstr("79 tokens")));
+  EXPECT_FALSE(file_exists(path));
+}
+
+TEST(RunCalibration, BundledModelIsDeterministicAndRecordsProvenance) {
+  CalibrationRequest request;
+  request.model_dir = kTinyModel;
+  request.data_files = {"examples/wikitext-2-raw/wiki.test.raw"};
+  request.samples = 2;
+  request.seqlen = 64;
+  request.seed = 5;
+  request.ssdq_version = "test";
+  const CalibrationFile a = run_calibration(request, {});
+  const CalibrationFile b = run_calibration(request, {});
+  EXPECT_EQ(a.tokens, b.tokens);
+  expect_same_stats(a.stats, b.stats);
+  request.seed = 6;
+  EXPECT_NE(run_calibration(request, {}).tokens, a.tokens);
+  const CalibrationProvenance& p = a.provenance;
+  EXPECT_EQ(p.weights_sha256, file_sha256_hex("examples/mamba2-tiny/pytorch_model.bin"));
+  EXPECT_EQ(p.data_files.at(0).sha256, file_sha256_hex("examples/wikitext-2-raw/wiki.test.raw"));
+  EXPECT_EQ(p.data_files.at(0).bytes, static_cast<int64_t>(read_file("examples/wikitext-2-raw/wiki.test.raw").size()));
+  EXPECT_EQ(p.separator, 0);  // <|endoftext|> of the GPT-NeoX tokenizer
+  EXPECT_EQ(a.tokens.size(), 128u);
+}
+
+}  // namespace
+}  // namespace ssdq

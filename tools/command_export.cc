@@ -1,0 +1,119 @@
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "calib/export_artifact.h"
+#include "formats/error.h"
+#include "formats/hub_cache.h"
+#include "runtime/parallel.h"
+#include "runtime/progress.h"
+#include "tools/commands.h"
+
+namespace ssdq::cli {
+namespace {
+
+struct ExportFlags {
+  ExportRequest request;
+  ExportOptions options;
+  std::string recipe, bits;
+  bool gptq = false, no_gptq = false;
+  double eta = -1;
+  int64_t rotation_seed = -1;
+  int threads = 0;
+  bool quiet = false;
+};
+
+void run_export(ExportFlags& flags) {
+  if (flags.threads > 0) set_thread_count(flags.threads);
+  RecipeOptions& r = flags.options.recipe;
+  r.recipe = parse_recipe_name(flags.recipe);
+  r.bits = parse_bit_width(flags.bits);
+  if (flags.gptq && flags.no_gptq) fail("--gptq and --no-gptq contradict each other");
+  if (flags.gptq) r.gptq = true;
+  if (flags.no_gptq) r.gptq = false;
+  if (flags.eta >= 0) r.eta = flags.eta;
+  if (flags.rotation_seed >= 0) r.rotation_seed = static_cast<uint64_t>(flags.rotation_seed);
+
+  std::unique_ptr<ProgressBar> progress;
+  std::string current_stage;
+  flags.options.on_progress = [&](const std::string& stage, int64_t done, int64_t total) {
+    if (stage != current_stage) {
+      if (progress) progress->finish();
+      progress = std::make_unique<ProgressBar>(stage, total, "samples", !flags.quiet);
+      current_stage = stage;
+    }
+    progress->update(done);
+  };
+  fmt::print("export {} with recipe {} at {} ({} threads)\n", flags.request.model_dir, flags.recipe, flags.bits,
+             thread_count());
+  std::fflush(stdout);
+  const ExportSummary summary = export_artifact(flags.request, flags.options);
+  if (progress) progress->finish();
+  fmt::print("wrote {} ({:.1f} MB): quantized in {:.1f} s over {} calibration samples of {} tokens\n",
+             flags.request.out_path, summary.bytes / 1e6, summary.seconds, summary.samples, summary.seqlen);
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& app) {
+  auto flags = std::make_shared<ExportFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "export",
+      "Quantize a model with a recipe (docs/QUANTIZATION.md) using a statistics file from `ssdq calibrate`, and write "
+      "the .ssdq artifact (docs/ARTIFACT.md) that eval-ppl --artifact runs. rtn and fp16 take seconds; had, quamba2 "
+      "and ssdi8 run the calibration samples through the model layer by layer (GPTQ Hessians, activation scales "
+      "after the Hadamard transforms, SSDi8 mean correction).");
+  RecipeOptions& r = flags->options.recipe;
+  cmd->add_option("--model", flags->request.model_dir, "Checkpoint folder (the one calibrated), or org/name[@revision]")
+      ->required();
+  cmd->add_option("--calib", flags->request.calibration_path, "Statistics file written by ssdq calibrate")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--recipe", flags->recipe,
+                  "rtn: round-to-nearest weights, per-tensor activations; had: + RMSNorm γ fusion, Hadamard "
+                  "rotations, GPTQ at 4 bits; quamba2: had + sort-and-cluster x, per-group B/C, int8 decode state; "
+                  "ssdi8: had + SSDi8's integer SSD and mean correction")
+      ->required()
+      ->check(CLI::IsMember({"rtn", "had", "quamba2", "ssdi8"}));
+  cmd->add_option("--bits", flags->bits,
+                  "w8a8 (int8 weights per output channel, int8 activations), w4a8 (int4 weights in groups of "
+                  "--group-size, int8 activations), w4a16 (int4 weights, fp16 activations), fp16 (no quantization)")
+      ->required()
+      ->check(CLI::IsMember({"w8a8", "w4a8", "w4a16", "fp16"}));
+  cmd->add_option("--out", flags->request.out_path, "Artifact to write (atomically)")->required();
+  cmd->add_option("--tokenizer", flags->request.tokenizer_path,
+                  "tokenizer.json to embed (default: the one in the model folder)");
+  cmd->add_flag("--quantize-embedding", r.quantize_embedding,
+                "Head-to-toe: quantize the embedding per row at the weight bit width");
+  cmd->add_flag("--quantize-lm-head", r.quantize_lm_head,
+                "Head-to-toe: quantize the lm_head per group (--group-size) at the weight bit width (weight-only)");
+  cmd->add_flag("--gptq", flags->gptq, "Use GPTQ for the projections (default: on for 4-bit weights, not for rtn)");
+  cmd->add_flag("--no-gptq", flags->no_gptq, "Round projections to nearest even at 4 bits too");
+  cmd->add_option("--group-size", r.group_size, "Input columns per int4 weight scale")->capture_default_str();
+  cmd->add_flag("--act-order", r.act_order, "GPTQ columns by decreasing Hessian diagonal (static groups)");
+  cmd->add_option("--damp", r.damp, "GPTQ damping as a fraction of the mean Hessian diagonal")->capture_default_str();
+  cmd->add_option("--head-clusters", r.head_clusters, "quamba2: head clusters m per B/C group")->capture_default_str();
+  cmd->add_option("--channel-clusters", r.channel_clusters, "quamba2: headdim clusters n per head cluster")
+      ->capture_default_str();
+  cmd->add_option("--eta", flags->eta, "ssdi8: mean-correction factor η (default 0.15; 0 turns it off)");
+  cmd->add_option("--w4a16-layers", r.w4a16_layers,
+                  "w4a8 only: layers (0-based) that keep fp16 activations (Quamba2's mixed precision W4A{8,16})")
+      ->delimiter(',');
+  cmd->add_option("--rotation-seed", flags->rotation_seed,
+                  "Residual rotation Q = diag(±1)·H/√D with random signs from this seed (default: plain Hadamard)");
+  cmd->add_option("--keep-float", r.keep_float,
+                  "Ablation: leave these points in fp16 (comma-separated: in_proj.in, conv.in, ssd.x, ssd.B, ssd.C, "
+                  "ssd.dt, ssd.state, ssd.x_scaled, ssd.cb, out_proj.in, weights)")
+      ->delimiter(',');
+  cmd->add_option("--calib-samples", flags->options.max_samples,
+                  "Use the first N calibration samples for the layer-by-layer passes (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores, or SSDQ_THREADS)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--quiet", flags->quiet, "No progress bars");
+  cmd->callback([flags] { flags->request.model_dir = resolve_model_dir(flags->request.model_dir), run_export(*flags); });
+}
+
+}  // namespace ssdq::cli
