@@ -9,12 +9,14 @@
 # Ends with the line "P passed, F failed": GoogleTest cases of all test runs (from their XML
 # reports) plus one per fuzz target. A stage that breaks (build failure, crash, timeout, no
 # summary) counts as failed; it never just drops out of the count. Arguments go to stage 1's
-# `bazel test`. SSDQ_CI_STAGES (default "tests sanitizers fuzz") picks stages.
+# `bazel test`. SSDQ_CI_STAGES (default "tests") picks stages.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh || exit 1
 
-stages=${SSDQ_CI_STAGES:-tests sanitizers fuzz}
+# The sanitizer and fuzz stages are opt-in (SSDQ_CI_STAGES="tests sanitizers fuzz") until their time
+# on a clean 2-core CI machine has been measured; see docs/FUZZING.md.
+stages=${SSDQ_CI_STAGES:-tests}
 # The whole-file perplexity test runs the FP32 model over all of WikiText-2 (minutes in -c opt);
 # under ASan it would take most of CI's time while exercising the same code as
 # //tests:tiny_model_test. The CLI test only runs the ssdq binary, which under a sanitizer
