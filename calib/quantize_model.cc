@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "calib/calibrate.h"
 #include "calib/calibration_stats.h"
 #include "calib/input_gram.h"
 #include "calib/ordered_parallel.h"
@@ -210,6 +211,21 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
   });
   const bool internals = o.recipe == RecipeName::kQuamba2 || o.recipe == RecipeName::kSsdi8;
   const double eta = o.mean_correction_eta();
+  // μ_fp over the same samples as μ_q: the calibration file's means cover all of its samples, so a
+  // subset (--calib-samples) gets its own FP forward.
+  std::vector<std::vector<float>> fp_means(L);
+  if (eta > 0) {
+    const bool subset = S < calib.provenance.samples;
+    CalibrationStats subset_stats;
+    if (subset) {
+      CollectOptions collect;
+      collect.ssd_internals = false;
+      subset_stats = collect_statistics(
+          fp, std::vector<int32_t>(calib.tokens.begin(), calib.tokens.begin() + S * T), S, T, collect);
+    }
+    for (int64_t l = 0; l < L; ++l)
+      fp_means[l] = (subset ? subset_stats : calib.stats).layers[l].at(StatPoint::kOutProjOut).mean();
+  }
   for (int64_t l = 0; l < L; ++l) {
     const std::string layer_name = fmt::format("layer {}/{}", l + 1, L);
     QuantizedLayer q = float_quantized_layer(w.layers[l]);
@@ -275,7 +291,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
           [&](PassSlot& slot) { output.merge(*slot.output); }, options);
       if (eta > 0) {
         // μ_fp in the rotated basis: the FP block output o becomes o·Q with Q = diag(signs)·H/√D.
-        std::vector<float> fp_mean = calib.stats.layers[l].at(StatPoint::kOutProjOut).mean();
+        std::vector<float> fp_mean = fp_means[l];
         if (!signs.empty())
           for (int64_t i = 0; i < D; ++i) fp_mean[i] *= signs[i];
         apply_hadamard_rows(fp_mean.data(), 1, D, /*normalized=*/true);

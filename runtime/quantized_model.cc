@@ -7,8 +7,6 @@
 
 namespace ssdq {
 
-float round_to_fp16(float value) { return half_to_float(float_to_half(value)); }
-
 std::vector<float> WeightMatrix::to_float() const {
   if (kind == Kind::kQuantized) return dequantize(quantized);
   return dense;

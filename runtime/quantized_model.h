@@ -4,7 +4,9 @@
 // block of QUANT.md §1 (export runs such layers to measure activations).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -109,7 +111,28 @@ void validate_quantized_model(const QuantizedModel& model, const std::string& la
 QuantizedModel float_quantized_model(const ModelWeights& weights);
 QuantizedLayer float_quantized_layer(const LayerWeights& layer);
 
-// fp16 rounding (ties to even) of one value, as the kFloat16 format applies it.
-float round_to_fp16(float value);
+// fp16 rounding (ties to even) of one value, as the kFloat16 format applies it: the fp32 value of
+// half_to_float(float_to_half(value)) (dtype.h), computed on the bits (tested to agree).
+inline float round_to_fp16(float value) {
+  uint32_t word;
+  std::memcpy(&word, &value, sizeof word);
+  const uint32_t sign = word & 0x80000000u, magnitude = word & 0x7fffffffu;
+  uint32_t out;
+  if (magnitude >= 0x7f800000u) return value;       // inf, NaN
+  if (magnitude >= 0x477ff000u) {                   // 65520 and above round to inf
+    out = sign | 0x7f800000u;
+  } else if (magnitude >= 0x38800000u) {            // fp16 normal: keep 10 mantissa bits, ties to even
+    out = sign | ((magnitude + 0xfffu + ((magnitude >> 13) & 1u)) & 0xffffe000u);
+  } else {                                          // fp16 subnormal or zero: multiples of 2^-24
+    float abs_value;
+    std::memcpy(&abs_value, &magnitude, sizeof abs_value);
+    const float rounded = std::nearbyint(abs_value * 16777216.0f) * (1.0f / 16777216.0f);
+    std::memcpy(&out, &rounded, sizeof out);
+    out |= sign;
+  }
+  float result;
+  std::memcpy(&result, &out, sizeof result);
+  return result;
+}
 
 }  // namespace ssdq

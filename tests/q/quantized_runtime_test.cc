@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 
@@ -101,6 +102,28 @@ TEST(ActivationFormats, Int8IntegersComeBackExactlyAndErrorsAreBounded) {
   apply_activation_format(ActQuant::float16(), h.data(), 1, 2, 2);
   EXPECT_EQ(h[0], half_to_float(float_to_half(1.0f / 3)));
   EXPECT_TRUE(std::isinf(h[1]));  // beyond fp16's range, as fp16 storage would give
+}
+
+TEST(ActivationFormats, Fp16RoundingAgreesWithTheDtypeConversions) {
+  // Every 31st float bit pattern (all exponents, signs and mantissa residues), and the edges.
+  auto check = [](uint32_t bits) {
+    float value;
+    std::memcpy(&value, &bits, sizeof value);
+    const float expected = half_to_float(float_to_half(value));
+    const float got = round_to_fp16(value);
+    if (std::isnan(expected)) return std::isnan(got);
+    return std::memcmp(&expected, &got, sizeof got) == 0;
+  };
+  int64_t mismatches = 0;
+  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 31) mismatches += !check(static_cast<uint32_t>(bits));
+  for (float edge : {65504.0f, 65519.99f, 65520.0f, 6.1035156e-05f, 6.1035152e-05f, 5.9604645e-08f, 2.9802322e-08f,
+                     2.9802326e-08f, 0.0f, -0.0f})
+    for (float v : {edge, -edge}) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      mismatches += !check(bits);
+    }
+  EXPECT_EQ(mismatches, 0);
 }
 
 std::vector<float> logits_of(const Backend& backend, const std::vector<int32_t>& tokens) {

@@ -284,9 +284,9 @@ TEST(MeanCorrection, IsEtaTimesTheMeanDifference) {
 }
 
 // out_proj.out means of every layer of a quantized model on the calibration samples.
-std::vector<std::vector<float>> output_means(const QuantizedModel& m, const CalibrationFile& calib) {
+std::vector<std::vector<float>> output_means(const QuantizedModel& m, const CalibrationFile& calib, int64_t samples) {
   const Mamba2Config& c = m.config;
-  const int64_t S = calib.provenance.samples, T = calib.provenance.seqlen, D = c.d_model;
+  const int64_t S = samples, T = calib.provenance.seqlen, D = c.d_model;
   class Means : public ForwardObserver {
    public:
     explicit Means(const Mamba2Config& c) : stats(c.n_layer, ChannelStats(c.d_model, true)) {}
@@ -334,7 +334,7 @@ TEST(MeanCorrection, SequentialCorrectionRemovesTheOutputMeanErrorOnTheCalibrati
     o.recipe.eta = etas[i];
     const QuantizedModel m = quantize_model(w, calib, o);
     EXPECT_EQ(m.layers[0].out_bias.empty(), i == 0);
-    means[i] = output_means(m, calib);
+    means[i] = output_means(m, calib, 3);
   }
   for (int64_t l = 0; l < w.config.n_layer; ++l) {
     const double none = error(means[0][l], l), paper = error(means[1][l], l), full = error(means[2][l], l);
@@ -342,6 +342,21 @@ TEST(MeanCorrection, SequentialCorrectionRemovesTheOutputMeanErrorOnTheCalibrati
     EXPECT_LT(full, 1e-3 * none + 1e-6) << "layer " << l;  // exact up to fp32 rounding on this data
     if (l == 0) EXPECT_NEAR(paper, 0.85 * none, 1e-3 * none);  // same inputs: (1 − η) of the error
     EXPECT_LT(paper, none) << "layer " << l;
+  }
+
+  // With --calib-samples 2, μ_fp and μ_q are both taken over those two samples.
+  ExportOptions o = options_for(RecipeName::kSsdi8, BitWidth::kW4A8);
+  o.recipe.group_size = 128;
+  o.recipe.head_clusters = 4;
+  o.recipe.eta = 1.0;
+  o.max_samples = 2;
+  const std::vector<std::vector<float>> subset = output_means(quantize_model(w, calib, o), calib, 2);
+  const CalibrationStats fp2 =
+      collect_statistics(w, std::vector<int32_t>(calib.tokens.begin(), calib.tokens.begin() + 512), 2, 256);
+  for (int64_t l = 0; l < w.config.n_layer; ++l) {
+    std::vector<float> mean = fp2.layers[l].at(StatPoint::kOutProjOut).mean();
+    apply_hadamard_rows(mean.data(), 1, D, true);
+    EXPECT_LT(max_relative(subset[l], mean), 1e-4) << "layer " << l;
   }
 }
 
