@@ -29,7 +29,15 @@ struct ForwardOutputs {
   double* nll = nullptr;             // if set: [batch, rows], -log p(target | prefix)
   bool last_position_only = false;
   bool any() const { return logits || argmax || nll; }
+  int64_t rows(int64_t length) const { return last_position_only ? 1 : length; }
+  // The outputs of sequence b alone (pointers advanced past the sequences before it).
+  ForwardOutputs for_sequence(int64_t b, int64_t length, int64_t vocab) const;
 };
+
+// The checks every backend's forward makes before it runs: token ids (and targets, when NLL is
+// asked for) inside the vocabulary, naming the first bad one and its position.
+void check_forward_ids(const int32_t* tokens, int64_t batch, int64_t length, int64_t vocab,
+                       const ForwardOutputs& outputs);
 
 class Backend {
  public:

@@ -520,13 +520,8 @@ struct CudaBackend::Impl {
   void forward(const int32_t* tokens, int64_t length, CudaState& state, const ForwardOutputs& out) const {
     const Mamba2Config& c = config;
     const int64_t batch = state.batch(), M = batch * length, V = c.vocab_size;
-    for (int64_t i = 0; i < M; ++i)
-      if (tokens[i] < 0 || tokens[i] >= V) fail("token id {} at position {} is outside the vocabulary (0..{})", tokens[i], i, V - 1);
-    const int64_t R = out.last_position_only ? 1 : length, rows = batch * R;
-    if (out.nll && !out.targets) fail("internal: nll requested without targets");
-    if (out.targets)
-      for (int64_t i = 0; i < rows; ++i)
-        if (out.targets[i] < 0 || out.targets[i] >= V) fail("target id {} at position {} is outside the vocabulary", out.targets[i], i);
+    check_forward_ids(tokens, batch, length, V, out);
+    const int64_t R = out.rows(length), rows = batch * R;
     reserve(batch, length);
 
     int32_t* host_tokens = pinned_tokens.get(M);

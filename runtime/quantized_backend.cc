@@ -37,22 +37,9 @@ void QuantizedBackend::forward(const int32_t* tokens, int64_t length, InferenceS
   if (!qstate) fail("the quantized CPU backend was given a state made by another backend");
   if (length <= 0) return;
   const int64_t batch = qstate->batch(), vocab = config().vocab_size;
-  for (int64_t i = 0; i < batch * length; ++i)
-    if (tokens[i] < 0 || tokens[i] >= vocab)
-      fail("token id {} at position {} is outside the vocabulary (0..{})", tokens[i], i, vocab - 1);
-  if (outputs.nll && !outputs.targets) fail("internal: nll requested without targets");
-  const int64_t rows = outputs.last_position_only ? 1 : length;
-  if (outputs.targets)
-    for (int64_t i = 0; i < batch * rows; ++i)
-      if (outputs.targets[i] < 0 || outputs.targets[i] >= vocab)
-        fail("target id {} at position {} is outside the vocabulary (0..{})", outputs.targets[i], i, vocab - 1);
+  check_forward_ids(tokens, batch, length, vocab, outputs);
   auto run = [&](int64_t b) {
-    ForwardOutputs one = outputs;
-    if (one.logits) one.logits += b * rows * vocab;
-    if (one.argmax) one.argmax += b * rows;
-    if (one.targets) one.targets += b * rows;
-    if (one.nll) one.nll += b * rows;
-    forward_sequence(tokens + b * length, length, *qstate, b, one, batch == 1);
+    forward_sequence(tokens + b * length, length, *qstate, b, outputs.for_sequence(b, length, vocab), batch == 1);
   };
   if (batch == 1) {
     run(0);
