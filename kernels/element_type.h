@@ -6,7 +6,8 @@
 
 namespace ssdq::kernels {
 
-enum class ElementType { kF32, kBF16, kF16 };
+// kS8 / kS32: the int8 operands and int32 accumulators of the integer GEMM (kernels/gemm.h).
+enum class ElementType { kF32, kBF16, kF16, kS8, kS32 };
 
 template <typename T>
 __host__ __device__ inline float to_float(T value);

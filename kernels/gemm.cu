@@ -46,12 +46,17 @@ cudaDataType_t cuda_type(ElementType type) {
     case ElementType::kF32: return CUDA_R_32F;
     case ElementType::kBF16: return CUDA_R_16BF;
     case ElementType::kF16: return CUDA_R_16F;
+    case ElementType::kS8: return CUDA_R_8I;
+    case ElementType::kS32: return CUDA_R_32I;
   }
   return CUDA_R_32F;
 }
 }  // namespace
 
 bool Gemm::supported(const GemmArgs& a) {
+  if (a.in_type == ElementType::kS8)  // IMMA: int32 out, k and strides multiples of 4, no beta
+    return a.out_type == ElementType::kS32 && !a.accumulate && a.m > 0 && a.n > 0 && a.k > 0 && a.k % 4 == 0 &&
+           a.ldx % 4 == 0 && a.x && a.w && a.out && a.ldx >= a.k && a.ldout >= a.n;
   const bool types = (a.in_type == ElementType::kBF16 || a.in_type == ElementType::kF16) &&
                      (a.out_type == ElementType::kF32 || a.out_type == a.in_type);
   return types && a.m > 0 && a.n > 0 && a.k > 0 && a.x && a.w && a.out && a.ldx >= a.k && a.ldout >= a.n &&
@@ -65,7 +70,10 @@ const Gemm::Plan& Gemm::plan(const GemmArgs& args) {
   if (found != plans_.end()) return *found->second;
   auto plan = std::make_unique<Plan>();
   const cudaDataType_t in_type = cuda_type(args.in_type), out_type = cuda_type(args.out_type);
-  check(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const bool integer = args.in_type == ElementType::kS8;
+  check(cublasLtMatmulDescCreate(&plan->desc, integer ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
+                                 integer ? CUDA_R_32I : CUDA_R_32F),
+        "cublasLtMatmulDescCreate");
   const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose), "TRANSA");
   check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep), "TRANSB");
@@ -95,8 +103,12 @@ void Gemm::run(const GemmArgs& args, cudaStream_t stream) {
   if (!supported(args)) throw std::runtime_error("unsupported GEMM arguments");
   const Plan& p = plan(args);
   const float alpha = 1.0f, beta = args.accumulate ? 1.0f : 0.0f;
-  check(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.desc, &alpha, args.w, p.a, args.x, p.b, &beta,
-                       args.out, p.c, args.out, p.c, &p.algo, workspace_, workspace_bytes_, stream),
+  const int32_t int_alpha = 1, int_beta = 0;
+  const bool integer = args.in_type == ElementType::kS8;
+  check(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.desc,
+                       integer ? static_cast<const void*>(&int_alpha) : &alpha, args.w, p.a, args.x, p.b,
+                       integer ? static_cast<const void*>(&int_beta) : &beta, args.out, p.c, args.out, p.c, &p.algo,
+                       workspace_, workspace_bytes_, stream),
         "cublasLtMatmul");
 }
 

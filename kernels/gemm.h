@@ -1,8 +1,9 @@
 // Dense projections through cuBLASLt: out[m, n] (+)= x[m, k] · w[n, k]ᵀ with bf16 or fp16 inputs
 // and fp32 accumulation; out is the input type, or fp32 (optionally accumulated into: the residual add of
-// out_proj rides on the GEMM's beta). Plans (layouts + the heuristic's algorithm) are cached per
+// out_proj rides on the GEMM's beta). With int8 inputs (kS8) the product is exact int32 (kS32 out,
+// IMMA; k and ldx multiples of 4) and kernels/scale_int32.h applies the quantization scales. Plans (layouts + the heuristic's algorithm) are cached per
 // shape, so after the first call of a shape a run only launches (and can be graph-captured).
-// CPU reference: runtime/cpu_ops.h `cpu::matmul_wt`.
+// CPU reference: runtime/cpu_ops.h `cpu::matmul_wt`; int8: runtime/quantized_ops.h `gemm_s8s8_s32`.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,13 +20,13 @@ namespace ssdq::kernels {
 
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
-  ElementType in_type = ElementType::kBF16;  // of x and w: kBF16 or kF16
+  ElementType in_type = ElementType::kBF16;  // of x and w: kBF16, kF16 or kS8
   const void* x = nullptr;                  // [m, k], row stride ldx
   int64_t ldx = 0;
   const void* w = nullptr;                  // [n, k], contiguous rows
   void* out = nullptr;               // [m, n], row stride ldout
   int64_t ldout = 0;
-  ElementType out_type = ElementType::kBF16;  // kF32 or in_type
+  ElementType out_type = ElementType::kBF16;  // kF32 or in_type; kS32 for kS8
   bool accumulate = false;           // out += x·wᵀ (fp32 out only)
 };
 

@@ -2,6 +2,7 @@
 
 #include <Eigen/Core>
 
+#include <cmath>
 #include <vector>
 
 #include "formats/error.h"
@@ -92,7 +93,8 @@ void linear_forward(const WeightMatrix& w, const ActQuant& input, const float* x
       const int64_t k0 = g * qw.group_size, width = std::min(qw.group_size, K - k0);
       gemm_s8s8_s32(qx.data() + k0, K, qw.values.data() + k0, K, acc.data(), rows, width, Nout);
       for (int64_t r = 0; r < rows; ++r)
-        for (int64_t n = 0; n < Nout; ++n) y[r * Nout + n] += static_cast<float>(acc[r * Nout + n]) * qw.scales[n * groups + g];
+        for (int64_t n = 0; n < Nout; ++n)
+          y[r * Nout + n] = std::fma(static_cast<float>(acc[r * Nout + n]), qw.scales[n * groups + g], y[r * Nout + n]);
     }
     for (int64_t i = 0; i < rows * Nout; ++i) y[i] *= s_x;
     return;

@@ -32,8 +32,8 @@ void gemm_s8s8_s32(const int8_t* a, int64_t lda, const int8_t* b, int64_t ldb, i
 // fake-quantized values q·s_x, from which q is re-derived exactly). The cases:
 //   int8 x, quantized W: q_x = quantize_value(x, s_x); for each weight group g (one group for
 //     per-channel weights) acc_g = Σ_{k∈g} q_x·q_w (int32, gemm_s8s8_s32);
-//     per channel: y = float(acc)·s_w[n]·s_x;  per group: y = (Σ_g float(acc_g)·s_w[n, g])·s_x,
-//     the sum over g in increasing order.
+//     y = fp32 chain over the weight groups g in increasing order, y ← fma(float(acc_g), s_w[n, g], y)
+//     from y = 0 (one group: y = float(acc)·s_w[n] rounded once), then y ← y·s_x.
 //   otherwise (a float input, or float weights): y = x·W'ᵀ in fp32, W' = W or dequantize(W)
 //     (W4A16 is this case).
 void linear_forward(const WeightMatrix& w, const ActQuant& input, const float* x, int64_t rows, float* y);

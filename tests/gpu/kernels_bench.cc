@@ -3,7 +3,10 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/add_rmsnorm.h"
@@ -11,6 +14,8 @@
 #include "kernels/causal_conv1d.h"
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
+#include "kernels/qgemv.h"
+#include "kernels/scale_int32.h"
 #include "kernels/ssd_state_update.h"
 
 namespace ssdq {
@@ -178,6 +183,131 @@ void bench_gemv(int m, double bandwidth) {
              out_bytes / out_us / 1e3, 100 * out_bytes / out_us / 1e3 / bandwidth);
 }
 
+// The quantized decode projections of mamba2-2.7b (in_proj 10576 × 2560, out_proj 2560 × 5120):
+// bytes = weights in their stored width + their scales; the bf16 row is the same shape's plain
+// bf16 GEMV for the speed-up.
+void bench_qgemv(int m, double bandwidth) {
+  std::mt19937 rng(6);
+  const int shapes[2][2] = {{10576, 2560}, {2560, 5120}};
+  for (const auto& shape : shapes) {
+    const int n = shape[0], k = shape[1], group = 128;
+    void* w = device_random(size_t(n) * k / 4 + 16, -1, 1, rng);  // int8 bytes (int4 uses half)
+    float* scales = device_random(size_t(n) * (k / group), 0.001f, 0.01f, rng);
+    void* x = device_random(size_t(m) * k / 2 + 16, -1, 1, rng);  // int8 or fp16 rows
+    float* out = device_random(size_t(m) * n, -1, 1, rng);
+    kernels::GemvArgs b;
+    b.m = std::min(m, kernels::kGemvMaxRows);
+    b.n = n;
+    b.k = k;
+    b.x = static_cast<__nv_bfloat16*>(x);
+    b.ldx = k;
+    void* w16 = device_random(size_t(n) * k / 2, -1, 1, rng);
+    b.w = static_cast<__nv_bfloat16*>(w16);
+    b.out = out;
+    b.ldout = n;
+    b.out_type = kernels::ElementType::kF32;
+    // (above the bf16 GEMV's 4 rows the comparison is the gemm lines' cuBLASLt)
+    const double bf16_us = m <= kernels::kGemvMaxRows ? time_us([&] { return kernels::launch_gemv(b, nullptr); }) : NAN;
+    std::string line = fmt::format("qgemv m {:2d} n {:5d} k {:4d}: bf16 gemv {:6.2f} us", m, n, k, bf16_us);
+    for (auto kind : {kernels::QgemvKind::kW8A8, kernels::QgemvKind::kW4A8, kernels::QgemvKind::kW4A16}) {
+      kernels::QgemvArgs a;
+      a.kind = kind;
+      a.m = m;
+      a.n = n;
+      a.k = k;
+      a.x_int8 = static_cast<int8_t*>(x);
+      a.x_f16 = static_cast<__half*>(x);
+      a.ldx = k;
+      a.w = w;
+      a.w_scales = scales;
+      a.group_size = group;
+      a.out = out;
+      a.ldout = n;
+      const double us = time_us([&] { return kernels::launch_qgemv(a, nullptr); });
+      const bool int4 = kind != kernels::QgemvKind::kW8A8;
+      const double bytes = double(n) * k * (int4 ? 0.5 : 1.0) + 4.0 * n * (int4 ? k / group : 1);
+      line += fmt::format(" | {} {:6.2f} us {:5.0f} GB/s ({:3.0f}%) {:.2f}× bf16",
+                          kind == kernels::QgemvKind::kW8A8 ? "w8a8" : int4 && kind == kernels::QgemvKind::kW4A8 ? "w4a8" : "w4a16",
+                          us, bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth, bf16_us / us);
+    }
+    fmt::print("{}\n", line);
+    cudaFree(w);
+    cudaFree(w16);
+    cudaFree(scales);
+    cudaFree(x);
+    cudaFree(out);
+  }
+}
+
+// The W8A8 prefill projection: cuBLASLt's int8 GEMM (IMMA) into int32, then the scaling epilogue
+// into the fp32 residual; the bf16 GEMM of the same shape for the speed-up.
+void bench_gemm_s8(int64_t m, int64_t n, int64_t k) {
+  int8_t *x, *w;
+  int32_t* acc;
+  float *scales, *out;
+  check_cuda(cudaMalloc(&x, m * k), "cudaMalloc");
+  check_cuda(cudaMalloc(&w, n * k), "cudaMalloc");
+  check_cuda(cudaMalloc(&acc, m * n * 4), "cudaMalloc");
+  check_cuda(cudaMalloc(&out, m * n * 4), "cudaMalloc");
+  check_cuda(cudaMalloc(&scales, n * 4), "cudaMalloc");
+  check_cuda(cudaMemset(x, 3, m * k), "memset");
+  check_cuda(cudaMemset(w, 5, n * k), "memset");
+  check_cuda(cudaMemset(scales, 0, n * 4), "memset");
+  check_cuda(cudaMemset(out, 0, m * n * 4), "memset");
+  void* workspace;
+  check_cuda(cudaMalloc(&workspace, 32 << 20), "cudaMalloc");
+  kernels::Gemm gemm(workspace, 32 << 20);
+  kernels::GemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.in_type = kernels::ElementType::kS8;
+  g.x = x;
+  g.ldx = k;
+  g.w = w;
+  g.out = acc;
+  g.ldout = n;
+  g.out_type = kernels::ElementType::kS32;
+  kernels::ScaleInt32Args s;
+  s.m = m;
+  s.n = n;
+  s.acc = acc;
+  s.ld_acc = n;
+  s.w_scales = scales;
+  s.out = out;
+  s.ldout = n;
+  s.accumulate = true;
+  const double gemm_us = time_us([&] {
+    gemm.run(g, nullptr);
+    return cudaSuccess;
+  }, 50);
+  const double scale_us = time_us([&] { return kernels::launch_scale_int32(s, nullptr); }, 50);
+  g.in_type = kernels::ElementType::kBF16;  // same buffers reinterpreted: only the time matters
+  g.out_type = kernels::ElementType::kF32;
+  g.accumulate = true;
+  void* x16;
+  void* w16;
+  check_cuda(cudaMalloc(&x16, m * k * 2), "cudaMalloc");
+  check_cuda(cudaMalloc(&w16, n * k * 2), "cudaMalloc");
+  check_cuda(cudaMemset(x16, 0, m * k * 2), "memset");
+  check_cuda(cudaMemset(w16, 0, n * k * 2), "memset");
+  g.x = x16;
+  g.w = w16;
+  g.out = out;
+  const double bf16_us = time_us([&] {
+    gemm.run(g, nullptr);
+    return cudaSuccess;
+  }, 50);
+  const double ops = 2.0 * m * n * k;
+  fmt::print("w8a8 gemm m {:5d} n {:5d} k {:4d}: int8 {:7.1f} us ({:4.0f} TOPS) + scale {:6.1f} us = {:7.1f} us | "
+             "bf16 {:7.1f} us ({:4.0f} TFLOP/s) | {:.2f}× bf16\n",
+             m, n, k, gemm_us, ops / gemm_us / 1e6, scale_us, gemm_us + scale_us, bf16_us, ops / bf16_us / 1e6,
+             bf16_us / (gemm_us + scale_us));
+  for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(acc), static_cast<void*>(out),
+                  static_cast<void*>(scales), workspace, x16, w16})
+    cudaFree(p);
+}
+
 void bench_conv_decode(int batch, double bandwidth) {
   std::mt19937 rng(5);
   using bf16 = __nv_bfloat16;
@@ -210,6 +340,11 @@ int main() {
   ssdq::bench_state_update(1, 128, 8, bandwidth);                                         // 8B-like
   for (int rows : {1, 32, 2048, 16384}) ssdq::bench_add_rmsnorm(rows, 2560, bandwidth);
   for (int m : {1, 2, 4}) ssdq::bench_gemv(m, bandwidth);
+  for (int m : {1, 4, 16}) ssdq::bench_qgemv(m, bandwidth);
+  for (int64_t m : {2048, 16384}) {  // mamba2-2.7b prefill of 1 × 2048 and 8 × 2048 tokens
+    ssdq::bench_gemm_s8(m, 10576, 2560);
+    ssdq::bench_gemm_s8(m, 2560, 5120);
+  }
   for (int b : {1, 8}) ssdq::bench_conv_decode(b, bandwidth);
   for (int m : {1, 8, 32}) {  // one decode step's projections of mamba2-2.7b (per layer) and its lm_head
     double total = 0;

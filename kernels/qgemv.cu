@@ -1,0 +1,202 @@
+#include "kernels/qgemv.h"
+
+#include "kernels/quant_epilogue.cuh"
+
+namespace ssdq::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
+
+// Two packed int4 words (8 columns each) become int8x4 words: even columns in `even`, odd columns
+// in `odd`. (n ^ 8) + 0x78 ^ 0x80 maps a nibble n to its two's-complement value in each byte
+// without carries between bytes.
+__device__ inline void unpack_int4(uint32_t packed, int& even, int& odd) {
+  const uint32_t lo = packed & 0x0F0F0F0Fu, hi = (packed >> 4) & 0x0F0F0F0Fu;
+  even = static_cast<int>(((lo ^ 0x08080808u) + 0x78787878u) ^ 0x80808080u);
+  odd = static_cast<int>(((hi ^ 0x08080808u) + 0x78787878u) ^ 0x80808080u);
+}
+
+__device__ inline int byte_of(int word, int i) { return static_cast<int8_t>(static_cast<uint32_t>(word) >> (8 * i)); }
+
+template <QgemvKind KIND>
+struct Piece {  // columns covered by one 16-byte weight load
+  static constexpr int kCols = KIND == QgemvKind::kW8A8 ? 16 : 32;
+};
+
+// Σ over the piece's columns of x·w for one row: exact int32 for int8 inputs, fp32 for fp16.
+template <QgemvKind KIND>
+__device__ inline void piece_dot(const QgemvArgs& a, const uint4& wv, int row, int piece, int& iacc, float& facc) {
+  const uint32_t w[4] = {wv.x, wv.y, wv.z, wv.w};
+  if constexpr (KIND == QgemvKind::kW8A8) {
+    const uint4 xv = __ldg(reinterpret_cast<const uint4*>(a.x_int8 + row * a.ldx) + piece);
+    iacc = __dp4a(static_cast<int>(w[0]), static_cast<int>(xv.x), iacc);
+    iacc = __dp4a(static_cast<int>(w[1]), static_cast<int>(xv.y), iacc);
+    iacc = __dp4a(static_cast<int>(w[2]), static_cast<int>(xv.z), iacc);
+    iacc = __dp4a(static_cast<int>(w[3]), static_cast<int>(xv.w), iacc);
+  } else if constexpr (KIND == QgemvKind::kW4A8) {
+    const uint4* xp = reinterpret_cast<const uint4*>(a.x_int8 + row * a.ldx) + 2 * piece;
+    const uint4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+    const uint32_t x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // weight word j: columns 8j..8j+7 of the piece
+      int even, odd;
+      unpack_int4(w[j], even, odd);
+      iacc = __dp4a(even, static_cast<int>(__byte_perm(x[2 * j], x[2 * j + 1], 0x6420)), iacc);
+      iacc = __dp4a(odd, static_cast<int>(__byte_perm(x[2 * j], x[2 * j + 1], 0x7531)), iacc);
+    }
+  } else {
+    const uint4* xp = reinterpret_cast<const uint4*>(a.x_f16 + row * a.ldx) + 4 * piece;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint4 xv = __ldg(xp + j);  // columns 8j..8j+7
+      const __half2* x2 = reinterpret_cast<const __half2*>(&xv);
+      int even, odd;
+      unpack_int4(w[j], even, odd);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 xf = __half22float2(x2[i]);
+        facc = fmaf(static_cast<float>(byte_of(even, i)), xf.x, facc);
+        facc = fmaf(static_cast<float>(byte_of(odd, i)), xf.y, facc);
+      }
+    }
+  }
+}
+
+__device__ inline void store(const QgemvArgs& a, int row, int col, float y) {
+  store_projection(a.out, a.out_type, row * a.ldout + col, y, a.bias, col, a.accumulate);
+}
+
+// One warp per output column; lane l loads pieces l, l + 32, ... of the weight row.
+// Per channel (kW8A8): one int32 sum per row, reduced over the warp (exact in any order).
+// Per group: after each round of 32 pieces the lanes of a group (group_size / 32 consecutive
+// lanes for int4) reduce their sums, and lane r applies the round's groups to row r's fp32 chain
+// in increasing group order — the order the CPU reference uses.
+template <int M, QgemvKind KIND>
+__global__ void __launch_bounds__(kThreads) qgemv_kernel(QgemvArgs a) {
+  __shared__ float group_sums[kWarps][M][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int col = blockIdx.x * kWarps + warp;
+  if (col >= a.n) return;
+  constexpr int kCols = Piece<KIND>::kCols;
+  const int pieces = a.k / kCols;
+  const uint4* w = static_cast<const uint4*>(a.w) + static_cast<int64_t>(col) * pieces;  // 16 bytes a piece
+  if constexpr (KIND == QgemvKind::kW8A8) {
+    int acc[M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) acc[r] = 0;
+    float unused = 0.f;
+    for (int base = lane; base < pieces; base += 32 * kUnroll) {
+      uint4 wv[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int p = base + 32 * u;
+        wv[u] = p < pieces ? __ldg(w + p) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int p = base + 32 * u;
+        if (p >= pieces) break;
+#pragma unroll
+        for (int r = 0; r < M; ++r)
+          if (r < a.m) piece_dot<KIND>(a, wv[u], r, p, acc[r], unused);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      int v = acc[r];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+      if (lane == 0 && r < a.m) store(a, r, col, __fmul_rn(__fmaf_rn(static_cast<float>(v), a.w_scales[col], 0.f), a.x_scale));
+    }
+  } else {
+    const int lanes_per_group = a.group_size / kCols;  // a power of two ≤ 32 (qgemv_supported)
+    const int groups = a.k / a.group_size;
+    const float* scales = a.w_scales + static_cast<int64_t>(col) * groups;
+    float y = 0.f;  // lane r < m: row r's chain
+    const bool leader = lane % lanes_per_group == 0;
+    for (int base = 0; base < pieces; base += 32 * kUnroll) {
+      uint4 wv[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int p = base + 32 * u + lane;
+        wv[u] = p < pieces ? __ldg(w + p) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int first = base + 32 * u;
+        if (first >= pieces) break;
+        const int p = first + lane;
+#pragma unroll
+        for (int r = 0; r < M; ++r) {
+          if (r >= a.m) break;
+          int iacc = 0;
+          float facc = 0.f;
+          if (p < pieces) piece_dot<KIND>(a, wv[u], r, p, iacc, facc);
+          for (int offset = lanes_per_group / 2; offset > 0; offset >>= 1) {
+            if constexpr (KIND == QgemvKind::kW4A8) {
+              iacc += __shfl_xor_sync(0xffffffffu, iacc, offset);
+            } else {
+              facc += __shfl_xor_sync(0xffffffffu, facc, offset);
+            }
+          }
+          if (leader)
+            group_sums[warp][r][lane / lanes_per_group] =
+                KIND == QgemvKind::kW4A8 ? static_cast<float>(iacc) : facc;
+        }
+        __syncwarp();
+        if (lane < a.m) {
+          const int first_group = first / lanes_per_group;
+          const int round_groups = min(32 / lanes_per_group, groups - first_group);
+          for (int j = 0; j < round_groups; ++j)
+            y = __fmaf_rn(group_sums[warp][lane][j], scales[first_group + j], y);
+        }
+        __syncwarp();
+      }
+    }
+    if (lane < a.m) store(a, lane, col, KIND == QgemvKind::kW4A8 ? __fmul_rn(y, a.x_scale) : y);
+  }
+}
+
+template <int M>
+cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
+  const dim3 grid((a.n + kWarps - 1) / kWarps);
+  switch (a.kind) {
+    case QgemvKind::kW8A8: qgemv_kernel<M, QgemvKind::kW8A8><<<grid, kThreads, 0, stream>>>(a); break;
+    case QgemvKind::kW4A8: qgemv_kernel<M, QgemvKind::kW4A8><<<grid, kThreads, 0, stream>>>(a); break;
+    case QgemvKind::kW4A16: qgemv_kernel<M, QgemvKind::kW4A16><<<grid, kThreads, 0, stream>>>(a); break;
+  }
+  return cudaGetLastError();
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool qgemv_supported(const QgemvArgs& a) {
+  if (a.m < 1 || a.m > kQgemvMaxRows || a.n < 1 || a.k < 1) return false;
+  if (!a.w || !aligned16(a.w) || !a.w_scales || !a.out || a.ldout < a.n) return false;
+  if (a.out_type != ElementType::kF32 && a.out_type != ElementType::kBF16 && a.out_type != ElementType::kF16) return false;
+  if (a.accumulate && a.out_type != ElementType::kF32) return false;
+  if (a.kind == QgemvKind::kW4A16) {
+    if (!a.x_f16 || !aligned16(a.x_f16) || a.ldx < a.k || a.ldx % 8 != 0) return false;
+  } else {
+    if (!a.x_int8 || !aligned16(a.x_int8) || a.ldx < a.k || a.ldx % 16 != 0) return false;
+  }
+  if (a.kind == QgemvKind::kW8A8) return a.k % 16 == 0;
+  const int lanes = a.group_size / 32;
+  return a.group_size >= 32 && a.group_size % 32 == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0 &&
+         a.k % a.group_size == 0;
+}
+
+cudaError_t launch_qgemv(const QgemvArgs& a, cudaStream_t stream) {
+  if (!qgemv_supported(a)) return cudaErrorInvalidValue;
+  if (a.m == 1) return launch_rows<1>(a, stream);
+  if (a.m == 2) return launch_rows<2>(a, stream);
+  if (a.m <= 4) return launch_rows<4>(a, stream);
+  if (a.m <= 8) return launch_rows<8>(a, stream);
+  return launch_rows<16>(a, stream);
+}
+
+}  // namespace ssdq::kernels

@@ -1,0 +1,28 @@
+// The float epilogue of an integer projection, shared by the int8 GEMM's scaling kernel and the
+// quantized GEMV: y (already scaled) + bias[col], stored as out_type or added into fp32 out, with
+// explicitly rounded operations so the compiler cannot fuse them differently from the CPU.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/element_type.h"
+
+namespace ssdq::kernels {
+
+__device__ inline void store_projection(void* out, ElementType out_type, int64_t at, float y, const float* bias,
+                                        int64_t col, bool accumulate) {
+  if (bias) y = __fadd_rn(y, bias[col]);
+  switch (out_type) {
+    case ElementType::kBF16: static_cast<__nv_bfloat16*>(out)[at] = __float2bfloat16_rn(y); break;
+    case ElementType::kF16: static_cast<__half*>(out)[at] = __float2half_rn(y); break;
+    default: {
+      float* o = static_cast<float*>(out) + at;
+      *o = accumulate ? __fadd_rn(*o, y) : y;
+    }
+  }
+}
+
+}  // namespace ssdq::kernels

@@ -1,0 +1,131 @@
+// The W8A8 prefill projection: cuBLASLt's int8 GEMM (kernels/gemm.h, kS8) gives exactly the int32
+// products of runtime/quantized_ops.h gemm_s8s8_s32, and the scaling epilogue (kernels/scale_int32.h)
+// gives linear_forward's output bit for bit, with the mean-correction bias and the residual add.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "kernels/gemm.h"
+#include "kernels/scale_int32.h"
+#include "quant/quantizer.h"
+#include "runtime/quantized_ops.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace ssdq {
+namespace {
+
+struct Case {
+  int m, n, k;
+  bool bias_and_accumulate;
+};
+
+class GemmS8 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GemmS8, IntegerProductsAndScaledOutputMatchTheCpu) {
+  testing::require_device();
+  const Case c = GetParam();
+  std::mt19937 rng(c.m + 3 * c.n + 7 * c.k);
+  auto w = testing::random_vector(size_t(c.n) * c.k, -1.f, 1.f, rng);
+  WeightMatrix wm;
+  wm.rows = c.n;
+  wm.cols = c.k;
+  wm.kind = WeightMatrix::Kind::kQuantized;
+  wm.quantized = quantize_per_channel(w.data(), c.n, c.k, QuantBits::kInt8);
+  const int64_t ldx = c.k + 16;
+  const float s_x = 0.0291f;
+  std::vector<int8_t> xq(size_t(c.m) * ldx, 0);
+  std::vector<float> x(size_t(c.m) * c.k);
+  std::uniform_int_distribution<int> q_dist(-127, 127);
+  for (int r = 0; r < c.m; ++r)
+    for (int i = 0; i < c.k; ++i) {
+      xq[r * ldx + i] = static_cast<int8_t>(q_dist(rng));
+      x[r * c.k + i] = dequantize_value(xq[r * ldx + i], s_x);
+    }
+  std::vector<int32_t> expected_acc(size_t(c.m) * c.n);
+  gemm_s8s8_s32(xq.data(), ldx, wm.quantized.values.data(), c.k, expected_acc.data(), c.m, c.k, c.n);
+  std::vector<float> expected(size_t(c.m) * c.n);
+  linear_forward(wm, ActQuant{ActFormat::kInt8, {s_x}, {}, 1}, x.data(), c.m, expected.data());
+  auto bias = testing::random_vector(c.n, -0.5f, 0.5f, rng);
+  auto base = testing::random_vector(size_t(c.m) * c.n, -2.f, 2.f, rng);
+  if (c.bias_and_accumulate)
+    for (size_t i = 0; i < expected.size(); ++i) {
+      float v = expected[i];
+      v += bias[i % c.n];
+      expected[i] = base[i] + v;
+    }
+
+  testing::DeviceBuffer<int8_t> d_x(xq), d_w(wm.quantized.values);
+  testing::DeviceBuffer<int32_t> d_acc(std::vector<int32_t>(expected_acc.size()));
+  testing::DeviceBuffer<float> d_scales(wm.quantized.scales), d_bias(bias),
+      d_out(c.bias_and_accumulate ? base : std::vector<float>(expected.size(), 0.f));
+  void* workspace = nullptr;
+  ASSERT_EQ(cudaMalloc(&workspace, 32 << 20), cudaSuccess);
+  {
+    kernels::Gemm gemm(workspace, 32 << 20);
+    kernels::GemmArgs g;
+    g.m = c.m;
+    g.n = c.n;
+    g.k = c.k;
+    g.in_type = kernels::ElementType::kS8;
+    g.x = d_x.get();
+    g.ldx = ldx;
+    g.w = d_w.get();
+    g.out = d_acc.get();
+    g.ldout = c.n;
+    g.out_type = kernels::ElementType::kS32;
+    ASSERT_TRUE(kernels::Gemm::supported(g));
+    gemm.run(g, nullptr);
+    kernels::ScaleInt32Args s;
+    s.m = c.m;
+    s.n = c.n;
+    s.acc = d_acc.get();
+    s.ld_acc = c.n;
+    s.w_scales = d_scales.get();
+    s.x_scale = s_x;
+    s.bias = c.bias_and_accumulate ? d_bias.get() : nullptr;
+    s.out = d_out.get();
+    s.ldout = c.n;
+    s.accumulate = c.bias_and_accumulate;
+    ASSERT_EQ(kernels::launch_scale_int32(s, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  cudaFree(workspace);
+  EXPECT_EQ(d_acc.to_host(), expected_acc);
+  const std::vector<float> got = d_out.to_host();
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0 && mismatches++ < 5)
+      ADD_FAILURE() << "element " << i << ": GPU " << got[i] << " vs CPU " << expected[i];
+  EXPECT_EQ(mismatches, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmS8,
+                         ::testing::Values(Case{1, 64, 256, false}, Case{17, 300, 512, true}, Case{256, 1000, 2560, true},
+                                           Case{2048, 512, 5120, true}, Case{100, 37, 4, false}));
+
+TEST(GemmS8, RefusesWhatCublasLtCannotRun) {
+  kernels::GemmArgs g;
+  int8_t dummy[64];
+  int32_t out[64];
+  g.m = 2;
+  g.n = 2;
+  g.k = 6;  // not a multiple of 4
+  g.in_type = kernels::ElementType::kS8;
+  g.out_type = kernels::ElementType::kS32;
+  g.x = dummy;
+  g.ldx = 8;
+  g.w = dummy;
+  g.out = out;
+  g.ldout = 2;
+  EXPECT_FALSE(kernels::Gemm::supported(g));
+  g.k = 8;
+  EXPECT_TRUE(kernels::Gemm::supported(g));
+  g.out_type = kernels::ElementType::kF32;  // the scales are the epilogue's job
+  EXPECT_FALSE(kernels::Gemm::supported(g));
+  g.out_type = kernels::ElementType::kS32;
+  g.accumulate = true;
+  EXPECT_FALSE(kernels::Gemm::supported(g));
+}
+
+}  // namespace
+}  // namespace ssdq

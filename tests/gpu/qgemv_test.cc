@@ -1,0 +1,172 @@
+// The quantized decode GEMV against the specification, runtime/quantized_ops.h linear_forward:
+// W8A8 and W4A8 bit for bit (with bias and accumulation into fp32, as out_proj does), W4A16 within
+// fp32 summation-order tolerance; rows 1..16, group sizes 32..256, strided inputs, int4 -8.
+#include "kernels/qgemv.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "quant/quantizer.h"
+#include "runtime/quantized_ops.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace ssdq {
+namespace {
+
+struct Case {
+  kernels::QgemvKind kind;
+  int m, n, k, group_size;
+  bool bias_and_accumulate;
+};
+
+std::string name_of(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  const char* kind = c.kind == kernels::QgemvKind::kW8A8 ? "w8a8" : c.kind == kernels::QgemvKind::kW4A8 ? "w4a8" : "w4a16";
+  return fmt::format("{}_m{}_n{}_k{}_g{}{}", kind, c.m, c.n, c.k, c.group_size, c.bias_and_accumulate ? "_acc" : "");
+}
+
+class Qgemv : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Qgemv, MatchesTheCpuSpecification) {
+  testing::require_device();
+  const Case c = GetParam();
+  const bool int4 = c.kind != kernels::QgemvKind::kW8A8;
+  std::mt19937 rng(c.m * 131 + c.n * 7 + c.k + c.group_size);
+  auto w = testing::random_vector(size_t(c.n) * c.k, -1.f, 1.f, rng);
+  WeightMatrix wm;
+  wm.rows = c.n;
+  wm.cols = c.k;
+  wm.kind = WeightMatrix::Kind::kQuantized;
+  wm.quantized = int4 ? quantize_per_group(w.data(), c.n, c.k, QuantBits::kInt4, c.group_size)
+                      : quantize_per_channel(w.data(), c.n, c.k, QuantBits::kInt8);
+  if (int4)  // GPTQ's error feedback can reach the nibble's -8; make sure the unpacking sees it
+    for (size_t i = 0; i < wm.quantized.values.size(); i += 97) wm.quantized.values[i] = -8;
+
+  // Inputs as the quantized runtime holds them: int8 values q·s_x, or fp16-exact floats.
+  const int64_t ldx = c.k + (c.m > 1 ? 32 : 0);
+  const float s_x = 0.0173f;
+  std::vector<int8_t> xq(size_t(c.m) * ldx, 0);
+  std::vector<uint16_t> xh(size_t(c.m) * ldx, 0);
+  std::vector<float> x(size_t(c.m) * c.k);
+  std::uniform_int_distribution<int> q_dist(-127, 127);
+  std::uniform_real_distribution<float> f_dist(-2.f, 2.f);
+  for (int r = 0; r < c.m; ++r)
+    for (int i = 0; i < c.k; ++i) {
+      if (c.kind == kernels::QgemvKind::kW4A16) {
+        xh[r * ldx + i] = float_to_half(f_dist(rng));
+        x[r * c.k + i] = half_to_float(xh[r * ldx + i]);
+      } else {
+        xq[r * ldx + i] = static_cast<int8_t>(q_dist(rng));
+        x[r * c.k + i] = dequantize_value(xq[r * ldx + i], s_x);
+      }
+    }
+  ActQuant input = c.kind == kernels::QgemvKind::kW4A16 ? ActQuant::float16() : ActQuant{ActFormat::kInt8, {s_x}, {}, 1};
+  std::vector<float> expected(size_t(c.m) * c.n);
+  linear_forward(wm, input, x.data(), c.m, expected.data());
+  auto bias = testing::random_vector(c.n, -0.5f, 0.5f, rng);
+  auto base = testing::random_vector(size_t(c.m) * c.n, -2.f, 2.f, rng);
+  if (c.bias_and_accumulate)  // quantized_layer_forward: out += bias, then residual += out
+    for (int r = 0; r < c.m; ++r)
+      for (int j = 0; j < c.n; ++j) {
+        float v = expected[r * c.n + j];
+        v += bias[j];
+        expected[r * c.n + j] = base[r * c.n + j] + v;
+      }
+
+  std::vector<int8_t> w_bytes;
+  if (int4) {
+    const std::vector<uint8_t> packed = pack_int4(wm.quantized.values.data(), int64_t(c.n) * c.k);
+    w_bytes.assign(packed.begin(), packed.end());
+  } else {
+    w_bytes = wm.quantized.values;
+  }
+  testing::DeviceBuffer<int8_t> d_w(w_bytes), d_xq(xq);
+  testing::DeviceBuffer<uint16_t> d_xh(xh);
+  testing::DeviceBuffer<float> d_scales(wm.quantized.scales), d_bias(bias),
+      d_out(c.bias_and_accumulate ? base : std::vector<float>(expected.size(), 0.f));
+  kernels::QgemvArgs a;
+  a.kind = c.kind;
+  a.m = c.m;
+  a.n = c.n;
+  a.k = c.k;
+  a.x_int8 = d_xq.get();
+  a.x_f16 = reinterpret_cast<const __half*>(d_xh.get());
+  a.ldx = ldx;
+  a.x_scale = s_x;
+  a.w = d_w.get();
+  a.w_scales = d_scales.get();
+  a.group_size = c.group_size;
+  a.bias = c.bias_and_accumulate ? d_bias.get() : nullptr;
+  a.out = d_out.get();
+  a.ldout = c.n;
+  a.out_type = kernels::ElementType::kF32;
+  a.accumulate = c.bias_and_accumulate;
+  ASSERT_TRUE(kernels::qgemv_supported(a));
+  ASSERT_EQ(kernels::launch_qgemv(a, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> got = d_out.to_host();
+  if (c.kind == kernels::QgemvKind::kW4A16) {
+    double diff = 0, scale = 0;  // relative to the largest output: the sums cancel to near 0 in places
+    for (size_t i = 0; i < got.size(); ++i) {
+      diff = std::max(diff, std::abs(double(got[i]) - expected[i]));
+      scale = std::max(scale, std::abs(double(expected[i])));
+    }
+    EXPECT_LT(diff / scale, 2e-6) << "max |Δ| " << diff << " of max " << scale;
+    return;
+  }
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0 && mismatches++ < 5)
+      ADD_FAILURE() << "element " << i << ": GPU " << got[i] << " vs CPU " << expected[i];
+  EXPECT_EQ(mismatches, 0);
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  using K = kernels::QgemvKind;
+  for (K kind : {K::kW8A8, K::kW4A8, K::kW4A16})
+    for (int m : {1, 2, 3, 5, 8, 13, 16})
+      for (bool acc : {false, true}) {
+        out.push_back({kind, m, 37, 256, 128, acc});
+        out.push_back({kind, m, 300, 2560, 128, acc});  // 2.7b in_proj's k; 20 groups
+      }
+  for (K kind : {K::kW4A8, K::kW4A16})
+    for (int g : {32, 64, 256}) out.push_back({kind, 3, 129, 1024, g, true});
+  out.push_back({K::kW8A8, 1, 4, 8192, 128, true});     // long rows: several rounds per lane
+  out.push_back({K::kW4A8, 4, 4, 16384, 128, true});    // 128 groups: four rounds of chain updates
+  out.push_back({K::kW4A8, 1, 2000, 5120, 128, true});  // 2.7b out_proj's k
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Qgemv, ::testing::ValuesIn(cases()), name_of);
+
+TEST(Qgemv, RefusesWhatItCannotRun) {
+  kernels::QgemvArgs a;
+  a.kind = kernels::QgemvKind::kW4A8;
+  a.m = 1;
+  a.n = 8;
+  a.k = 256;
+  a.group_size = 96;  // not a power-of-two number of 32-column pieces
+  alignas(16) static int8_t dummy[4096];
+  static float scales[64];
+  a.x_int8 = dummy;
+  a.ldx = 256;
+  a.w = dummy;
+  a.w_scales = scales;
+  a.out = scales;
+  a.ldout = 8;
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.group_size = 128;
+  EXPECT_TRUE(kernels::qgemv_supported(a));
+  a.m = 17;
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.m = 1;
+  a.out_type = kernels::ElementType::kBF16;
+  a.accumulate = true;
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  EXPECT_EQ(kernels::launch_qgemv(a, nullptr), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace ssdq
