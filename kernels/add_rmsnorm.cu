@@ -1,11 +1,25 @@
 #include "kernels/add_rmsnorm.h"
 
+#include <type_traits>
+
 #include "kernels/block_reduce.cuh"
 
 namespace ssdq::kernels {
 namespace {
 
 constexpr int kThreads = 256;
+
+struct Int8Out {};
+
+template <typename Out>
+__device__ inline void store(void* out, int64_t i, float y, float scale) {
+  if constexpr (std::is_same_v<Out, Int8Out>) {
+    const float r = rintf(__fdiv_rn(y, scale));  // IEEE division and ties-to-even, as the CPU quantizer
+    static_cast<int8_t*>(out)[i] = r != r ? 0 : static_cast<int8_t>(fminf(fmaxf(r, -127.f), 127.f));
+  } else {
+    static_cast<Out*>(out)[i] = from_float<Out>(y);
+  }
+}
 
 // One block per row; the row is added and squared in one pass, then normalised.
 template <typename Out>
@@ -23,19 +37,22 @@ __global__ void add_rmsnorm_kernel(AddRmsNormArgs a) {
     sum += v * v;
   }
   const float scale = rsqrtf(block_sum<kThreads>(sum) / a.dim + a.eps);
-  Out* out = static_cast<Out*>(a.out) + row * a.dim;
-  for (int i = threadIdx.x; i < a.dim; i += kThreads) out[i] = from_float<Out>(r[i] * scale * a.weight[i]);
+  for (int i = threadIdx.x; i < a.dim; i += kThreads) store<Out>(a.out, row * a.dim + i, r[i] * scale * a.weight[i], a.out_scale);
 }
 
 }  // namespace
 
 bool add_rmsnorm_supported(const AddRmsNormArgs& a) {
-  return a.rows > 0 && a.rows <= 2147483647 && a.dim > 0 && a.residual && a.weight && a.out;
+  const bool types = a.out_type == ElementType::kF32 || a.out_type == ElementType::kBF16 ||
+                     (a.out_type == ElementType::kS8 && a.out_scale > 0.f);
+  return types && a.rows > 0 && a.rows <= 2147483647 && a.dim > 0 && a.residual && a.weight && a.out;
 }
 
 cudaError_t launch_add_rmsnorm(const AddRmsNormArgs& a, cudaStream_t stream) {
   if (!add_rmsnorm_supported(a)) return cudaErrorInvalidValue;
-  if (a.out_type == ElementType::kBF16) {
+  if (a.out_type == ElementType::kS8) {
+    add_rmsnorm_kernel<Int8Out><<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
+  } else if (a.out_type == ElementType::kBF16) {
     add_rmsnorm_kernel<__nv_bfloat16><<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
   } else {
     add_rmsnorm_kernel<float><<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);

@@ -1,6 +1,8 @@
 // Fused residual add + RMSNorm with an fp32 residual stream (mamba_ssm residual_in_fp32):
 //   residual += delta (if delta is given);  out = residual / rms(residual) * weight
-// CPU reference: runtime/cpu_ops.h `cpu::rmsnorm` after the add.
+// With out_type kS8 the output is quantized statically for the next integer GEMM (in_proj of a
+// W8A8 / W4A8 layer): out = sat±127(rne(y / out_scale)), quant/quantizer.h `quantize_value`.
+// CPU reference: runtime/cpu_ops.h `cpu::rmsnorm` after the add (then quantize_value).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,7 +21,8 @@ struct AddRmsNormArgs {
   const float* delta = nullptr;  // [rows, dim] or null
   const float* weight = nullptr; // [dim]
   void* out = nullptr;           // [rows, dim] of out_type
-  ElementType out_type = ElementType::kF32;
+  ElementType out_type = ElementType::kF32;  // kF32, kBF16 or kS8
+  float out_scale = 1.f;                     // kS8: the static activation scale s_x
 };
 
 bool add_rmsnorm_supported(const AddRmsNormArgs& args);

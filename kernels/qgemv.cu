@@ -159,13 +159,81 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(QgemvArgs a) {
   }
 }
 
+// Per group, four lanes per column (kQuad): a warp computes 8 columns; in group g lane j of a
+// column's quad takes pieces j, j + 4, … of the group (group_size a multiple of 128 for int4), the
+// quad adds its sums with two shuffles, and the quad's first lane extends each row's fp32 chain
+// right away — the chain runs in registers, in group order, in 8 columns at once.
+constexpr int kQuadWarps = 4;
+template <int M, QgemvKind KIND>
+__global__ void __launch_bounds__(kQuadWarps * 32) qgemv_quad_kernel(QgemvArgs a) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, j = lane % 4;
+  const int col = (blockIdx.x * kQuadWarps + warp) * 8 + lane / 4;
+  const bool active = col < a.n;  // inactive lanes still take part in the shuffles
+  const int ppg = a.group_size / Piece<KIND>::kCols, groups = a.k / a.group_size;
+  const uint4* w = static_cast<const uint4*>(a.w) + static_cast<int64_t>(active ? col : 0) * groups * ppg;
+  const float* scales = a.w_scales + static_cast<int64_t>(active ? col : 0) * groups;
+  float y[M];
+#pragma unroll
+  for (int r = 0; r < M; ++r) y[r] = 0.f;
+  for (int g0 = 0; g0 < groups; g0 += kUnroll) {
+    uint4 wv[kUnroll];
+    float scale[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {  // the first piece of each of the next kUnroll groups
+      const bool in = active && g0 + u < groups;
+      wv[u] = in ? __ldg(w + (g0 + u) * ppg + j) : make_uint4(0, 0, 0, 0);
+      scale[u] = in && j == 0 ? __ldg(scales + g0 + u) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (g0 + u >= groups) break;
+      const int g = g0 + u;
+#pragma unroll
+      for (int r = 0; r < M; ++r) {
+        if (r >= a.m) break;
+        int iacc = 0;
+        float facc = 0.f;
+        if (active) {
+          piece_dot<KIND>(a, wv[u], r, g * ppg + j, iacc, facc);
+          for (int q = j + 4; q < ppg; q += 4) piece_dot<KIND>(a, __ldg(w + g * ppg + q), r, g * ppg + q, iacc, facc);
+        }
+        if constexpr (KIND == QgemvKind::kW4A8) {
+          iacc += __shfl_xor_sync(0xffffffffu, iacc, 1);
+          iacc += __shfl_xor_sync(0xffffffffu, iacc, 2);
+          y[r] = __fmaf_rn(static_cast<float>(iacc), scale[u], y[r]);
+        } else {
+          facc += __shfl_xor_sync(0xffffffffu, facc, 1);
+          facc += __shfl_xor_sync(0xffffffffu, facc, 2);
+          y[r] = __fmaf_rn(facc, scale[u], y[r]);
+        }
+      }
+    }
+  }
+  if (!active || j != 0) return;
+#pragma unroll
+  for (int r = 0; r < M; ++r)
+    if (r < a.m) store(a, r, col, KIND == QgemvKind::kW4A8 ? __fmul_rn(y[r], a.x_scale) : y[r]);
+}
+
 template <int M>
 cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
   const dim3 grid((a.n + kWarps - 1) / kWarps);
   switch (a.kind) {
     case QgemvKind::kW8A8: qgemv_kernel<M, QgemvKind::kW8A8><<<grid, kThreads, 0, stream>>>(a); break;
-    case QgemvKind::kW4A8: qgemv_kernel<M, QgemvKind::kW4A8><<<grid, kThreads, 0, stream>>>(a); break;
-    case QgemvKind::kW4A16: qgemv_kernel<M, QgemvKind::kW4A16><<<grid, kThreads, 0, stream>>>(a); break;
+    case QgemvKind::kW4A8:
+    case QgemvKind::kW4A16: {
+      const bool quad = a.schedule == QgemvSchedule::kQuad ||
+                        (a.schedule == QgemvSchedule::kAuto && a.n >= 8192 && a.m <= 4 && a.group_size % 128 == 0);
+      const dim3 quad_grid((a.n + 8 * kQuadWarps - 1) / (8 * kQuadWarps));
+      if (a.kind == QgemvKind::kW4A8) {
+        if (quad) qgemv_quad_kernel<M, QgemvKind::kW4A8><<<quad_grid, kQuadWarps * 32, 0, stream>>>(a);
+        else qgemv_kernel<M, QgemvKind::kW4A8><<<grid, kThreads, 0, stream>>>(a);
+      } else {
+        if (quad) qgemv_quad_kernel<M, QgemvKind::kW4A16><<<quad_grid, kQuadWarps * 32, 0, stream>>>(a);
+        else qgemv_kernel<M, QgemvKind::kW4A16><<<grid, kThreads, 0, stream>>>(a);
+      }
+      break;
+    }
   }
   return cudaGetLastError();
 }
@@ -186,6 +254,7 @@ bool qgemv_supported(const QgemvArgs& a) {
   }
   if (a.kind == QgemvKind::kW8A8) return a.k % 16 == 0;
   const int lanes = a.group_size / 32;
+  if (a.schedule == QgemvSchedule::kQuad && a.group_size % 128 != 0) return false;
   return a.group_size >= 32 && a.group_size % 32 == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0 &&
          a.k % a.group_size == 0;
 }

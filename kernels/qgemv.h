@@ -22,6 +22,14 @@
 namespace ssdq::kernels {
 
 enum class QgemvKind { kW8A8, kW4A8, kW4A16 };
+// How the int4 kinds split a row over a warp's lanes (both give the same bits; kept side by side
+// while their speed is compared, docs/kernels/quantized_projections.md):
+//   kSplitGroups: one column a warp; lane l takes 16-byte pieces l, l + 32, …; a group's lanes
+//                 reduce by shuffles and one lane a row extends the chain after each round
+//   kQuad:        eight columns a warp, four lanes a column; the chain stays in registers
+//                 (group_size a multiple of 128)
+//   kAuto:        kQuad where it measured faster (n ≥ 8192 columns, m ≤ 4), else kSplitGroups
+enum class QgemvSchedule { kAuto, kSplitGroups, kQuad };
 
 struct QgemvArgs {
   QgemvKind kind = QgemvKind::kW8A8;
@@ -38,6 +46,7 @@ struct QgemvArgs {
   int64_t ldout = 0;
   ElementType out_type = ElementType::kF32;
   bool accumulate = false;         // out += (fp32 out only)
+  QgemvSchedule schedule = QgemvSchedule::kAuto;
 };
 
 constexpr int kQgemvMaxRows = 16;
