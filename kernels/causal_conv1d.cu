@@ -1,5 +1,7 @@
 #include "kernels/causal_conv1d.h"
 
+#include <type_traits>
+
 #include "kernels/element_type.h"
 
 namespace ssdq::kernels {
@@ -8,15 +10,30 @@ namespace {
 constexpr int kChannels = 128;  // threads per block, one channel each
 constexpr int kTile = 64;       // tokens per thread
 
+__device__ inline float load_input(__nv_bfloat16 v, float) { return __bfloat162float(v); }
+__device__ inline float load_input(int8_t q, float scale) { return __fmul_rn(static_cast<float>(q), scale); }
+
+template <typename Out>
+__device__ inline Out store_output(float v, float scale) {
+  if constexpr (std::is_same_v<Out, int8_t>) {
+    const float r = rintf(__fdiv_rn(v, scale));
+    return r != r ? 0 : static_cast<int8_t>(fminf(fmaxf(r, -127.f), 127.f));
+  } else {
+    return from_float<Out>(v);
+  }
+}
+
 // Each thread runs one channel over a tile of kTile tokens, starting from the W-1 inputs
 // before the tile (from the input, or from the conv state before t = 0).
-template <int W>
+template <int W, typename In, typename Out>
 __global__ void __launch_bounds__(kChannels) causal_conv1d_kernel(CausalConv1dArgs a, bool update_state) {
   const int c = blockIdx.x * kChannels + threadIdx.x;
   const int t0 = blockIdx.y * kTile, b = blockIdx.z;
   if (c >= a.channels) return;
-  const __nv_bfloat16* in = a.in + static_cast<int64_t>(b) * a.seqlen * a.in_stride + c;
-  __nv_bfloat16* state = a.state + (static_cast<int64_t>(b) * a.channels + c) * (W - 1);
+  const In* in = static_cast<const In*>(a.in) + static_cast<int64_t>(b) * a.seqlen * a.in_stride + c;
+  In* state = static_cast<In*>(a.state) + (static_cast<int64_t>(b) * a.channels + c) * (W - 1);
+  const float in_scale = a.in_scales ? a.in_scales[c] : 1.f, out_scale = a.out_scales ? a.out_scales[c] : 1.f;
+  In raw[W];  // the window's inputs as stored (the state keeps them unchanged)
   float w[W], window[W];
 #pragma unroll
   for (int k = 0; k < W; ++k) w[k] = a.weight[c * W + k];
@@ -24,51 +41,63 @@ __global__ void __launch_bounds__(kChannels) causal_conv1d_kernel(CausalConv1dAr
 #pragma unroll
   for (int k = 0; k < W - 1; ++k) {
     const int t = t0 - (W - 1) + k;
-    window[k] = t >= 0 ? to_float(in[static_cast<int64_t>(t) * a.in_stride]) : to_float(state[W - 1 + t]);
+    raw[k] = t >= 0 ? in[static_cast<int64_t>(t) * a.in_stride] : state[W - 1 + t];
+    window[k] = load_input(raw[k], in_scale);
   }
   const int t_end = min(t0 + kTile, a.seqlen);
-  __nv_bfloat16* out = a.out + static_cast<int64_t>(b) * a.seqlen * a.channels + c;
+  Out* out = static_cast<Out*>(a.out) + static_cast<int64_t>(b) * a.seqlen * a.channels + c;
   for (int t = t0; t < t_end; ++t) {
-    window[W - 1] = to_float(in[static_cast<int64_t>(t) * a.in_stride]);
+    raw[W - 1] = in[static_cast<int64_t>(t) * a.in_stride];
+    window[W - 1] = load_input(raw[W - 1], in_scale);
     float acc = bias;
 #pragma unroll
-    for (int k = 0; k < W; ++k) acc += w[k] * window[k];
-    out[static_cast<int64_t>(t) * a.channels] = __float2bfloat16_rn(silu(acc));
+    for (int k = 0; k < W; ++k) acc = __fmaf_rn(w[k], window[k], acc);  // the CPU's order
+    out[static_cast<int64_t>(t) * a.channels] = store_output<Out>(silu(acc), out_scale);
 #pragma unroll
-    for (int k = 0; k < W - 1; ++k) window[k] = window[k + 1];
+    for (int k = 0; k < W - 1; ++k) window[k] = window[k + 1], raw[k] = raw[k + 1];
   }
   // Only when this thread is the single reader of the old state may it write the new one.
   if (update_state && t_end == a.seqlen) {
 #pragma unroll
-    for (int k = 0; k < W - 1; ++k) state[k] = __float2bfloat16_rn(window[k]);
+    for (int k = 0; k < W - 1; ++k) state[k] = raw[k];
   }
 }
 
 // The new state when the conv ran in several tiles: the last W-1 inputs (seqlen ≥ W-1 here
 // because seqlen > kTile).
-template <int W>
+template <int W, typename In>
 __global__ void conv_state_update_kernel(CausalConv1dArgs a) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
   if (c >= a.channels) return;
-  const __nv_bfloat16* in = a.in + static_cast<int64_t>(b) * a.seqlen * a.in_stride + c;
-  __nv_bfloat16* state = a.state + (static_cast<int64_t>(b) * a.channels + c) * (W - 1);
+  const In* in = static_cast<const In*>(a.in) + static_cast<int64_t>(b) * a.seqlen * a.in_stride + c;
+  In* state = static_cast<In*>(a.state) + (static_cast<int64_t>(b) * a.channels + c) * (W - 1);
 #pragma unroll
   for (int k = 0; k < W - 1; ++k) state[k] = in[static_cast<int64_t>(a.seqlen - (W - 1) + k) * a.in_stride];
 }
 
-template <int W>
-cudaError_t launch_width(const CausalConv1dArgs& a, cudaStream_t stream) {
+template <int W, typename In, typename Out>
+cudaError_t launch_types(const CausalConv1dArgs& a, cudaStream_t stream) {
   const int tiles = (a.seqlen + kTile - 1) / kTile;
   const dim3 grid((a.channels + kChannels - 1) / kChannels, tiles, a.batch);
-  causal_conv1d_kernel<W><<<grid, kChannels, 0, stream>>>(a, tiles == 1);
-  if (tiles > 1) conv_state_update_kernel<W><<<dim3((a.channels + 127) / 128, a.batch), 128, 0, stream>>>(a);
+  causal_conv1d_kernel<W, In, Out><<<grid, kChannels, 0, stream>>>(a, tiles == 1);
+  if (tiles > 1) conv_state_update_kernel<W, In><<<dim3((a.channels + 127) / 128, a.batch), 128, 0, stream>>>(a);
   return cudaGetLastError();
+}
+
+template <int W>
+cudaError_t launch_width(const CausalConv1dArgs& a, cudaStream_t stream) {
+  if (a.in_type == ElementType::kBF16) return launch_types<W, __nv_bfloat16, __nv_bfloat16>(a, stream);
+  if (a.out_type == ElementType::kS8) return launch_types<W, int8_t, int8_t>(a, stream);
+  return launch_types<W, int8_t, __half>(a, stream);
 }
 
 }  // namespace
 
 bool causal_conv1d_supported(const CausalConv1dArgs& a) {
-  return a.batch > 0 && a.batch <= 65535 && a.seqlen > 0 && a.channels > 0 && a.width >= 2 && a.width <= 8 &&
+  const bool types = (a.in_type == ElementType::kBF16 && a.out_type == ElementType::kBF16) ||
+                     (a.in_type == ElementType::kS8 && a.in_scales &&
+                      (a.out_type == ElementType::kF16 || (a.out_type == ElementType::kS8 && a.out_scales)));
+  return types && a.batch > 0 && a.batch <= 65535 && a.seqlen > 0 && a.channels > 0 && a.width >= 2 && a.width <= 8 &&
          (a.seqlen + kTile - 1) / kTile <= 65535 && a.in && a.weight && a.bias && a.state && a.out;
 }
 

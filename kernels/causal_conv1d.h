@@ -1,8 +1,13 @@
 // Causal depthwise conv1d + SiLU over the x|B|C channels, for prefill (any length) and decode
 // (length 1), continuing from and updating a per-sequence conv state:
 //   out[t, c] = silu(bias[c] + Σ_k w[c, k] · in[t - (W-1) + k, c]),  inputs before t = 0 from the state
-// The state [batch, channels, W-1] (bf16, oldest first) ends holding the last W-1 inputs.
-// CPU reference: runtime/cpu_ops.h `cpu::causal_conv1d_silu`.
+// The state [batch, channels, W-1] (oldest first, in the input's type) ends holding the last W-1 inputs.
+// Types: bf16 in → bf16 out (the FP path), or int8 in (q, dequantized as q·in_scales[c]; the state
+// then holds the int8 inputs) → int8 out (rne(out / out_scales[c]) saturated to ±127, as
+// quant/quantizer.h `quantize_value`) or fp16 out: the conv of a quantized artifact, whose x|B|C
+// scales arrive expanded to one per channel.
+// CPU reference: runtime/cpu_ops.h `cpu::causal_conv1d_silu` (on dequantized inputs, then the
+// output format: runtime/quantized_ops.h `apply_activation_format`).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,16 +15,22 @@
 
 #include <cstdint>
 
+#include "kernels/element_type.h"
+
 namespace ssdq::kernels {
 
 struct CausalConv1dArgs {
   int batch = 0, seqlen = 0, channels = 0, width = 0;
-  const __nv_bfloat16* in = nullptr;  // row (b, t) at in + (b * seqlen + t) * in_stride
+  const void* in = nullptr;           // row (b, t) at in + (b * seqlen + t) * in_stride
   int64_t in_stride = 0;
   const float* weight = nullptr;      // [channels, width]
   const float* bias = nullptr;        // [channels]
-  __nv_bfloat16* state = nullptr;     // [batch, channels, width - 1]
-  __nv_bfloat16* out = nullptr;       // [batch * seqlen, channels]
+  void* state = nullptr;              // [batch, channels, width - 1]
+  void* out = nullptr;                // [batch * seqlen, channels]
+  ElementType in_type = ElementType::kBF16;   // kBF16 or kS8
+  ElementType out_type = ElementType::kBF16;  // kBF16 (bf16 in); kS8 or kF16 (int8 in)
+  const float* in_scales = nullptr;   // kS8 in: [channels]
+  const float* out_scales = nullptr;  // kS8 out: [channels]
 };
 
 bool causal_conv1d_supported(const CausalConv1dArgs& args);  // width 2..8
