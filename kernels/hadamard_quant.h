@@ -1,0 +1,41 @@
+// out_proj's input in the rotated recipes (had, quamba2, ssdi8): per row,
+//   x = gated_rmsnorm(y, z) (when z is given; else x = y),
+//   x ← x·H_n (quant/hadamard.h's matrix: Walsh–Hadamard butterflies inside each of the K blocks
+//       of 2^m, stage h = 1, 2, 4, …, then the dense H_K mix summed over a = 0..K-1), x ← x·(1/√n),
+//   out = int8 sat±127(rne(x / out_scale)) (the per-tensor static scale), or fp16 / fp32.
+// The rotation and the quantization are bit-identical to the CPU (the same operations in the same
+// order); the gated norm uses __expf and a float sum, so after it results can differ in the last
+// bit and an int8 output next to a rounding boundary can move one step.
+// CPU reference: runtime/quantized_layer.cc (cpu::gated_rmsnorm, apply_hadamard_rows, quantize_value).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/element_type.h"
+
+namespace ssdq::kernels {
+
+struct HadamardQuantArgs {
+  int64_t rows = 0;
+  int n = 0;                          // K·2^m with K = base_order
+  const float* y = nullptr;           // [rows, n], row stride ldy
+  int64_t ldy = 0;
+  const float* z = nullptr;           // optional gate: row r at z + r * z_stride
+  int64_t z_stride = 0;
+  const float* norm_weight = nullptr; // [n], with z
+  int group_size = 0;                 // norm group, with z
+  float eps = 1e-5f;
+  int base_order = 1;                 // K ∈ {1, 12, 20, 28}
+  const int8_t* base_matrix = nullptr;  // device [K, K] of ±1 (quant/hadamard.h hadamard_matrix(K)), K > 1
+  float normalize = 1.f;              // the fp32 value of 1/√n (or 1: no normalization)
+  void* out = nullptr;                // [rows, n]
+  ElementType out_type = ElementType::kS8;  // kS8, kF16 or kF32
+  float out_scale = 1.f;              // kS8
+};
+
+bool hadamard_quant_supported(const HadamardQuantArgs& args);
+cudaError_t launch_hadamard_quant(const HadamardQuantArgs& args, cudaStream_t stream);
+
+}  // namespace ssdq::kernels
