@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "kernels/block_reduce.cuh"
+#include "kernels/quant_epilogue.cuh"
 
 namespace ssdq::kernels {
 namespace {
@@ -14,8 +15,7 @@ struct Int8Out {};
 template <typename Out>
 __device__ inline void store(void* out, int64_t i, float y, float scale) {
   if constexpr (std::is_same_v<Out, Int8Out>) {
-    const float r = rintf(__fdiv_rn(y, scale));  // IEEE division and ties-to-even, as the CPU quantizer
-    static_cast<int8_t*>(out)[i] = r != r ? 0 : static_cast<int8_t>(fminf(fmaxf(r, -127.f), 127.f));
+    static_cast<int8_t*>(out)[i] = quantize_int8(y, scale);
   } else {
     static_cast<Out*>(out)[i] = from_float<Out>(y);
   }

@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "kernels/element_type.h"
+#include "kernels/quant_epilogue.cuh"
 
 namespace ssdq::kernels {
 namespace {
@@ -16,8 +17,7 @@ __device__ inline float load_input(int8_t q, float scale) { return __fmul_rn(sta
 template <typename Out>
 __device__ inline Out store_output(float v, float scale) {
   if constexpr (std::is_same_v<Out, int8_t>) {
-    const float r = rintf(__fdiv_rn(v, scale));
-    return r != r ? 0 : static_cast<int8_t>(fminf(fmaxf(r, -127.f), 127.f));
+    return quantize_int8(v, scale);
   } else {
     return from_float<Out>(v);
   }

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/block_reduce.cuh"
+#include "kernels/row_stream.cuh"
 
 namespace ssdq::kernels {
 namespace {
@@ -70,24 +71,13 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   float acc[M];
 #pragma unroll
   for (int r = 0; r < M; ++r) acc[r] = 0.f;
-  for (int base = lane; base < pieces; base += 32 * kUnroll) {
-    uint4 wv[kUnroll];
+  stream_row_pieces<kUnroll>(w, pieces, lane, [&](int p, const uint4& wv) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int p = base + 32 * u;
-      wv[u] = p < pieces ? __ldg(w + p) : make_uint4(0, 0, 0, 0);
+    for (int r = 0; r < M; ++r) {
+      const uint4 xv = reinterpret_cast<const uint4*>(xs + static_cast<int64_t>(r) * a.k)[p];
+      accumulate8(wv, xv, acc[r]);
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int p = base + 32 * u;
-      if (p >= pieces) break;
-#pragma unroll
-      for (int r = 0; r < M; ++r) {
-        const uint4 xv = reinterpret_cast<const uint4*>(xs + static_cast<int64_t>(r) * a.k)[p];
-        accumulate8(wv[u], xv, acc[r]);
-      }
-    }
-  }
+  });
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     float v = acc[r];

@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/block_reduce.cuh"
+#include "kernels/quant_epilogue.cuh"
 
 namespace ssdq::kernels {
 namespace {
@@ -62,8 +63,7 @@ __global__ void __launch_bounds__(kThreads) hadamard_quant_kernel(HadamardQuantA
     const float v = __fmul_rn(result[i], a.normalize);
     const int64_t at = row * a.n + i;
     if (a.out_type == ElementType::kS8) {
-      const float r = rintf(__fdiv_rn(v, a.out_scale));
-      static_cast<int8_t*>(a.out)[at] = r != r ? 0 : static_cast<int8_t>(fminf(fmaxf(r, -127.f), 127.f));
+      static_cast<int8_t*>(a.out)[at] = quantize_int8(v, a.out_scale);
     } else if (a.out_type == ElementType::kF16) {
       static_cast<__half*>(a.out)[at] = __float2half_rn(v);
     } else {

@@ -1,6 +1,7 @@
 #include "kernels/qgemv.h"
 
 #include "kernels/quant_epilogue.cuh"
+#include "kernels/row_stream.cuh"
 
 namespace ssdq::kernels {
 namespace {
@@ -87,22 +88,11 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(QgemvArgs a) {
 #pragma unroll
     for (int r = 0; r < M; ++r) acc[r] = 0;
     float unused = 0.f;
-    for (int base = lane; base < pieces; base += 32 * kUnroll) {
-      uint4 wv[kUnroll];
+    stream_row_pieces<kUnroll>(w, pieces, lane, [&](int p, const uint4& wv) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int p = base + 32 * u;
-        wv[u] = p < pieces ? __ldg(w + p) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int p = base + 32 * u;
-        if (p >= pieces) break;
-#pragma unroll
-        for (int r = 0; r < M; ++r)
-          if (r < a.m) piece_dot<KIND>(a, wv[u], r, p, acc[r], unused);
-      }
-    }
+      for (int r = 0; r < M; ++r)
+        if (r < a.m) piece_dot<KIND>(a, wv, r, p, acc[r], unused);
+    });
 #pragma unroll
     for (int r = 0; r < M; ++r) {
       int v = acc[r];

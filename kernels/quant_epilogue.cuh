@@ -1,6 +1,10 @@
-// The float epilogue of an integer projection, shared by the int8 GEMM's scaling kernel and the
-// quantized GEMV: y (already scaled) + bias[col], stored as out_type or added into fp32 out, with
-// explicitly rounded operations so the compiler cannot fuse them differently from the CPU.
+// Device helpers of the quantized kernels, each the GPU spelling of one CPU definition:
+// - quantize_int8: quant/quantizer.h quantize_value at int8 (IEEE division, ties to even,
+//   saturation to ±127, NaN → 0);
+// - store_projection: the float epilogue of an integer projection, shared by the int8 GEMM's
+//   scaling kernel and the quantized GEMV: y (already scaled) + bias[col], stored as out_type or
+//   added into fp32 out, with explicitly rounded operations so the compiler cannot fuse them
+//   differently from the CPU.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,6 +15,11 @@
 #include "kernels/element_type.h"
 
 namespace ssdq::kernels {
+
+__device__ inline int8_t quantize_int8(float value, float scale) {
+  const float r = rintf(__fdiv_rn(value, scale));
+  return r != r ? 0 : static_cast<int8_t>(fminf(fmaxf(r, -127.f), 127.f));
+}
 
 __device__ inline void store_projection(void* out, ElementType out_type, int64_t at, float y, const float* bias,
                                         int64_t col, bool accumulate) {
