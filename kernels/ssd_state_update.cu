@@ -1,6 +1,9 @@
 #include "kernels/ssd_state_update.h"
 
 #include <algorithm>
+#include <type_traits>
+
+#include "kernels/quant_epilogue.cuh"
 
 namespace ssdq::kernels {
 namespace {
@@ -11,7 +14,12 @@ constexpr int kMaxPerLane = 8;  // dstate up to 256
 // One block per (head, sequence, slice of headdim rows); a warp owns rows and keeps each row's
 // dstate values in registers (dstate/32 per lane) across all `steps` tokens; y is a warp
 // reduction. Small batches split each head's rows over several blocks to fill the GPU.
-template <typename T, int kPerLane>
+__device__ inline float state_scale(const SsdStateUpdateArgs& a, int channel, int n) {
+  const int row = a.state_scale_index ? a.state_scale_index[channel] : channel;
+  return a.state_scales[static_cast<int64_t>(row) * a.state_scale_inner + (a.state_scale_inner == 1 ? 0 : n)];
+}
+
+template <typename T, typename S, int kPerLane>
 __global__ void __launch_bounds__(kWarps * 32) ssd_state_update_kernel(SsdStateUpdateArgs a) {
   const int head = blockIdx.x, seq = blockIdx.y;
   const int rows_per_block = (a.headdim + gridDim.z - 1) / gridDim.z;
@@ -25,12 +33,19 @@ __global__ void __launch_bounds__(kWarps * 32) ssd_state_update_kernel(SsdStateU
   T* y_base = static_cast<T*>(a.y) + head * a.headdim;
   const float A = a.A[head], skip = a.D[head];
   const float bias = a.dt_bias ? a.dt_bias[head] : 0.f;
-  float* state = a.state + (static_cast<int64_t>(seq) * a.heads + head) * a.headdim * a.dstate;
+  S* state = static_cast<S*>(a.state) + (static_cast<int64_t>(seq) * a.heads + head) * a.headdim * a.dstate;
   for (int p = row_begin + warp; p < row_end; p += kWarps) {
-    float* row = state + static_cast<int64_t>(p) * a.dstate;
-    float s[kPerLane];
+    S* row = state + static_cast<int64_t>(p) * a.dstate;
+    float s[kPerLane], scale[kPerLane];
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) s[i] = row[lane + 32 * i];
+    for (int i = 0; i < kPerLane; ++i) {
+      if constexpr (std::is_same_v<S, int8_t>) {
+        scale[i] = state_scale(a, head * a.headdim + p, lane + 32 * i);
+        s[i] = __fmul_rn(static_cast<float>(row[lane + 32 * i]), scale[i]);
+      } else {
+        s[i] = row[lane + 32 * i];
+      }
+    }
     for (int j = 0; j < a.steps; ++j) {
       const int64_t token = static_cast<int64_t>(seq) * a.steps + j;
       float dt = to_float(dt_base[token * a.dt_stride]);
@@ -51,25 +66,31 @@ __global__ void __launch_bounds__(kWarps * 32) ssd_state_update_kernel(SsdStateU
       if (lane == 0) y_base[token * a.y_stride + p] = from_float<T>(acc + skip * xp);
     }
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) row[lane + 32 * i] = s[i];
+    for (int i = 0; i < kPerLane; ++i) {
+      if constexpr (std::is_same_v<S, int8_t>) {
+        row[lane + 32 * i] = quantize_int8(s[i], scale[i]);
+      } else {
+        row[lane + 32 * i] = s[i];
+      }
+    }
   }
 }
 
-template <typename T>
+template <typename T, typename S>
 cudaError_t launch_typed(const SsdStateUpdateArgs& a, cudaStream_t stream) {
   // Enough blocks for ~2 waves on a large GPU, but at least one row per warp in each block.
   const int blocks = a.heads * a.batch;
   const int splits = std::max(1, std::min((264 + blocks - 1) / blocks, a.headdim / kWarps));
   const dim3 grid(a.heads, a.batch, splits), block(kWarps * 32);
   switch (a.dstate / 32) {
-    case 1: ssd_state_update_kernel<T, 1><<<grid, block, 0, stream>>>(a); break;
-    case 2: ssd_state_update_kernel<T, 2><<<grid, block, 0, stream>>>(a); break;
-    case 3: ssd_state_update_kernel<T, 3><<<grid, block, 0, stream>>>(a); break;
-    case 4: ssd_state_update_kernel<T, 4><<<grid, block, 0, stream>>>(a); break;
-    case 5: ssd_state_update_kernel<T, 5><<<grid, block, 0, stream>>>(a); break;
-    case 6: ssd_state_update_kernel<T, 6><<<grid, block, 0, stream>>>(a); break;
-    case 7: ssd_state_update_kernel<T, 7><<<grid, block, 0, stream>>>(a); break;
-    case 8: ssd_state_update_kernel<T, 8><<<grid, block, 0, stream>>>(a); break;
+    case 1: ssd_state_update_kernel<T, S, 1><<<grid, block, 0, stream>>>(a); break;
+    case 2: ssd_state_update_kernel<T, S, 2><<<grid, block, 0, stream>>>(a); break;
+    case 3: ssd_state_update_kernel<T, S, 3><<<grid, block, 0, stream>>>(a); break;
+    case 4: ssd_state_update_kernel<T, S, 4><<<grid, block, 0, stream>>>(a); break;
+    case 5: ssd_state_update_kernel<T, S, 5><<<grid, block, 0, stream>>>(a); break;
+    case 6: ssd_state_update_kernel<T, S, 6><<<grid, block, 0, stream>>>(a); break;
+    case 7: ssd_state_update_kernel<T, S, 7><<<grid, block, 0, stream>>>(a); break;
+    case 8: ssd_state_update_kernel<T, S, 8><<<grid, block, 0, stream>>>(a); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
@@ -80,12 +101,19 @@ cudaError_t launch_typed(const SsdStateUpdateArgs& a, cudaStream_t stream) {
 bool ssd_state_update_supported(const SsdStateUpdateArgs& a) {
   return a.batch > 0 && a.batch <= 65535 && a.heads > 0 && a.groups > 0 && a.heads % a.groups == 0 &&
          a.headdim > 0 && a.dstate > 0 && a.dstate % 32 == 0 && a.dstate / 32 <= kMaxPerLane && a.steps >= 1 &&
-         a.x && a.B && a.C && a.dt && a.A && a.D && a.state && a.y;
+         a.x && a.B && a.C && a.dt && a.A && a.D && a.state && a.y &&
+         (a.state_type == ElementType::kF32 ||
+          (a.state_type == ElementType::kS8 && a.state_scales &&
+           (a.state_scale_inner == 1 || a.state_scale_inner == a.dstate)));
 }
 
 cudaError_t launch_ssd_state_update(const SsdStateUpdateArgs& a, cudaStream_t stream) {
   if (!ssd_state_update_supported(a)) return cudaErrorInvalidValue;
-  return a.io_type == ElementType::kBF16 ? launch_typed<__nv_bfloat16>(a, stream) : launch_typed<float>(a, stream);
+  if (a.state_type == ElementType::kS8)
+    return a.io_type == ElementType::kBF16 ? launch_typed<__nv_bfloat16, int8_t>(a, stream)
+                                           : launch_typed<float, int8_t>(a, stream);
+  return a.io_type == ElementType::kBF16 ? launch_typed<__nv_bfloat16, float>(a, stream)
+                                         : launch_typed<float, float>(a, stream);
 }
 
 }  // namespace ssdq::kernels

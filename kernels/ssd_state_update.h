@@ -2,7 +2,14 @@
 // speculative-decoding paper: `steps` tokens per sequence advance the state in one launch):
 //   dt = clamp(softplus(dt_raw + dt_bias)) (or dt as given),
 //   h = exp(dt·A) h + dt · x Bᵀ,   y = h C + D x          (head h reads group h / (H/G))
-// CPU reference: runtime/cpu_ops.h `cpu::ssd_step`, applied once per token.
+// The state is fp32, or int8 (quantized artifacts' decode state): element (c = h·P + p, n) is
+// q·scale(c, n) with scale(c, n) = state_scales[index(c)·inner + n] (runtime/quantized_model.h
+// ActQuant: per (h, p) for SSDi8, per (head cluster, channel cluster, n) for Quamba2); the
+// kernel dequantizes it in registers, runs the steps in fp32 and stores sat±127(rne(s / scale))
+// at the end of the launch — after every token when steps = 1, as the CPU rounds the state after
+// each forward call.
+// CPU reference: runtime/cpu_ops.h `cpu::ssd_step`, applied once per token (int8: on the
+// dequantized state, then runtime/quantized_ops.h `apply_state_format`).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,7 +35,11 @@ struct SsdStateUpdateArgs {
   float dt_min = 0.f, dt_max = __FLT_MAX__;
   const float* A = nullptr;               // [heads]
   const float* D = nullptr;               // [heads]
-  float* state = nullptr;                 // [batch, heads, headdim, dstate] fp32, updated in place
+  void* state = nullptr;                  // [batch, heads, headdim, dstate], updated in place
+  ElementType state_type = ElementType::kF32;  // kF32 or kS8
+  const float* state_scales = nullptr;    // kS8: [scale rows, state_scale_inner]
+  const int32_t* state_scale_index = nullptr;  // kS8: [heads * headdim] scale row of each channel, or null (row c)
+  int state_scale_inner = 1;              // 1 (one scale a channel) or dstate (one per (channel, n))
   void* y = nullptr;                      // row: [heads * headdim]
   int64_t y_stride = 0;
 };

@@ -60,7 +60,7 @@ double copy_bandwidth_gbs() {
   return 2.0 * bytes / us / 1e3;  // read + write
 }
 
-void bench_state_update(int batch, int heads, int groups, double bandwidth) {
+void bench_state_update(int batch, int heads, int groups, double bandwidth, bool int8_state = false) {
   const int P = 64, N = 128;
   std::mt19937 rng(1);
   kernels::SsdStateUpdateArgs a;
@@ -80,12 +80,16 @@ void bench_state_update(int batch, int heads, int groups, double bandwidth) {
   a.y_stride = heads * P;
   a.A = device_random(heads, -4, -1, rng);
   a.D = device_random(heads, 0.5f, 1.5f, rng);
-  a.state = device_random(size_t(batch) * heads * P * N, -1, 1, rng);
+  a.state = device_random(size_t(batch) * heads * P * N, -1, 1, rng);  // int8: a quarter of it is used
+  if (int8_state) {
+    a.state_type = kernels::ElementType::kS8;
+    a.state_scales = device_random(size_t(heads) * P, 0.004f, 0.012f, rng);  // per (h, p), as SSDi8
+  }
   check_cuda(cudaMalloc(&a.y, size_t(batch) * heads * P * sizeof(float)), "cudaMalloc");
   const double us = time_us([&] { return kernels::launch_ssd_state_update(a, nullptr); });
-  const double bytes = 2.0 * batch * heads * P * N * sizeof(float);
-  fmt::print("ssd_state_update  batch {:4d} heads {:3d} groups {}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n",
-             batch, heads, groups, us, bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth);
+  const double bytes = 2.0 * batch * heads * P * N * (int8_state ? 1 : sizeof(float));
+  fmt::print("ssd_state_update  batch {:4d} heads {:3d} groups {} {}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n",
+             batch, heads, groups, int8_state ? "int8" : "fp32", us, bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth);
 }
 
 void bench_add_rmsnorm(int rows, int dim, double bandwidth) {
@@ -346,6 +350,7 @@ int main() {
   const double bandwidth = ssdq::copy_bandwidth_gbs();
   fmt::print("device {} (sm_{}{}), device-to-device copy {:.0f} GB/s\n", prop.name, prop.major, prop.minor, bandwidth);
   for (int batch : {1, 8, 32, 128}) ssdq::bench_state_update(batch, 80, 1, bandwidth);   // mamba2-2.7b
+  for (int batch : {1, 32, 128}) ssdq::bench_state_update(batch, 80, 1, bandwidth, true);
   ssdq::bench_state_update(1, 128, 8, bandwidth);                                         // 8B-like
   for (int rows : {1, 32, 2048, 16384}) ssdq::bench_add_rmsnorm(rows, 2560, bandwidth);
   for (int m : {1, 2, 4}) ssdq::bench_gemv(m, bandwidth);
