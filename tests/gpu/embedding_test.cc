@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "quant/quantizer.h"
+#include "runtime/quantized_model.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace ssdq {
@@ -30,6 +32,52 @@ TEST(Embedding, GathersRowsAsFloat) {
   const auto out = d_out.to_host();
   for (int r = 0; r < rows; ++r)
     for (int i = 0; i < dim; ++i) ASSERT_EQ(out[r * dim + i], table[int64_t(tokens[r]) * dim + i]);
+}
+
+// Head-to-toe artifacts: the table quantized per row (int8, or int4 packed), dequantized exactly as
+// the CPU runtime's row_to_float.
+TEST(Embedding, DequantizesQuantizedRowsExactly) {
+  testing::require_device();
+  const int vocab = 700, dim = 256, rows = 9;
+  std::mt19937 rng(6);
+  auto table = testing::random_vector(size_t(vocab) * dim, -1.f, 1.f, rng);
+  std::vector<int32_t> tokens(rows);
+  for (auto& t : tokens) t = rng() % vocab;
+  tokens[0] = vocab - 1;
+  for (QuantBits bits : {QuantBits::kInt8, QuantBits::kInt4}) {
+    WeightMatrix w;
+    w.rows = vocab;
+    w.cols = dim;
+    w.kind = WeightMatrix::Kind::kQuantized;
+    w.quantized = quantize_per_channel(table.data(), vocab, dim, bits);
+    if (bits == QuantBits::kInt4) w.quantized.values[size_t(tokens[1]) * dim + 5] = -8;  // the nibble's extreme
+    std::vector<int8_t> bytes = w.quantized.values;
+    if (bits == QuantBits::kInt4) {
+      const std::vector<uint8_t> packed = pack_int4(w.quantized.values.data(), int64_t(vocab) * dim);
+      bytes.assign(packed.begin(), packed.end());
+    }
+    testing::DeviceBuffer<int8_t> d_table(bytes);
+    testing::DeviceBuffer<float> d_scales(w.quantized.scales), d_out(std::vector<float>(size_t(rows) * dim));
+    testing::DeviceBuffer<int32_t> d_tokens(tokens);
+    kernels::EmbeddingArgs args;
+    args.rows = rows;
+    args.dim = dim;
+    args.tokens = d_tokens.get();
+    args.table = d_table.get();
+    args.table_type = bits == QuantBits::kInt8 ? kernels::EmbeddingArgs::Table::kInt8Rows
+                                               : kernels::EmbeddingArgs::Table::kInt4Rows;
+    args.row_scales = d_scales.get();
+    args.out = d_out.get();
+    ASSERT_TRUE(kernels::embedding_supported(args));
+    ASSERT_EQ(kernels::launch_embedding(args, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto out = d_out.to_host();
+    std::vector<float> expected(dim);
+    for (int r = 0; r < rows; ++r) {
+      w.row_to_float(tokens[r], expected.data());
+      for (int i = 0; i < dim; ++i) ASSERT_EQ(out[r * dim + i], expected[i]) << "row " << r << " column " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -84,7 +84,9 @@ TEST_P(HadamardQuant, MatchesTheCpuSteps) {
     }
   }
   EXPECT_LE(off_by_one, std::max<int64_t>(1, int64_t(q.size()) / 1000)) << off_by_one << " of " << q.size();
-  if (c.gated) EXPECT_LT(testing::max_relative_error(f, x, 1e-2), 1e-4);
+  if (c.gated) {
+    EXPECT_LT(testing::max_relative_error(f, x, 1e-2), 1e-4);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, HadamardQuant,

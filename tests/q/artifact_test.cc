@@ -73,8 +73,12 @@ TEST(Artifact, RoundTripsEveryKindOfModelBitForBit) {
     const ArtifactFile file = read_artifact(path);
     EXPECT_EQ(file.metadata.at("format"), "ssdq");
     EXPECT_EQ(file.metadata.at("format_version"), "1.0");
-    if (c.head_to_toe) EXPECT_TRUE(file.tensors.count(c.bits == BitWidth::kW4A8 ? "embedding.q4" : "embedding.q8"));
-    if (c.bits == BitWidth::kFp16) EXPECT_EQ(file.tensors.at("layers.0.in_proj").dtype, DType::F16);
+    if (c.head_to_toe) {
+      EXPECT_TRUE(file.tensors.count(c.bits == BitWidth::kW4A8 ? "embedding.q4" : "embedding.q8"));
+    }
+    if (c.bits == BitWidth::kFp16) {
+      EXPECT_EQ(file.tensors.at("layers.0.in_proj").dtype, DType::F16);
+    }
   }
 }
 

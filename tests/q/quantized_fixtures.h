@@ -62,7 +62,9 @@ inline void expect_same_act(const ActQuant& a, const ActQuant& b, const std::str
   EXPECT_EQ(a.format, b.format) << what;
   EXPECT_EQ(a.scales, b.scales) << what;
   EXPECT_EQ(a.index, b.index) << what;
-  if (a.is_int8()) EXPECT_EQ(a.inner, b.inner) << what;
+  if (a.is_int8()) {
+    EXPECT_EQ(a.inner, b.inner) << what;
+  }
 }
 
 inline void expect_same_model(const QuantizedModel& a, const QuantizedModel& b) {

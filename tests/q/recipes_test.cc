@@ -340,7 +340,9 @@ TEST(MeanCorrection, SequentialCorrectionRemovesTheOutputMeanErrorOnTheCalibrati
     const double none = error(means[0][l], l), paper = error(means[1][l], l), full = error(means[2][l], l);
     std::printf("layer %ld ‖μ_fp − μ_q‖: η=0 %.4g, η=0.15 %.4g, η=1 %.4g\n", static_cast<long>(l), none, paper, full);
     EXPECT_LT(full, 1e-3 * none + 1e-6) << "layer " << l;  // exact up to fp32 rounding on this data
-    if (l == 0) EXPECT_NEAR(paper, 0.85 * none, 1e-3 * none);  // same inputs: (1 − η) of the error
+    if (l == 0) {
+      EXPECT_NEAR(paper, 0.85 * none, 1e-3 * none);  // same inputs: (1 − η) of the error
+    }
     EXPECT_LT(paper, none) << "layer " << l;
   }
 
