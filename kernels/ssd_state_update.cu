@@ -14,11 +14,6 @@ constexpr int kMaxPerLane = 8;  // dstate up to 256
 // One block per (head, sequence, slice of headdim rows); a warp owns rows and keeps each row's
 // dstate values in registers (dstate/32 per lane) across all `steps` tokens; y is a warp
 // reduction. Small batches split each head's rows over several blocks to fill the GPU.
-__device__ inline float state_scale(const SsdStateUpdateArgs& a, int channel, int n) {
-  const int row = a.state_scale_index ? a.state_scale_index[channel] : channel;
-  return a.state_scales[static_cast<int64_t>(row) * a.state_scale_inner + (a.state_scale_inner == 1 ? 0 : n)];
-}
-
 template <typename T, typename S, int kPerLane>
 __global__ void __launch_bounds__(kWarps * 32) ssd_state_update_kernel(SsdStateUpdateArgs a) {
   const int head = blockIdx.x, seq = blockIdx.y;
@@ -37,14 +32,21 @@ __global__ void __launch_bounds__(kWarps * 32) ssd_state_update_kernel(SsdStateU
   for (int p = row_begin + warp; p < row_end; p += kWarps) {
     S* row = state + static_cast<int64_t>(p) * a.dstate;
     float s[kPerLane], scale[kPerLane];
+    if constexpr (std::is_same_v<S, int8_t>) {
+      // One scale row per channel: read once, and once per element only when it varies along n.
+      const int channel = head * a.headdim + p;
+      const float* scales = a.state_scales + static_cast<int64_t>(a.state_scale_index ? a.state_scale_index[channel]
+                                                                                      : channel) *
+                                                 a.state_scale_inner;
+      const float channel_scale = scales[0];
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      if constexpr (std::is_same_v<S, int8_t>) {
-        scale[i] = state_scale(a, head * a.headdim + p, lane + 32 * i);
+      for (int i = 0; i < kPerLane; ++i) {
+        scale[i] = a.state_scale_inner == 1 ? channel_scale : scales[lane + 32 * i];
         s[i] = __fmul_rn(static_cast<float>(row[lane + 32 * i]), scale[i]);
-      } else {
-        s[i] = row[lane + 32 * i];
       }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) s[i] = row[lane + 32 * i];
     }
     for (int j = 0; j < a.steps; ++j) {
       const int64_t token = static_cast<int64_t>(seq) * a.steps + j;
