@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "quant/quantizer.h"
+#include "quant/weight_formats.h"
 #include "runtime/quantized_model.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -45,11 +46,7 @@ TEST(Embedding, DequantizesQuantizedRowsExactly) {
   for (auto& t : tokens) t = rng() % vocab;
   tokens[0] = vocab - 1;
   for (QuantBits bits : {QuantBits::kInt8, QuantBits::kInt4}) {
-    WeightMatrix w;
-    w.rows = vocab;
-    w.cols = dim;
-    w.kind = WeightMatrix::Kind::kQuantized;
-    w.quantized = quantize_per_channel(table.data(), vocab, dim, bits);
+    WeightMatrix w = rtn_weight(table, vocab, dim, bits, /*group_size=*/0);  // per row
     if (bits == QuantBits::kInt4) w.quantized.values[size_t(tokens[1]) * dim + 5] = -8;  // the nibble's extreme
     std::vector<int8_t> bytes = w.quantized.values;
     if (bits == QuantBits::kInt4) {

@@ -8,6 +8,7 @@
 #include "kernels/gemm.h"
 #include "kernels/scale_int32.h"
 #include "quant/quantizer.h"
+#include "quant/weight_formats.h"
 #include "runtime/quantized_ops.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -26,11 +27,7 @@ TEST_P(GemmS8, IntegerProductsAndScaledOutputMatchTheCpu) {
   const Case c = GetParam();
   std::mt19937 rng(c.m + 3 * c.n + 7 * c.k);
   auto w = testing::random_vector(size_t(c.n) * c.k, -1.f, 1.f, rng);
-  WeightMatrix wm;
-  wm.rows = c.n;
-  wm.cols = c.k;
-  wm.kind = WeightMatrix::Kind::kQuantized;
-  wm.quantized = quantize_per_channel(w.data(), c.n, c.k, QuantBits::kInt8);
+  const WeightMatrix wm = rtn_weight(w, c.n, c.k, QuantBits::kInt8, /*group_size=*/0);
   const int64_t ldx = c.k + 16;
   const float s_x = 0.0291f;
   std::vector<int8_t> xq(size_t(c.m) * ldx, 0);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "quant/quantizer.h"
+#include "quant/weight_formats.h"
 #include "runtime/quantized_ops.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -36,12 +37,8 @@ TEST_P(Qgemv, MatchesTheCpuSpecification) {
   const bool int4 = c.kind != kernels::QgemvKind::kW8A8;
   std::mt19937 rng(c.m * 131 + c.n * 7 + c.k + c.group_size);
   auto w = testing::random_vector(size_t(c.n) * c.k, -1.f, 1.f, rng);
-  WeightMatrix wm;
-  wm.rows = c.n;
-  wm.cols = c.k;
-  wm.kind = WeightMatrix::Kind::kQuantized;
-  wm.quantized = int4 ? quantize_per_group(w.data(), c.n, c.k, QuantBits::kInt4, c.group_size)
-                      : quantize_per_channel(w.data(), c.n, c.k, QuantBits::kInt8);
+  WeightMatrix wm = int4 ? rtn_weight(w, c.n, c.k, QuantBits::kInt4, c.group_size)
+                         : rtn_weight(w, c.n, c.k, QuantBits::kInt8, /*group_size=*/0);
   if (int4)  // GPTQ's error feedback can reach the nibble's -8; make sure the unpacking sees it
     for (size_t i = 0; i < wm.quantized.values.size(); i += 97) wm.quantized.values[i] = -8;
 
