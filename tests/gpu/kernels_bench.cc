@@ -254,7 +254,7 @@ void bench_qgemv(int m, double bandwidth) {
 
 // The W8A8 prefill projection: cuBLASLt's int8 GEMM (IMMA) into int32, then the scaling epilogue
 // into the fp32 residual; the bf16 GEMM of the same shape for the speed-up.
-void bench_gemm_s8(int64_t m, int64_t n, int64_t k) {
+void bench_gemm_s8(int64_t m, int64_t n, int64_t k, bool into_residual) {
   int8_t *x, *w;
   int32_t* acc;
   float *scales, *out;
@@ -289,15 +289,17 @@ void bench_gemm_s8(int64_t m, int64_t n, int64_t k) {
   s.w_scales = scales;
   s.out = out;
   s.ldout = n;
-  s.accumulate = true;
+  // in_proj writes a 16-bit buffer; out_proj adds into the fp32 residual (as the FP path does)
+  s.out_type = into_residual ? kernels::ElementType::kF32 : kernels::ElementType::kBF16;
+  s.accumulate = into_residual;
   const double gemm_us = time_us([&] {
     gemm.run(g, nullptr);
     return cudaSuccess;
   }, 50);
   const double scale_us = time_us([&] { return kernels::launch_scale_int32(s, nullptr); }, 50);
   g.in_type = kernels::ElementType::kBF16;  // same buffers reinterpreted: only the time matters
-  g.out_type = kernels::ElementType::kF32;
-  g.accumulate = true;
+  g.out_type = into_residual ? kernels::ElementType::kF32 : kernels::ElementType::kBF16;
+  g.accumulate = into_residual;
   void* x16;
   void* w16;
   check_cuda(cudaMalloc(&x16, m * k * 2), "cudaMalloc");
@@ -312,9 +314,9 @@ void bench_gemm_s8(int64_t m, int64_t n, int64_t k) {
     return cudaSuccess;
   }, 50);
   const double ops = 2.0 * m * n * k;
-  fmt::print("w8a8 gemm m {:5d} n {:5d} k {:4d}: int8 {:7.1f} us ({:4.0f} TOPS) + scale {:6.1f} us = {:7.1f} us | "
+  fmt::print("w8a8 gemm m {:5d} n {:5d} k {:4d} {}: int8 {:7.1f} us ({:4.0f} TOPS) + scale {:6.1f} us = {:7.1f} us | "
              "bf16 {:7.1f} us ({:4.0f} TFLOP/s) | {:.2f}× bf16\n",
-             m, n, k, gemm_us, ops / gemm_us / 1e6, scale_us, gemm_us + scale_us, bf16_us, ops / bf16_us / 1e6,
+             m, n, k, into_residual ? "→ fp32 residual +=" : "→ bf16 buffer     ", gemm_us, ops / gemm_us / 1e6, scale_us, gemm_us + scale_us, bf16_us, ops / bf16_us / 1e6,
              bf16_us / (gemm_us + scale_us));
   for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(acc), static_cast<void*>(out),
                   static_cast<void*>(scales), workspace, x16, w16})
@@ -356,8 +358,8 @@ int main() {
   for (int m : {1, 2, 4}) ssdq::bench_gemv(m, bandwidth);
   for (int m : {1, 4, 16}) ssdq::bench_qgemv(m, bandwidth);
   for (int64_t m : {2048, 16384}) {  // mamba2-2.7b prefill of 1 × 2048 and 8 × 2048 tokens
-    ssdq::bench_gemm_s8(m, 10576, 2560);
-    ssdq::bench_gemm_s8(m, 2560, 5120);
+    ssdq::bench_gemm_s8(m, 10576, 2560, false);  // in_proj
+    ssdq::bench_gemm_s8(m, 2560, 5120, true);    // out_proj
   }
   for (int b : {1, 8}) ssdq::bench_conv_decode(b, bandwidth);
   for (int m : {1, 8, 32}) {  // one decode step's projections of mamba2-2.7b (per layer) and its lm_head
