@@ -149,6 +149,45 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(QgemvArgs a) {
   }
 }
 
+// W8A8 split over k (kSplitK): kSplitWarps warps share a column, each streaming a contiguous
+// quarter of the row; their int32 sums meet in shared memory (exact in any order) and one lane
+// applies the epilogue. For projections with few columns, where one warp a column leaves too few
+// loads in flight to cover the memory latency.
+constexpr int kSplitWarps = 4;
+template <int M>
+__global__ void __launch_bounds__(kThreads) qgemv_w8a8_split_k_kernel(QgemvArgs a) {
+  __shared__ int partial[kWarps][M];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % kSplitWarps;
+  const int col = blockIdx.x * (kWarps / kSplitWarps) + warp / kSplitWarps;
+  const int pieces = a.k / Piece<QgemvKind::kW8A8>::kCols;
+  const int begin = pieces * part / kSplitWarps, end = pieces * (part + 1) / kSplitWarps;
+  int acc[M];
+#pragma unroll
+  for (int r = 0; r < M; ++r) acc[r] = 0;
+  if (col < a.n) {
+    const uint4* w = static_cast<const uint4*>(a.w) + static_cast<int64_t>(col) * pieces + begin;
+    float unused = 0.f;
+    stream_row_pieces<kUnroll>(w, end - begin, lane, [&](int p, const uint4& wv) {
+#pragma unroll
+      for (int r = 0; r < M; ++r)
+        if (r < a.m) piece_dot<QgemvKind::kW8A8>(a, wv, r, begin + p, acc[r], unused);
+    });
+  }
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    int v = acc[r];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    if (lane == 0) partial[warp][r] = v;
+  }
+  __syncthreads();
+  if (col >= a.n || part != 0 || lane >= a.m) return;
+  int v = 0;
+#pragma unroll
+  for (int j = 0; j < kSplitWarps; ++j) v += partial[warp + j][lane];
+  store(a, lane, col, __fmul_rn(__fmaf_rn(static_cast<float>(v), a.w_scales[col], 0.f), a.x_scale));
+}
+
 // Per group, four lanes per column (kQuad): a warp computes 8 columns; in group g lane j of a
 // column's quad takes pieces j, j + 4, … of the group (group_size a multiple of 128 for int4), the
 // quad adds its sums with two shuffles, and the quad's first lane extends each row's fp32 chain
@@ -209,7 +248,14 @@ template <int M>
 cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
   const dim3 grid((a.n + kWarps - 1) / kWarps);
   switch (a.kind) {
-    case QgemvKind::kW8A8: qgemv_kernel<M, QgemvKind::kW8A8><<<grid, kThreads, 0, stream>>>(a); break;
+    case QgemvKind::kW8A8:
+      if (a.schedule == QgemvSchedule::kSplitK || (a.schedule == QgemvSchedule::kAuto && a.n < 8192 && a.m >= 4)) {
+        const dim3 split_grid((a.n + kWarps / kSplitWarps - 1) / (kWarps / kSplitWarps));
+        qgemv_w8a8_split_k_kernel<M><<<split_grid, kThreads, 0, stream>>>(a);
+      } else {
+        qgemv_kernel<M, QgemvKind::kW8A8><<<grid, kThreads, 0, stream>>>(a);
+      }
+      break;
     case QgemvKind::kW4A8:
     case QgemvKind::kW4A16: {
       const bool quad = a.schedule == QgemvSchedule::kQuad ||
@@ -245,6 +291,7 @@ bool qgemv_supported(const QgemvArgs& a) {
   if (a.kind == QgemvKind::kW8A8) return a.k % 16 == 0;
   const int lanes = a.group_size / 32;
   if (a.schedule == QgemvSchedule::kQuad && a.group_size % 128 != 0) return false;
+  if (a.schedule == QgemvSchedule::kSplitK) return false;  // W8A8 only (returned above)
   return a.group_size >= 32 && a.group_size % 32 == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0 &&
          a.k % a.group_size == 0;
 }

@@ -22,14 +22,16 @@
 namespace ssdq::kernels {
 
 enum class QgemvKind { kW8A8, kW4A8, kW4A16 };
-// How the int4 kinds split a row over a warp's lanes (both give the same bits; kept side by side
-// while their speed is compared, docs/kernels/quantized_projections.md):
+// How a row is split over lanes and warps (every schedule gives the same bits; they stay side by
+// side while their speed is compared, docs/kernels/quantized_projections.md):
 //   kSplitGroups: one column a warp; lane l takes 16-byte pieces l, l + 32, …; a group's lanes
 //                 reduce by shuffles and one lane a row extends the chain after each round
 //   kQuad:        eight columns a warp, four lanes a column; the chain stays in registers
 //                 (group_size a multiple of 128)
-//   kAuto:        kQuad where it measured faster (n ≥ 8192 columns, m ≤ 4), else kSplitGroups
-enum class QgemvSchedule { kAuto, kSplitGroups, kQuad };
+//   kSplitK:      W8A8 only: four warps a column, each a quarter of k, int32 sums added in shared memory
+//   kAuto:        int4: kQuad where it measured faster (n ≥ 8192 columns, m ≤ 4), else kSplitGroups;
+//                 W8A8: kSplitK below 8192 columns from 4 rows, else one warp a column
+enum class QgemvSchedule { kAuto, kSplitGroups, kQuad, kSplitK };
 
 struct QgemvArgs {
   QgemvKind kind = QgemvKind::kW8A8;

@@ -215,7 +215,8 @@ void bench_qgemv(int m, double bandwidth) {
     const double bf16_us = m <= kernels::kGemvMaxRows ? time_us([&] { return kernels::launch_gemv(b, nullptr); }) : NAN;
     std::string line = fmt::format("qgemv m {:2d} n {:5d} k {:4d}: bf16 gemv {:6.2f} us", m, n, k, bf16_us);
     using S = kernels::QgemvSchedule;
-    const std::pair<kernels::QgemvKind, S> variants[] = {{kernels::QgemvKind::kW8A8, S::kQuad},
+    const std::pair<kernels::QgemvKind, S> variants[] = {{kernels::QgemvKind::kW8A8, S::kSplitGroups},
+                                                         {kernels::QgemvKind::kW8A8, S::kSplitK},
                                                          {kernels::QgemvKind::kW4A8, S::kSplitGroups},
                                                          {kernels::QgemvKind::kW4A8, S::kQuad},
                                                          {kernels::QgemvKind::kW4A16, S::kSplitGroups},
@@ -240,7 +241,9 @@ void bench_qgemv(int m, double bandwidth) {
       const double bytes = double(n) * k * (int4 ? 0.5 : 1.0) + 4.0 * n * (int4 ? k / group : 1);
       line += fmt::format(" | {}{} {:6.2f} us {:5.0f} GB/s ({:3.0f}%) {:.2f}× bf16",
                           kind == kernels::QgemvKind::kW8A8 ? "w8a8" : int4 && kind == kernels::QgemvKind::kW4A8 ? "w4a8" : "w4a16",
-                          int4 ? (schedule == S::kSplitGroups ? "/split" : "/quad") : "",
+                          schedule == S::kSplitGroups ? (int4 ? "/split" : "/warp")
+                          : schedule == S::kQuad      ? "/quad"
+                                                      : "/splitk",
                           us, bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth, bf16_us / us);
     }
     fmt::print("{}\n", line);

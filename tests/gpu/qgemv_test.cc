@@ -26,7 +26,10 @@ std::string name_of(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   const char* kind = c.kind == kernels::QgemvKind::kW8A8 ? "w8a8" : c.kind == kernels::QgemvKind::kW4A8 ? "w4a8" : "w4a16";
   return fmt::format("{}_m{}_n{}_k{}_g{}{}{}", kind, c.m, c.n, c.k, c.group_size, c.bias_and_accumulate ? "_acc" : "",
-                     c.schedule == kernels::QgemvSchedule::kQuad ? "_quad" : c.schedule == kernels::QgemvSchedule::kAuto ? "_auto" : "");
+                     c.schedule == kernels::QgemvSchedule::kQuad      ? "_quad"
+                     : c.schedule == kernels::QgemvSchedule::kSplitK  ? "_splitk"
+                     : c.schedule == kernels::QgemvSchedule::kAuto    ? "_auto"
+                                                                       : "");
 }
 
 class Qgemv : public ::testing::TestWithParam<Case> {};
@@ -137,12 +140,18 @@ std::vector<Case> cases() {
   out.push_back({K::kW4A8, 4, 4, 16384, 128, true});    // 128 groups: four rounds of chain updates
   out.push_back({K::kW4A8, 1, 2000, 5120, 128, true});  // 2.7b out_proj's k
   const size_t split_cases = out.size();
-  for (size_t i = 0; i < split_cases; ++i)
-    if (out[i].kind != K::kW8A8 && out[i].group_size % 128 == 0) {
-      Case quad = out[i];
-      quad.schedule = kernels::QgemvSchedule::kQuad;
-      out.push_back(quad);
+  for (size_t i = 0; i < split_cases; ++i) {
+    Case other = out[i];
+    if (out[i].kind == K::kW8A8) {
+      other.schedule = kernels::QgemvSchedule::kSplitK;
+    } else if (out[i].group_size % 128 == 0) {
+      other.schedule = kernels::QgemvSchedule::kQuad;
+    } else {
+      continue;
     }
+    out.push_back(other);
+  }
+  out.push_back({K::kW8A8, 5, 2560, 5120, 0, true, kernels::QgemvSchedule::kAuto});  // picks kSplitK
   for (K kind : {K::kW4A8, K::kW4A16}) {
     out.push_back({kind, 2, 77, 2048, 512, true, kernels::QgemvSchedule::kQuad});
     out.push_back({kind, 1, 8200, 2560, 128, true, kernels::QgemvSchedule::kAuto});  // picks kQuad
