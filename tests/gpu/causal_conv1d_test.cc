@@ -7,6 +7,7 @@
 #include "quant/quantizer.h"
 #include "runtime/cpu_ops.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/int8_check.h"
 
 namespace ssdq {
 namespace {
@@ -109,14 +110,8 @@ TEST_P(CausalConv1d, Int8InputsAndOutputsMatchTheCpuSpecification) {
     for (size_t i = 0; i < new_state.size(); ++i)
       ASSERT_EQ(dequantize_value(new_state[i], in_scales[(i / hist) % c.channels]), expected_state[i]) << "state " << i;
     if (int8_out) {
-      const std::vector<int8_t> got = d_out8.to_host();
-      int64_t off_by_one = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        const int want = quantize_value(expected[i], out_scales[i % c.channels], QuantBits::kInt8);
-        ASSERT_LE(std::abs(got[i] - want), 1) << "element " << i;
-        off_by_one += got[i] != want;
-      }
-      EXPECT_LE(off_by_one, std::max<int64_t>(1, int64_t(got.size()) / 1000)) << off_by_one << " of " << got.size();
+      testing::expect_int8_within_one_step(d_out8.to_host(), expected,
+                                           [&](size_t i) { return out_scales[i % c.channels]; });
     } else {
       const std::vector<uint16_t> got = d_out16.to_host();
       for (size_t i = 0; i < got.size(); ++i)

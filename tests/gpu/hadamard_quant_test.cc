@@ -11,6 +11,7 @@
 #include "quant/quantizer.h"
 #include "runtime/cpu_ops.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/int8_check.h"
 
 namespace ssdq {
 namespace {
@@ -72,18 +73,14 @@ TEST_P(HadamardQuant, MatchesTheCpuSteps) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<int8_t> q = d_q.to_host();
   const std::vector<float> f = d_f32.to_host();
-  int64_t off_by_one = 0;
-  for (size_t i = 0; i < q.size(); ++i) {
-    const int want = quantize_value(x[i], scale, QuantBits::kInt8);
-    if (!c.gated) {
+  if (c.gated) {
+    testing::expect_int8_within_one_step(q, x, [&](size_t) { return scale; });
+  } else {
+    for (size_t i = 0; i < q.size(); ++i) {
       ASSERT_EQ(std::memcmp(&f[i], &x[i], sizeof(float)), 0) << "element " << i << ": " << f[i] << " vs " << x[i];
-      ASSERT_EQ(q[i], want) << "element " << i;
-    } else {
-      ASSERT_LE(std::abs(q[i] - want), 1) << "element " << i;
-      off_by_one += q[i] != want;
+      ASSERT_EQ(q[i], quantize_value(x[i], scale, QuantBits::kInt8)) << "element " << i;
     }
   }
-  EXPECT_LE(off_by_one, std::max<int64_t>(1, int64_t(q.size()) / 1000)) << off_by_one << " of " << q.size();
   if (c.gated) {
     EXPECT_LT(testing::max_relative_error(f, x, 1e-2), 1e-4);
   }

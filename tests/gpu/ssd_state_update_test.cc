@@ -11,6 +11,7 @@
 #include "quant/quantizer.h"
 #include "runtime/cpu_ops.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/int8_check.h"
 
 namespace ssdq {
 namespace {
@@ -166,14 +167,8 @@ TEST(SsdStateUpdateInt8, MatchesTheCpuOnTheDequantizedState) {
     ASSERT_EQ(kernels::launch_ssd_state_update(args, nullptr), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_LT(testing::max_relative_error(d_y.to_host(), y_cpu, 0.05), 1e-4);
-    const std::vector<int8_t> got = d_state.to_host();
-    int64_t off_by_one = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const int want = quantize_value(state[i], scale_of(int((i / N) % xw), int(i % N)), QuantBits::kInt8);
-      ASSERT_LE(std::abs(got[i] - want), 1) << "state element " << i;
-      off_by_one += got[i] != want;
-    }
-    EXPECT_LE(off_by_one, int64_t(got.size()) / 1000) << off_by_one << " of " << got.size();
+    testing::expect_int8_within_one_step(d_state.to_host(), state,
+                                         [&](size_t i) { return scale_of(int((i / N) % xw), int(i % N)); });
   }
 }
 
