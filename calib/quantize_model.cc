@@ -67,6 +67,11 @@ WeightMatrix quantize_projection(const std::vector<float>& w, int64_t rows, int6
   return gptq_weight(w, rows, cols, *hessian, g);
 }
 
+std::vector<float> clipped(std::vector<float> absmax, double clip) {
+  for (float& v : absmax) v = static_cast<float>(v * clip);
+  return absmax;
+}
+
 // The activation formats of layer `l` from its statistics (the calibration file's for rtn, pass
 // A's otherwise); `clusters` is quamba2's sort-and-cluster result for the layer.
 void assign_activation_formats(QuantizedLayer& q, const LayerStats& s, const RecipeOptions& o, int64_t l,
@@ -109,7 +114,7 @@ void assign_activation_formats(QuantizedLayer& q, const LayerStats& s, const Rec
       q.ssd_dt = fp16;
       q.ssd_B = int8_per_group(absmax(StatPoint::kSsdB), N);
       q.ssd_C = int8_per_group(absmax(StatPoint::kSsdC), N);
-      q.x_scaled = int8_per_channel(absmax(StatPoint::kSsdXScaled));
+      q.x_scaled = int8_per_channel(clipped(absmax(StatPoint::kSsdXScaled), o.x_scaled_clip));
       q.ssm_state = int8_state_per_channel(absmax(StatPoint::kSsdState), E, N);
       q.cb = int8_per_channel(absmax(StatPoint::kSsdCb));
       break;

@@ -65,6 +65,8 @@ void RecipeOptions::validate(int64_t n_layer, int64_t heads_per_group, int64_t h
   if (!(damp >= 0 && damp < 1)) fail("--damp must be in [0, 1), got {}", damp);
   if (eta && !(*eta >= 0 && *eta <= 1)) fail("--eta must be in [0, 1], got {}", *eta);
   if (eta && recipe != RecipeName::kSsdi8) fail("--eta applies to the ssdi8 recipe only");
+  if (!(x_scaled_clip > 0 && x_scaled_clip <= 1)) fail("--x-scaled-clip must be in (0, 1], got {}", x_scaled_clip);
+  if (x_scaled_clip != 1.0 && recipe != RecipeName::kSsdi8) fail("--x-scaled-clip applies to the ssdi8 recipe only");
   if (head_clusters < 1 || head_clusters > heads_per_group)
     fail("--head-clusters must be in 1..{} (heads per B/C group), got {}", heads_per_group, head_clusters);
   if (channel_clusters < 1 || channel_clusters > headdim)
@@ -92,6 +94,7 @@ std::string RecipeOptions::to_json() const {
       {"head_clusters", head_clusters},
       {"channel_clusters", channel_clusters},
       {"mean_correction_eta", mean_correction_eta()},
+      {"x_scaled_clip", x_scaled_clip},
       {"w4a16_layers", w4a16_layers},
       {"residual_rotation", uses_transforms()},
       {"rotation_seed", rotation_seed ? nlohmann::json(*rotation_seed) : nlohmann::json(nullptr)},

@@ -33,6 +33,7 @@ struct RecipeOptions {
   int64_t head_clusters = 4;        // quamba2 sort-and-cluster m
   int64_t channel_clusters = 4;     // quamba2 sort-and-cluster n
   std::optional<double> eta;        // ssdi8 mean correction factor; unset: 0.15; 0 disables
+  double x_scaled_clip = 1.0;       // ssdi8: X_scaled's int8 scale = clip · absmax / 127 (clip ≤ 1 saturates outliers)
   std::vector<int64_t> w4a16_layers;  // w4a8 layers run with fp16 activations (mixed precision)
   std::optional<uint64_t> rotation_seed;  // residual rotation Q = diag(±1)·H/√D with signs from this seed
   std::vector<std::string> keep_float;    // ablation: points (or "weights") left in fp16

@@ -96,6 +96,9 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--channel-clusters", r.channel_clusters, "quamba2: headdim clusters n per head cluster")
       ->capture_default_str();
   cmd->add_option("--eta", flags->eta, "ssdi8: mean-correction factor η (default 0.15; 0 turns it off)");
+  cmd->add_option("--x-scaled-clip", flags->options.recipe.x_scaled_clip,
+                  "ssdi8 (ablation): X_scaled's int8 scale is this fraction of its calibrated absmax / 127; values "
+                  "beyond it saturate (default 1: no clipping; docs/ACCURACY.md)");
   cmd->add_option("--w4a16-layers", r.w4a16_layers,
                   "w4a8 only: layers (0-based) that keep fp16 activations (Quamba2's mixed precision W4A{8,16})")
       ->delimiter(',');

@@ -190,9 +190,32 @@ TEST(Export, RefusesContradictoryOptionsAndOtherModels) {
   o = options_for(RecipeName::kHad, BitWidth::kW8A8);
   o.recipe.eta = 0.2;
   refused(o, "--eta applies to the ssdi8 recipe only");
+  o = options_for(RecipeName::kQuamba2, BitWidth::kW8A8);
+  o.recipe.x_scaled_clip = 0.5;
+  refused(o, "--x-scaled-clip applies to the ssdi8 recipe only");
+  o = options_for(RecipeName::kSsdi8, BitWidth::kW8A8);
+  o.recipe.x_scaled_clip = 0;
+  refused(o, "--x-scaled-clip must be in (0, 1], got 0");
   const ModelWeights other = random_weights(synthetic_config(4), 8);
   EXPECT_THAT([&] { quantize_model(other, calib, options_for(RecipeName::kRtn, BitWidth::kW8A8)); },
               ::testing::ThrowsMessage<Error>(HasSubstr("the calibration file was made for a different model")));
+}
+
+TEST(Export, XScaledClipScalesOnlyXScaled) {
+  const ModelWeights w = random_weights(synthetic_config(2), 8);
+  const CalibrationFile calib = calibration_in_memory(w, 2, 64, 5);
+  ExportOptions o = options_for(RecipeName::kSsdi8, BitWidth::kW8A8);
+  o.recipe.eta = 0.0;
+  const QuantizedModel plain = quantize_model(w, calib, o);
+  o.recipe.x_scaled_clip = 0.5;
+  const QuantizedModel clipped = quantize_model(w, calib, o);
+  // Layer 0 sees the same inputs either way, so only X_scaled's scales differ: exactly halved.
+  const QuantizedLayer &a = plain.layers[0], &b = clipped.layers[0];
+  ASSERT_EQ(a.x_scaled.scales.size(), b.x_scaled.scales.size());
+  for (size_t i = 0; i < a.x_scaled.scales.size(); ++i) EXPECT_EQ(b.x_scaled.scales[i], 0.5f * a.x_scaled.scales[i]) << i;
+  EXPECT_EQ(a.ssd_B.scales, b.ssd_B.scales);
+  EXPECT_EQ(a.ssm_state.scales, b.ssm_state.scales);
+  EXPECT_EQ(a.cb.scales, b.cb.scales);
 }
 
 TEST(Export, MixedPrecisionLayersKeepFp16Activations) {
