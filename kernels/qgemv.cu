@@ -69,9 +69,8 @@ __device__ inline void store(const QgemvArgs& a, int row, int col, float y) {
   store_projection(a.out, a.out_type, row * a.ldout + col, y, a.bias, col, a.accumulate);
 }
 
-// One warp per output column; lane l loads pieces l, l + 32, ... of the weight row.
-// Per channel (kW8A8): one int32 sum per row, reduced over the warp (exact in any order).
-// Per group: after each round of 32 pieces the lanes of a group (group_size / 32 consecutive
+// int4 kinds, one warp per output column; lane l loads pieces l, l + 32, ... of the weight row.
+// After each round of 32 pieces the lanes of a group (group_size / 32 consecutive
 // lanes for int4) reduce their sums, and lane r applies the round's groups to row r's fp32 chain
 // in increasing group order — the order the CPU reference uses.
 template <int M, QgemvKind KIND>
@@ -83,79 +82,58 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(QgemvArgs a) {
   constexpr int kCols = Piece<KIND>::kCols;
   const int pieces = a.k / kCols;
   const uint4* w = static_cast<const uint4*>(a.w) + static_cast<int64_t>(col) * pieces;  // 16 bytes a piece
-  if constexpr (KIND == QgemvKind::kW8A8) {
-    int acc[M];
+  const int lanes_per_group = a.group_size / kCols;  // a power of two ≤ 32 (qgemv_supported)
+  const int groups = a.k / a.group_size;
+  const float* scales = a.w_scales + static_cast<int64_t>(col) * groups;
+  float y = 0.f;  // lane r < m: row r's chain
+  const bool leader = lane % lanes_per_group == 0;
+  for (int base = 0; base < pieces; base += 32 * kUnroll) {
+    uint4 wv[kUnroll];
 #pragma unroll
-    for (int r = 0; r < M; ++r) acc[r] = 0;
-    float unused = 0.f;
-    stream_row_pieces<kUnroll>(w, pieces, lane, [&](int p, const uint4& wv) {
-#pragma unroll
-      for (int r = 0; r < M; ++r)
-        if (r < a.m) piece_dot<KIND>(a, wv, r, p, acc[r], unused);
-    });
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      int v = acc[r];
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-      if (lane == 0 && r < a.m) store(a, r, col, __fmul_rn(__fmaf_rn(static_cast<float>(v), a.w_scales[col], 0.f), a.x_scale));
+    for (int u = 0; u < kUnroll; ++u) {
+      const int p = base + 32 * u + lane;
+      wv[u] = p < pieces ? __ldg(w + p) : make_uint4(0, 0, 0, 0);
     }
-  } else {
-    const int lanes_per_group = a.group_size / kCols;  // a power of two ≤ 32 (qgemv_supported)
-    const int groups = a.k / a.group_size;
-    const float* scales = a.w_scales + static_cast<int64_t>(col) * groups;
-    float y = 0.f;  // lane r < m: row r's chain
-    const bool leader = lane % lanes_per_group == 0;
-    for (int base = 0; base < pieces; base += 32 * kUnroll) {
-      uint4 wv[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int p = base + 32 * u + lane;
-        wv[u] = p < pieces ? __ldg(w + p) : make_uint4(0, 0, 0, 0);
-      }
+    for (int u = 0; u < kUnroll; ++u) {
+      const int first = base + 32 * u;
+      if (first >= pieces) break;
+      const int p = first + lane;
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int first = base + 32 * u;
-        if (first >= pieces) break;
-        const int p = first + lane;
-#pragma unroll
-        for (int r = 0; r < M; ++r) {
-          if (r >= a.m) break;
-          int iacc = 0;
-          float facc = 0.f;
-          if (p < pieces) piece_dot<KIND>(a, wv[u], r, p, iacc, facc);
-          for (int offset = lanes_per_group / 2; offset > 0; offset >>= 1) {
-            if constexpr (KIND == QgemvKind::kW4A8) {
-              iacc += __shfl_xor_sync(0xffffffffu, iacc, offset);
-            } else {
-              facc += __shfl_xor_sync(0xffffffffu, facc, offset);
-            }
+      for (int r = 0; r < M; ++r) {
+        if (r >= a.m) break;
+        int iacc = 0;
+        float facc = 0.f;
+        if (p < pieces) piece_dot<KIND>(a, wv[u], r, p, iacc, facc);
+        for (int offset = lanes_per_group / 2; offset > 0; offset >>= 1) {
+          if constexpr (KIND == QgemvKind::kW4A8) {
+            iacc += __shfl_xor_sync(0xffffffffu, iacc, offset);
+          } else {
+            facc += __shfl_xor_sync(0xffffffffu, facc, offset);
           }
-          if (leader)
-            group_sums[warp][r][lane / lanes_per_group] =
-                KIND == QgemvKind::kW4A8 ? static_cast<float>(iacc) : facc;
         }
-        __syncwarp();
-        if (lane < a.m) {
-          const int first_group = first / lanes_per_group;
-          const int round_groups = min(32 / lanes_per_group, groups - first_group);
-          for (int j = 0; j < round_groups; ++j)
-            y = __fmaf_rn(group_sums[warp][lane][j], scales[first_group + j], y);
-        }
-        __syncwarp();
+        if (leader)
+          group_sums[warp][r][lane / lanes_per_group] =
+              KIND == QgemvKind::kW4A8 ? static_cast<float>(iacc) : facc;
       }
+      __syncwarp();
+      if (lane < a.m) {
+        const int first_group = first / lanes_per_group;
+        const int round_groups = min(32 / lanes_per_group, groups - first_group);
+        for (int j = 0; j < round_groups; ++j)
+          y = __fmaf_rn(group_sums[warp][lane][j], scales[first_group + j], y);
+      }
+      __syncwarp();
     }
-    if (lane < a.m) store(a, lane, col, KIND == QgemvKind::kW4A8 ? __fmul_rn(y, a.x_scale) : y);
   }
+  if (lane < a.m) store(a, lane, col, KIND == QgemvKind::kW4A8 ? __fmul_rn(y, a.x_scale) : y);
 }
 
-// W8A8 split over k (kSplitK): kSplitWarps warps share a column, each streaming a contiguous
-// quarter of the row; their int32 sums meet in shared memory (exact in any order) and one lane
-// applies the epilogue. For projections with few columns, where one warp a column leaves too few
-// loads in flight to cover the memory latency.
-constexpr int kSplitWarps = 4;
-template <int M>
-__global__ void __launch_bounds__(kThreads) qgemv_w8a8_split_k_kernel(QgemvArgs a) {
+// W8A8: kSplitWarps warps share a column (1: one warp a column; 4: kSplitK), each streaming a
+// contiguous part of the row; their int32 sums meet in shared memory (exact in any order) and one
+// lane applies the epilogue. Splitting k helps projections with few columns and several rows.
+template <int M, int kSplitWarps>
+__global__ void __launch_bounds__(kThreads) qgemv_w8a8_kernel(QgemvArgs a) {
   __shared__ int partial[kWarps][M];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % kSplitWarps;
   const int col = blockIdx.x * (kWarps / kSplitWarps) + warp / kSplitWarps;
@@ -185,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_w8a8_split_k_kernel(QgemvArgs 
   int v = 0;
 #pragma unroll
   for (int j = 0; j < kSplitWarps; ++j) v += partial[warp + j][lane];
-  store(a, lane, col, __fmul_rn(__fmaf_rn(static_cast<float>(v), a.w_scales[col], 0.f), a.x_scale));
+  store(a, lane, col, scale_per_channel(v, a.w_scales[col], a.x_scale));
 }
 
 // Per group, four lanes per column (kQuad): a warp computes 8 columns; in group g lane j of a
@@ -250,10 +228,10 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
   switch (a.kind) {
     case QgemvKind::kW8A8:
       if (a.schedule == QgemvSchedule::kSplitK || (a.schedule == QgemvSchedule::kAuto && a.n < 8192 && a.m >= 4)) {
-        const dim3 split_grid((a.n + kWarps / kSplitWarps - 1) / (kWarps / kSplitWarps));
-        qgemv_w8a8_split_k_kernel<M><<<split_grid, kThreads, 0, stream>>>(a);
+        constexpr int kSplit = 4;
+        qgemv_w8a8_kernel<M, kSplit><<<(a.n + kWarps / kSplit - 1) / (kWarps / kSplit), kThreads, 0, stream>>>(a);
       } else {
-        qgemv_kernel<M, QgemvKind::kW8A8><<<grid, kThreads, 0, stream>>>(a);
+        qgemv_w8a8_kernel<M, 1><<<grid, kThreads, 0, stream>>>(a);
       }
       break;
     case QgemvKind::kW4A8:

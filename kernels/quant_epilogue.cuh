@@ -16,6 +16,12 @@
 
 namespace ssdq::kernels {
 
+// A per-channel int32 accumulator scaled as runtime/quantized_ops.h linear_forward does it:
+// fma(float(acc), s_w, 0) (the one-group chain), then · s_x.
+__device__ inline float scale_per_channel(int32_t acc, float w_scale, float x_scale) {
+  return __fmul_rn(__fmaf_rn(static_cast<float>(acc), w_scale, 0.f), x_scale);
+}
+
 __device__ inline int8_t quantize_int8(float value, float scale) {
   const float r = rintf(__fdiv_rn(value, scale));
   return r != r ? 0 : static_cast<int8_t>(fminf(fmaxf(r, -127.f), 127.f));

@@ -12,8 +12,9 @@ constexpr int kThreads = 256;
 __global__ void __launch_bounds__(kThreads) scale_int32_kernel(ScaleInt32Args a) {
   const int64_t row = blockIdx.y;
   for (int64_t col = blockIdx.x * int64_t(kThreads) + threadIdx.x; col < a.n; col += int64_t(gridDim.x) * kThreads) {
-    const float y = __fmul_rn(__fmaf_rn(static_cast<float>(a.acc[row * a.ld_acc + col]), a.w_scales[col], 0.f), a.x_scale);
-    store_projection(a.out, a.out_type, row * a.ldout + col, y, a.bias, col, a.accumulate);
+    store_projection(a.out, a.out_type, row * a.ldout + col,
+                     scale_per_channel(a.acc[row * a.ld_acc + col], a.w_scales[col], a.x_scale), a.bias, col,
+                     a.accumulate);
   }
 }
 
