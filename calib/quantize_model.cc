@@ -72,6 +72,22 @@ std::vector<float> clipped(std::vector<float> absmax, double clip) {
   return absmax;
 }
 
+// Runs a pass over the samples: work(sample, slot) on the threads, fold in sample order.
+void run_pass(const std::string& stage, int64_t samples, const std::function<std::unique_ptr<PassSlot>()>& make,
+              const std::function<void(int64_t, PassSlot&)>& work, const std::function<void(PassSlot&)>& fold,
+              const ExportOptions& options) {
+  using Slot = std::unique_ptr<PassSlot>;
+  ordered_parallel_fold<Slot>(
+      samples, make, [&](int64_t s, Slot& slot) { work(s, *slot); },
+      [&](int64_t s, Slot& slot) {
+        fold(*slot);
+        slot.reset();
+        if (options.on_progress) options.on_progress(stage, s + 1, samples);
+      });
+}
+
+}  // namespace
+
 // The activation formats of layer `l` from its statistics (the calibration file's for rtn, pass
 // A's otherwise); `clusters` is quamba2's sort-and-cluster result for the layer.
 void assign_activation_formats(QuantizedLayer& q, const LayerStats& s, const RecipeOptions& o, int64_t l,
@@ -128,22 +144,6 @@ void assign_activation_formats(QuantizedLayer& q, const LayerStats& s, const Rec
   for (const auto& [name, act] : points)
     if (o.keeps_float(name)) *act = (act == &q.x_scaled || act == &q.cb) ? ActQuant::float32() : fp16;
 }
-
-// Runs a pass over the samples: work(sample, slot) on the threads, fold in sample order.
-void run_pass(const std::string& stage, int64_t samples, const std::function<std::unique_ptr<PassSlot>()>& make,
-              const std::function<void(int64_t, PassSlot&)>& work, const std::function<void(PassSlot&)>& fold,
-              const ExportOptions& options) {
-  using Slot = std::unique_ptr<PassSlot>;
-  ordered_parallel_fold<Slot>(
-      samples, make, [&](int64_t s, Slot& slot) { work(s, *slot); },
-      [&](int64_t s, Slot& slot) {
-        fold(*slot);
-        slot.reset();
-        if (options.on_progress) options.on_progress(stage, s + 1, samples);
-      });
-}
-
-}  // namespace
 
 QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& calib, const ExportOptions& options) {
   const RecipeOptions& o = options.recipe;

@@ -22,7 +22,9 @@
 #include <string>
 
 #include "calib/calibration_file.h"
+#include "calib/calibration_stats.h"
 #include "quant/recipe.h"
+#include "quant/sort_cluster.h"
 #include "runtime/model_weights.h"
 #include "runtime/quantized_model.h"
 
@@ -38,5 +40,10 @@ struct ExportOptions {
 // Fails when the calibration file was made for a different model shape, or on invalid options.
 QuantizedModel quantize_model(const ModelWeights& weights, const CalibrationFile& calibration,
                               const ExportOptions& options);
+
+// The activation formats a recipe gives layer `l` from the layer's statistics (QUANT.md §4);
+// `clusters` is quamba2's sort-and-cluster result for the layer (null for the other recipes).
+void assign_activation_formats(QuantizedLayer& layer, const LayerStats& stats, const RecipeOptions& options,
+                               int64_t l, const Mamba2Config& config, const SortClusterResult* clusters);
 
 }  // namespace ssdq

@@ -31,7 +31,7 @@ __global__ void add_rmsnorm_kernel(AddRmsNormArgs a) {
   for (int i = threadIdx.x; i < a.dim; i += kThreads) {
     float v = r[i];
     if (d) {
-      v += d[i];
+      v = __fadd_rn(v, a.delta_bias ? __fadd_rn(d[i], a.delta_bias[i]) : d[i]);
       r[i] = v;
     }
     sum += v * v;

@@ -1,5 +1,5 @@
 // Fused residual add + RMSNorm with an fp32 residual stream (mamba_ssm residual_in_fp32):
-//   residual += delta (if delta is given);  out = residual / rms(residual) * weight
+//   residual += delta (+ delta_bias) (if delta is given);  out = residual / rms(residual) * weight
 // With out_type kS8 the output is quantized statically for the next integer GEMM (in_proj of a
 // W8A8 / W4A8 layer): out = sat±127(rne(y / out_scale)), quant/quantizer.h `quantize_value`.
 // CPU reference: runtime/cpu_ops.h `cpu::rmsnorm` after the add (then quantize_value).
@@ -19,6 +19,7 @@ struct AddRmsNormArgs {
   float eps = 1e-5f;
   float* residual = nullptr;     // [rows, dim], updated in place
   const float* delta = nullptr;  // [rows, dim] or null
+  const float* delta_bias = nullptr;  // [dim] or null: added to delta first (SSDi8's out_proj bias)
   const float* weight = nullptr; // [dim]
   void* out = nullptr;           // [rows, dim] of out_type
   ElementType out_type = ElementType::kF32;  // kF32, kBF16 or kS8

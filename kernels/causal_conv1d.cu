@@ -11,6 +11,7 @@ namespace {
 constexpr int kChannels = 128;  // threads per block, one channel each
 constexpr int kTile = 64;       // tokens per thread
 
+__device__ inline float load_input(float v, float) { return v; }
 __device__ inline float load_input(__nv_bfloat16 v, float) { return __bfloat162float(v); }
 __device__ inline float load_input(int8_t q, float scale) { return __fmul_rn(static_cast<float>(q), scale); }
 
@@ -86,6 +87,7 @@ cudaError_t launch_types(const CausalConv1dArgs& a, cudaStream_t stream) {
 
 template <int W>
 cudaError_t launch_width(const CausalConv1dArgs& a, cudaStream_t stream) {
+  if (a.in_type == ElementType::kF32) return launch_types<W, float, float>(a, stream);
   if (a.in_type == ElementType::kBF16) return launch_types<W, __nv_bfloat16, __nv_bfloat16>(a, stream);
   if (a.out_type == ElementType::kS8) return launch_types<W, int8_t, int8_t>(a, stream);
   return launch_types<W, int8_t, __half>(a, stream);
@@ -94,7 +96,8 @@ cudaError_t launch_width(const CausalConv1dArgs& a, cudaStream_t stream) {
 }  // namespace
 
 bool causal_conv1d_supported(const CausalConv1dArgs& a) {
-  const bool types = (a.in_type == ElementType::kBF16 && a.out_type == ElementType::kBF16) ||
+  const bool types = (a.in_type == ElementType::kF32 && a.out_type == ElementType::kF32) ||
+                     (a.in_type == ElementType::kBF16 && a.out_type == ElementType::kBF16) ||
                      (a.in_type == ElementType::kS8 && a.in_scales &&
                       (a.out_type == ElementType::kF16 || (a.out_type == ElementType::kS8 && a.out_scales)));
   return types && a.batch > 0 && a.batch <= 65535 && a.seqlen > 0 && a.channels > 0 && a.width >= 2 && a.width <= 8 &&

@@ -2,7 +2,8 @@
 // (length 1), continuing from and updating a per-sequence conv state:
 //   out[t, c] = silu(bias[c] + Σ_k w[c, k] · in[t - (W-1) + k, c]),  inputs before t = 0 from the state
 // The state [batch, channels, W-1] (oldest first, in the input's type) ends holding the last W-1 inputs.
-// Types: bf16 in → bf16 out (the FP path), or int8 in (q, dequantized as q·in_scales[c]; the state
+// Types: bf16 in → bf16 out (the FP path), fp32 in → fp32 out (the quantized backend's float
+// activations), or int8 in (q, dequantized as q·in_scales[c]; the state
 // then holds the int8 inputs) → int8 out (rne(out / out_scales[c]) saturated to ±127, as
 // quant/quantizer.h `quantize_value`) or fp16 out: the conv of a quantized artifact, whose x|B|C
 // scales arrive expanded to one per channel.
@@ -27,8 +28,8 @@ struct CausalConv1dArgs {
   const float* bias = nullptr;        // [channels]
   void* state = nullptr;              // [batch, channels, width - 1]
   void* out = nullptr;                // [batch * seqlen, channels]
-  ElementType in_type = ElementType::kBF16;   // kBF16 or kS8
-  ElementType out_type = ElementType::kBF16;  // kBF16 (bf16 in); kS8 or kF16 (int8 in)
+  ElementType in_type = ElementType::kBF16;   // kBF16, kF32 or kS8
+  ElementType out_type = ElementType::kBF16;  // kBF16 (bf16 in); kF32 (fp32 in); kS8 or kF16 (int8 in)
   const float* in_scales = nullptr;   // kS8 in: [channels]
   const float* out_scales = nullptr;  // kS8 out: [channels]
 };

@@ -7,6 +7,11 @@ __global__ void embedding_kernel(EmbeddingArgs a) {
   const int64_t row = blockIdx.x, token = a.tokens[row];
   float* dst = a.out + row * a.dim;
   switch (a.table_type) {
+    case EmbeddingArgs::Table::kF32: {
+      const float* src = static_cast<const float*>(a.table) + token * a.dim;
+      for (int i = threadIdx.x; i < a.dim; i += blockDim.x) dst[i] = src[i];
+      break;
+    }
     case EmbeddingArgs::Table::kBf16: {
       const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(a.table) + token * a.dim;
       for (int i = threadIdx.x; i < a.dim; i += blockDim.x) dst[i] = __bfloat162float(src[i]);
@@ -33,7 +38,7 @@ __global__ void embedding_kernel(EmbeddingArgs a) {
 }  // namespace
 
 bool embedding_supported(const EmbeddingArgs& a) {
-  const bool table = a.table_type == EmbeddingArgs::Table::kBf16 ||
+  const bool table = a.table_type == EmbeddingArgs::Table::kBf16 || a.table_type == EmbeddingArgs::Table::kF32 ||
                      (a.row_scales && (a.table_type == EmbeddingArgs::Table::kInt8Rows || a.dim % 2 == 0));
   return table && a.rows > 0 && a.rows <= 2147483647 && a.dim > 0 && a.tokens && a.table && a.out;
 }

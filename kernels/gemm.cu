@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -51,21 +52,43 @@ cudaDataType_t cuda_type(ElementType type) {
   }
   return CUDA_R_32F;
 }
+
+int64_t weight_stride(const GemmArgs& a) { return a.ldw ? a.ldw : a.k; }
+
+// The largest power of two up to 256 dividing every operand address: cuBLASLt's heuristic
+// assumes 256-byte aligned operands unless told otherwise, and sub-matrices (a weight group of a
+// grouped projection) are less aligned than that.
+int operand_alignment(const GemmArgs& a) {
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.w) |
+                         reinterpret_cast<uintptr_t>(a.out) | 256;
+  return static_cast<int>(bits & (~bits + 1));
+}
 }  // namespace
 
 bool Gemm::supported(const GemmArgs& a) {
   if (a.in_type == ElementType::kS8)  // IMMA: int32 out, k and strides multiples of 4, no beta
     return a.out_type == ElementType::kS32 && !a.accumulate && a.m > 0 && a.n > 0 && a.k > 0 && a.k % 4 == 0 &&
-           a.ldx % 4 == 0 && a.x && a.w && a.out && a.ldx >= a.k && a.ldout >= a.n;
+           a.ldx % 4 == 0 && weight_stride(a) % 4 == 0 && weight_stride(a) >= a.k && a.x && a.w && a.out &&
+           a.ldx >= a.k && a.ldout >= a.n;
   const bool types = (a.in_type == ElementType::kBF16 || a.in_type == ElementType::kF16) &&
                      (a.out_type == ElementType::kF32 || a.out_type == a.in_type);
-  return types && a.m > 0 && a.n > 0 && a.k > 0 && a.x && a.w && a.out && a.ldx >= a.k && a.ldout >= a.n &&
+  return types && a.m > 0 && a.n > 0 && a.k > 0 && a.x && a.w && a.out && a.ldx >= a.k && weight_stride(a) >= a.k &&
+         a.ldout >= a.n &&
          (!a.accumulate || a.out_type == ElementType::kF32);
 }
 
 const Gemm::Plan& Gemm::plan(const GemmArgs& args) {
-  const Key key{args.m,     args.n, args.k, args.ldx, args.ldout, static_cast<int>(args.in_type),
-                static_cast<int>(args.out_type), args.accumulate};
+  const int alignment = operand_alignment(args);
+  const Key key{args.m,
+                args.n,
+                args.k,
+                args.ldx,
+                weight_stride(args),
+                args.ldout,
+                static_cast<int>(args.in_type),
+                static_cast<int>(args.out_type),
+                args.accumulate,
+                alignment};
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
   auto plan = std::make_unique<Plan>();
@@ -77,7 +100,7 @@ const Gemm::Plan& Gemm::plan(const GemmArgs& args) {
   const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose), "TRANSA");
   check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep), "TRANSB");
-  check(cublasLtMatrixLayoutCreate(&plan->a, in_type, args.k, args.n, args.k), "layout w");
+  check(cublasLtMatrixLayoutCreate(&plan->a, in_type, args.k, args.n, weight_stride(args)), "layout w");
   check(cublasLtMatrixLayoutCreate(&plan->b, in_type, args.k, args.m, args.ldx), "layout x");
   check(cublasLtMatrixLayoutCreate(&plan->c, out_type, args.n, args.m, args.ldout), "layout out");
   cublasLtMatmulPreference_t preference = nullptr;
@@ -85,6 +108,10 @@ const Gemm::Plan& Gemm::plan(const GemmArgs& args) {
   check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
                                              sizeof workspace_bytes_),
         "workspace preference");
+  const uint32_t align_bytes = static_cast<uint32_t>(alignment);
+  for (const auto attribute : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    check(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &align_bytes, sizeof align_bytes), "alignment");
   cublasLtMatmulHeuristicResult_t result{};
   int found_count = 0;
   const cublasStatus_t status =

@@ -23,7 +23,8 @@ struct GemmArgs {
   ElementType in_type = ElementType::kBF16;  // of x and w: kBF16, kF16 or kS8
   const void* x = nullptr;                  // [m, k], row stride ldx
   int64_t ldx = 0;
-  const void* w = nullptr;                  // [n, k], contiguous rows
+  const void* w = nullptr;                  // [n, k], row stride ldw
+  int64_t ldw = 0;                          // 0: k (contiguous rows)
   void* out = nullptr;               // [m, n], row stride ldout
   int64_t ldout = 0;
   ElementType out_type = ElementType::kBF16;  // kF32 or in_type; kS32 for kS8
@@ -44,7 +45,8 @@ class Gemm {
 
  private:
   struct Plan;
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool>;
+  // m, n, k, ldx, ldw, ldout, in, out, accumulate, the operands' common pointer alignment
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, int>;
   const Plan& plan(const GemmArgs& args);
   void* handle_ = nullptr;
   void* workspace_;

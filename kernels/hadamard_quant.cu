@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kThreads) hadamard_quant_kernel(HadamardQuantA
     for (int i = threadIdx.x; i < a.n; i += kThreads) x[i] = y[i];
   }
   const int m = a.n / a.base_order, half = a.n / 2;
-  for (int h = 1; h < m; h *= 2) {
+  for (int h = 1; a.rotate && h < m; h *= 2) {
     __syncthreads();
     for (int p = threadIdx.x; p < half; p += kThreads) {
       const int block = p / (m / 2), q = p % (m / 2);
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kThreads) hadamard_quant_kernel(HadamardQuantA
   }
   __syncthreads();
   const float* result = x;
-  if (a.base_order > 1) {
+  if (a.rotate && a.base_order > 1) {
     for (int idx = threadIdx.x; idx < a.n; idx += kThreads) {
       const int a2 = idx / m, b = idx % m;
       float acc = 0.f;
@@ -78,8 +78,12 @@ bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
 bool hadamard_quant_supported(const HadamardQuantArgs& a) {
   const int k = a.base_order;
-  if (!(k == 1 || k == 12 || k == 20 || k == 28) || a.n <= 0 || a.n % k != 0 || !power_of_two(a.n / k)) return false;
-  if (k > 1 && !a.base_matrix) return false;
+  if (a.rotate) {
+    if (!(k == 1 || k == 12 || k == 20 || k == 28) || a.n <= 0 || a.n % k != 0 || !power_of_two(a.n / k)) return false;
+    if (k > 1 && !a.base_matrix) return false;
+  } else if (a.n <= 0 || k != 1) {
+    return false;
+  }
   if (a.n > 24576 || a.rows <= 0 || a.rows > 2147483647 || !a.y || a.ldy < a.n || !a.out) return false;
   if (a.out_type != ElementType::kS8 && a.out_type != ElementType::kF16 && a.out_type != ElementType::kF32) return false;
   if (a.out_type == ElementType::kS8 && !(a.out_scale > 0.f)) return false;

@@ -2,6 +2,9 @@
 //   out[m, n] (+)= float(acc[m, n])·s_w[n]·s_x + bias[n]
 // rounded step by step exactly as runtime/quantized_ops.h `linear_forward` (per-channel weights)
 // and quantized_layer_forward's bias and residual adds, so it is bit-identical to the CPU.
+// Weights with several groups per row (W4A8 prefill: one int8 GEMM per group of k) run one call
+// per group g in increasing order: chain ← fma(float(acc_g), s_w[n, g], chain) from 0, and the
+// call of the last group stores chain·s_x (+ bias) — linear_forward's chain.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,7 +19,9 @@ struct ScaleInt32Args {
   int64_t m = 0, n = 0;
   const int32_t* acc = nullptr;     // [m, n], row stride ld_acc
   int64_t ld_acc = 0;
-  const float* w_scales = nullptr;  // [n]
+  const float* w_scales = nullptr;  // [n, groups]
+  int groups = 1, group = 0;         // the weight group whose accumulators acc holds
+  float* chain = nullptr;           // groups > 1: [m, n] fp32 (row stride n), carried across the calls
   float x_scale = 1.f;
   const float* bias = nullptr;      // optional [n]
   void* out = nullptr;              // [m, n], row stride ldout

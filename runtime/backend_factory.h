@@ -6,6 +6,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/model_weights.h"
+#include "runtime/quantized_model.h"
 
 namespace ssdq {
 
@@ -16,6 +17,8 @@ struct DeviceSpec {
 DeviceSpec parse_device(const std::string& text);
 
 std::unique_ptr<Backend> make_backend(const std::string& device, std::shared_ptr<const ModelWeights> weights);
+// The backend of a quantized artifact: the integer CPU runtime, or its CUDA counterpart.
+std::unique_ptr<Backend> make_quantized_backend(const std::string& device, std::shared_ptr<const QuantizedModel> model);
 // Windows per forward that keep the device busy: the cores for the CPU, 16 for a GPU.
 int64_t default_eval_batch(const std::string& device);
 

@@ -10,6 +10,7 @@
 
 #include "formats/dtype.h"
 #include "formats/error.h"
+#include "runtime/cuda_resources.h"
 #include "kernels/add_rmsnorm.h"
 #include "kernels/causal_conv1d.h"
 #include "kernels/device_info.h"
@@ -27,105 +28,6 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using kernels::ElementType;
-
-void cuda_ok(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail("CUDA: {}: {}", what, cudaGetErrorString(status));
-}
-
-constexpr size_t kAlign = 256;
-constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
-constexpr size_t kLogitsBlockBytes = size_t{256} << 20;
-
-size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
-// Byte offsets of the pieces of one allocation, laid out before the allocation is made.
-class Layout {
- public:
-  size_t add(size_t bytes) {
-    const size_t offset = total_;
-    total_ += align_up(std::max<size_t>(bytes, 1));
-    return offset;
-  }
-  size_t total() const { return total_; }
-
- private:
-  size_t total_ = 0;
-};
-
-// Counts what the backend holds on the device, for the memory report.
-struct MemoryCounter {
-  size_t live = 0, peak = 0;
-  void add(size_t bytes) {
-    live += bytes;
-    peak = std::max(peak, live);
-  }
-  void remove(size_t bytes) { live -= bytes; }
-};
-
-class DeviceBlock {
- public:
-  DeviceBlock() = default;
-  DeviceBlock(size_t bytes, const char* what, MemoryCounter* counter) : bytes_(bytes), counter_(counter) {
-    if (cudaMalloc(&ptr_, bytes) != cudaSuccess) {
-      cudaGetLastError();
-      size_t free_bytes = 0, total_bytes = 0;
-      cudaMemGetInfo(&free_bytes, &total_bytes);
-      fail("CUDA: out of device memory: {} needs {:.1f} MiB, {:.1f} MiB free of {:.1f} MiB", what, bytes / 1048576.0,
-           free_bytes / 1048576.0, total_bytes / 1048576.0);
-    }
-    if (counter_) counter_->add(bytes_);
-  }
-  ~DeviceBlock() { release(); }
-  DeviceBlock(DeviceBlock&& other) noexcept { *this = std::move(other); }
-  DeviceBlock& operator=(DeviceBlock&& other) noexcept {
-    if (this != &other) {
-      release();
-      std::swap(ptr_, other.ptr_);
-      std::swap(bytes_, other.bytes_);
-      std::swap(counter_, other.counter_);
-    }
-    return *this;
-  }
-  template <typename T>
-  T* at(size_t offset) const {
-    return reinterpret_cast<T*>(static_cast<char*>(ptr_) + offset);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void release() {
-    if (ptr_) {
-      cudaFree(ptr_);
-      if (counter_) counter_->remove(bytes_);
-    }
-    ptr_ = nullptr;
-    bytes_ = 0;
-  }
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-  MemoryCounter* counter_ = nullptr;
-};
-
-template <typename T>
-class PinnedBuffer {
- public:
-  ~PinnedBuffer() {
-    if (ptr_) cudaFreeHost(ptr_);
-  }
-  T* get(size_t count) {
-    if (count > capacity_) {
-      if (ptr_) cudaFreeHost(ptr_);
-      ptr_ = nullptr;
-      cuda_ok(cudaMallocHost(reinterpret_cast<void**>(&ptr_), count * sizeof(T)), "cudaMallocHost");
-      capacity_ = count;
-    }
-    return ptr_;
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t capacity_ = 0;
-};
 
 struct DeviceLayer {
   bf16 *in_proj, *out_proj;
@@ -187,24 +89,6 @@ void upload_bf16(bf16* dst, const std::vector<float>& src) {
   std::vector<uint16_t> bits(src.size());
   for (size_t i = 0; i < src.size(); ++i) bits[i] = float_to_bf16(src[i]);
   cuda_ok(cudaMemcpy(dst, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), "upload weights");
-}
-
-void upload_f32(float* dst, const std::vector<float>& src) {
-  cuda_ok(cudaMemcpy(dst, src.data(), src.size() * 4, cudaMemcpyHostToDevice), "upload weights");
-}
-
-kernels::DeviceInfo select_device(const CudaBackendOptions& options) {
-  std::string error;
-  const auto devices = kernels::list_devices(&error);
-  if (devices.empty()) fail("--device cuda: no usable CUDA device ({}); use --device cpu", error);
-  if (options.device < 0 || options.device >= static_cast<int>(devices.size()))
-    fail("--device cuda: device index {} does not exist ({} device(s) visible)", options.device, devices.size());
-  const kernels::DeviceInfo& device = devices[options.device];
-  if (!kernels::device_supported(device))
-    fail("--device cuda: {} is sm_{}{}; ssdq's CUDA kernels need sm_{}0 or newer", device.name, device.major,
-         device.minor, kernels::kMinComputeMajor);
-  cuda_ok(cudaSetDevice(device.index), "cudaSetDevice");
-  return device;
 }
 
 }  // namespace
@@ -270,7 +154,7 @@ struct CudaBackend::Impl {
   mutable PinnedBuffer<int32_t> pinned_tokens, pinned_targets, pinned_argmax;
   mutable PinnedBuffer<float> pinned_nll, pinned_logits;
 
-  explicit Impl(const Mamba2Config& c, const CudaBackendOptions& o) : config(c), options(o), device(select_device(o)) {
+  explicit Impl(const Mamba2Config& c, const CudaBackendOptions& o) : config(c), options(o), device(select_cuda_device(o.device)) {
     cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     gemm_workspace = DeviceBlock(kGemmWorkspaceBytes, "the cuBLASLt workspace", &counter);
     gemm = std::make_unique<kernels::Gemm>(gemm_workspace.at<void>(0), kGemmWorkspaceBytes);
@@ -618,19 +502,19 @@ CudaBackend::CudaBackend(const ModelWeights& w, const CudaBackendOptions& option
   DeviceModel& m = impl_->model;
   upload_bf16(m.embedding, w.embedding);
   if (!c.tie_embeddings) upload_bf16(m.head, w.lm_head);
-  upload_f32(m.norm_f, w.norm_f);
+  upload(m.norm_f, w.norm_f);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& src = w.layers[l];
     const DeviceLayer& dst = m.layers[l];
     upload_bf16(dst.in_proj, src.in_proj);
     upload_bf16(dst.out_proj, src.out_proj);
-    upload_f32(dst.norm, src.norm);
-    upload_f32(dst.conv_weight, src.conv_weight);
-    upload_f32(dst.conv_bias, src.conv_bias);
-    upload_f32(dst.dt_bias, src.dt_bias);
-    upload_f32(dst.A, src.A);
-    upload_f32(dst.D, src.D);
-    upload_f32(dst.gated_norm, src.gated_norm);
+    upload(dst.norm, src.norm);
+    upload(dst.conv_weight, src.conv_weight);
+    upload(dst.conv_bias, src.conv_bias);
+    upload(dst.dt_bias, src.dt_bias);
+    upload(dst.A, src.A);
+    upload(dst.D, src.D);
+    upload(dst.gated_norm, src.gated_norm);
   }
 }
 

@@ -6,7 +6,8 @@
 #
 # Environment: SSDQ (binary, default bazel-bin's), JOBS (parallel jobs, default 1), THREADS (per
 # job, default 2), TOKENS (evaluated tokens, default 65536; 0 = whole file), EXPORT_FLAGS (extra
-# export flags, for ablations; a SPEC may also carry them after a second colon: ssdi8:w8a8:--eta 0).
+# export flags, for ablations; a SPEC may also carry them after a second colon: ssdi8:w8a8:--eta 0),
+# EVAL_FLAGS (extra eval-ppl flags, e.g. --device cuda).
 # Appends one tab-separated line per SPEC to OUTDIR/results.tsv:
 #   spec  export-wall-s  export-cpu-s  artifact-bytes  perplexity  scored-tokens
 # and keeps each step's log as OUTDIR/<name>.{export,eval}.log. Artifacts are deleted after use.
@@ -20,7 +21,7 @@ model=$root/examples/mamba2-tiny
 data=$root/examples/wikitext-2-raw/wiki.test.raw
 mkdir -p "$out"
 export ssdq calib out model data
-export THREADS=${THREADS:-2} TOKENS=${TOKENS:-65536} EXPORT_FLAGS=${EXPORT_FLAGS:-}
+export THREADS=${THREADS:-2} TOKENS=${TOKENS:-65536} EXPORT_FLAGS=${EXPORT_FLAGS:-} EVAL_FLAGS=${EVAL_FLAGS:-}
 
 one() {
   local spec=$1 recipe bits extra name
@@ -29,7 +30,8 @@ one() {
   local max=()
   [ "$TOKENS" != 0 ] && max=(--max-tokens "$TOKENS")
   if [ "$recipe" = fp ]; then
-    "$ssdq" eval-ppl --model "$model" --data "$data" "${max[@]}" --threads "$THREADS" --quiet \
+    # shellcheck disable=SC2086
+    "$ssdq" eval-ppl --model "$model" --data "$data" "${max[@]}" --threads "$THREADS" $EVAL_FLAGS --quiet \
       >"$out/$name.eval.log" 2>&1 || { echo "$spec: eval failed, see $out/$name.eval.log" >&2; return 1; }
     printf '%s\t-\t-\t-\t%s\t%s\n' "$spec" "$(grep -o 'perplexity [0-9.]*' "$out/$name.eval.log" | cut -d' ' -f2)" \
       "$(grep -o '[0-9]* scored tokens' "$out/$name.eval.log" | cut -d' ' -f1)" >>"$out/results.tsv"
@@ -40,7 +42,8 @@ one() {
     --recipe "$recipe" --bits "$bits" $EXPORT_FLAGS $extra --threads "$THREADS" --quiet \
     --out "$out/$name.ssdq" >"$out/$name.export.log" 2>&1 ||
     { echo "$spec: export failed, see $out/$name.export.log" >&2; return 1; }
-  "$ssdq" eval-ppl --artifact "$out/$name.ssdq" --data "$data" "${max[@]}" --threads "$THREADS" --quiet \
+  # shellcheck disable=SC2086
+  "$ssdq" eval-ppl --artifact "$out/$name.ssdq" --data "$data" "${max[@]}" --threads "$THREADS" $EVAL_FLAGS --quiet \
     >"$out/$name.eval.log" 2>&1 || { echo "$spec: eval failed, see $out/$name.eval.log" >&2; return 1; }
   local wall user sys
   read -r wall user sys <"$out/$name.time"

@@ -9,7 +9,11 @@
 #include "runtime/backend_factory.h"
 #include "runtime/bench.h"
 #include "runtime/cuda_backend.h"
+#include "calib/synthetic_quantized.h"
+#include "quant/recipe.h"
 #include "runtime/cuda_measure.h"
+#include "runtime/quantized_artifact.h"
+#include "runtime/quantized_cuda_backend.h"
 #include "runtime/model_loader.h"
 #include "runtime/progress.h"
 #include "runtime/synthetic_configs.h"
@@ -21,7 +25,7 @@ namespace {
 using nlohmann::json;
 
 struct BenchFlags {
-  std::string model, synthetic, device = "cuda", module = "model", json_path;
+  std::string model, synthetic, artifact, recipe, bits, device = "cuda", module = "model", json_path;
   std::vector<int64_t> batches = {1};
   std::vector<int64_t> ssd_batches = {1, 2, 4, 8, 16, 32}, ssd_lengths = {256, 512, 1024, 2048};
   int64_t prompt = 1024, gen = 128;
@@ -42,8 +46,51 @@ json ceilings_json(const DeviceCeilings& c) {
 
 Mamba2Config config_of(const BenchFlags& flags) {
   if (!flags.synthetic.empty()) return synthetic_config(flags.synthetic);
+  if (!flags.artifact.empty()) return read_quantized_artifact(flags.artifact).model->config;
   return load_checkpoint(flags.model).config;
 }
+
+// What the report names the model.
+std::string model_label(const BenchFlags& flags) {
+  std::string label = !flags.artifact.empty() ? flags.artifact
+                      : flags.synthetic.empty() ? flags.model
+                                                : "synthetic " + flags.synthetic;
+  if (!flags.recipe.empty()) label += " " + flags.recipe + " " + flags.bits;
+  return label;
+}
+
+// The backend to time: a checkpoint or synthetic model (FP, bf16 on the GPU), an artifact, or a
+// synthetic model in a recipe's formats.
+std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec& device) {
+  if (!flags.artifact.empty()) return make_quantized_backend(flags.device, read_quantized_artifact(flags.artifact).model);
+  if (!flags.recipe.empty()) {
+    if (flags.synthetic.empty()) fail("--recipe/--bits time a synthetic quantized model: give --synthetic NAME too");
+    if (!device.cuda) fail("--synthetic needs --device cuda");
+    RecipeOptions recipe;
+    recipe.recipe = parse_recipe_name(flags.recipe);
+    recipe.bits = parse_bit_width(flags.bits);
+    auto model = std::make_shared<QuantizedModel>(synthetic_quantized_model(synthetic_config(flags.synthetic), recipe, flags.seed));
+    return std::make_unique<QuantizedCudaBackend>(std::move(model), device.index);
+  }
+  if (!flags.synthetic.empty()) {
+    if (!device.cuda) fail("--synthetic needs --device cuda (random weights are made on the GPU)");
+    CudaBackendOptions cuda_options;
+    cuda_options.device = device.index;
+    return std::make_unique<CudaBackend>(synthetic_config(flags.synthetic), flags.seed, cuda_options);
+  }
+  return make_backend(flags.device, load_model(flags.model).weights);
+}
+
+// Device name and memory of either CUDA backend (nothing for the CPU).
+struct CudaView {
+  const CudaBackend* fp = nullptr;
+  const QuantizedCudaBackend* quantized = nullptr;
+  explicit CudaView(const Backend& b)
+      : fp(dynamic_cast<const CudaBackend*>(&b)), quantized(dynamic_cast<const QuantizedCudaBackend*>(&b)) {}
+  bool any() const { return fp || quantized; }
+  CudaMemoryReport memory() const { return fp ? fp->memory() : quantized ? quantized->memory() : CudaMemoryReport{}; }
+  std::string device_name() const { return fp ? fp->device_name() : quantized ? quantized->device_name() : "cpu"; }
+};
 
 void run_ssd_module(const BenchFlags& flags, const DeviceSpec& device) {
   const Mamba2Config config = config_of(flags);
@@ -70,27 +117,22 @@ void run_ssd_module(const BenchFlags& flags, const DeviceSpec& device) {
 }
 
 void run_model(const BenchFlags& flags, const DeviceSpec& device) {
-  std::unique_ptr<Backend> backend;
   DeviceCeilings ceilings;
   if (device.cuda) ceilings = measure_device_ceilings(device.index);
-  CudaBackendOptions cuda_options;
-  cuda_options.device = device.index;
-  if (!flags.synthetic.empty()) {
-    if (!device.cuda) fail("--synthetic needs --device cuda (random weights are made on the GPU)");
-    backend = std::make_unique<CudaBackend>(synthetic_config(flags.synthetic), flags.seed, cuda_options);
-  } else {
-    backend = make_backend(flags.device, load_model(flags.model).weights);
-  }
+  const std::unique_ptr<Backend> backend = bench_backend(flags, device);
   const Mamba2Config& config = backend->config();
-  auto* cuda = dynamic_cast<CudaBackend*>(backend.get());
-  fmt::print("model   {}\n        {}\n", flags.synthetic.empty() ? flags.model : "synthetic " + flags.synthetic,
-             config.summary());
+  const CudaView view(*backend);
+  const bool cuda = view.any();
+  fmt::print("model   {}\n        {}\n", model_label(flags), config.summary());
   if (cuda)
-    fmt::print("device  {} · copy {:.0f} GB/s · bf16 GEMM {:.0f} TFLOP/s (measured)\n", cuda->device_name(),
+    fmt::print("device  {} · copy {:.0f} GB/s · bf16 GEMM {:.0f} TFLOP/s (measured)\n", view.device_name(),
                ceilings.copy_gb_per_s, ceilings.bf16_tflop_per_s);
-  const size_t weight_bytes = cuda ? cuda->memory().weight_bytes : 0;
-  const double state_bytes = config.n_layer * (config.nheads() * config.headdim * config.d_state * 4.0 +
-                                               config.conv_dim() * (config.d_conv - 1) * 2.0);
+  const size_t weight_bytes = cuda ? view.memory().weight_bytes : 0;
+  if (cuda) fmt::print("weights {:.3f} GiB on the device\n", weight_bytes / double(1 << 30));
+  // Per sequence: the FP backend keeps an fp32 SSM state and a bf16 conv state.
+  const double state_bytes = view.quantized ? static_cast<double>(view.quantized->state_bytes_per_sequence())
+                                            : config.n_layer * (config.nheads() * config.headdim * config.d_state * 4.0 +
+                                                                config.conv_dim() * (config.d_conv - 1) * 2.0);
   ModelBenchOptions options;
   options.batches = flags.batches;
   options.prompt = flags.prompt;
@@ -100,7 +142,7 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
   ProgressBar progress("bench", static_cast<int64_t>(flags.batches.size()), "batch sizes");
   int64_t done = 0;
   const auto rows = bench_model(*backend, options, [&](ModelBenchRow& row) {
-    if (cuda) row.peak_bytes = cuda->memory().peak_bytes;
+    if (cuda) row.peak_bytes = view.memory().peak_bytes;
     progress.update(++done);
   });
   progress.finish();
@@ -121,15 +163,17 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
                    {"tpot_floor_ms", floor_ms}, {"prefill_fraction_of_bf16_rate", prefill_share}});
   }
   write_json(flags.json_path, {{"module", "model"},
-                               {"model", flags.synthetic.empty() ? flags.model : flags.synthetic},
-                               {"device", cuda ? cuda->device_name() : "cpu"},
+                               {"model", model_label(flags)},
+                               {"device", view.device_name()},
                                {"ceilings", ceilings_json(ceilings)},
                                {"weight_bytes", weight_bytes},
                                {"rows", out}});
 }
 
 void run_bench(const BenchFlags& flags) {
-  if (flags.model.empty() == flags.synthetic.empty()) fail("bench: give exactly one of --model or --synthetic");
+  if (!flags.model.empty() + !flags.synthetic.empty() + !flags.artifact.empty() != 1)
+    fail("bench: give exactly one of --model, --synthetic or --artifact");
+  if (flags.recipe.empty() != flags.bits.empty()) fail("bench: --recipe and --bits go together");
   const DeviceSpec device = parse_device(flags.device);
   if (flags.module == "ssd") {
     if (!device.cuda) fail("--module ssd times the CUDA kernels: use --device cuda");
@@ -149,6 +193,9 @@ void add_bench_command(CLI::App& app) {
       "bench", "Latency: TTFT for --prompt tokens and TPOT over --gen greedy steps per batch size, or the SSD module alone.");
   cmd->add_option("--model", flags->model, "Checkpoint folder, or org/name[@revision] on the Hugging Face hub");
   cmd->add_option("--synthetic", flags->synthetic, synthetic_help);
+  cmd->add_option("--artifact", flags->artifact, "Quantized model written by ssdq export (.ssdq)");
+  cmd->add_option("--recipe", flags->recipe, "With --synthetic: random weights in this recipe's formats (rtn, had, quamba2, ssdi8)");
+  cmd->add_option("--bits", flags->bits, "With --recipe: w8a8, w4a8, w4a16 or fp16");
   cmd->add_option("--device", flags->device, "cuda, cuda:N or cpu")->capture_default_str();
   cmd->add_option("--batch", flags->batches, "Batch sizes, comma separated")->delimiter(',')->capture_default_str();
   cmd->add_option("--prompt", flags->prompt, "Prompt tokens per sequence")->capture_default_str();

@@ -12,7 +12,6 @@
 #include "runtime/parallel.h"
 #include "runtime/progress.h"
 #include "runtime/quantized_artifact.h"
-#include "runtime/quantized_backend.h"
 #include "tools/commands.h"
 
 namespace ssdq::cli {
@@ -25,10 +24,8 @@ struct EvalPplFlags {
   bool quiet = false;
 };
 
-// The backend and tokenizer of a quantized artifact (the CPU runs it; a CUDA path comes later).
+// The backend and tokenizer of a quantized artifact.
 std::unique_ptr<Backend> artifact_backend(const EvalPplFlags& flags, std::unique_ptr<Tokenizer>& tokenizer) {
-  if (flags.device != "cpu")
-    fail("--artifact runs on --device cpu only for now (the quantized CUDA backend is not built yet)");
   const LoadedArtifact loaded = read_quantized_artifact(flags.artifact);
   if (!flags.tokenizer.empty()) {
     tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(flags.tokenizer));
@@ -39,7 +36,7 @@ std::unique_ptr<Backend> artifact_backend(const EvalPplFlags& flags, std::unique
   }
   fmt::print("artifact {}\n        recipe {}\n        {}\n", flags.artifact, loaded.description.recipe,
              loaded.model->config.summary());
-  return std::make_unique<QuantizedBackend>(loaded.model);
+  return make_quantized_backend(flags.device, loaded.model);
 }
 
 void run_eval_ppl(const EvalPplFlags& flags) {

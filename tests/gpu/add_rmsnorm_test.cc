@@ -38,6 +38,36 @@ TEST_P(AddRmsNorm, MatchesCpuReference) {
   EXPECT_LT(testing::max_relative_error(d_out.to_host(), expected), 1e-5);
 }
 
+// The SSDi8 mean-correction bias of a float out_proj rides on the next norm's add: residual +=
+// (delta + bias), rounded in that order as the CPU layer does (bit-identical residual).
+TEST_P(AddRmsNorm, DeltaBiasIsAddedBeforeTheResidual) {
+  testing::require_device();
+  const auto [rows, dim] = GetParam();
+  std::mt19937 rng(rows * 37 + dim);
+  std::vector<float> residual = testing::random_vector(size_t(rows) * dim, -3.f, 3.f, rng);
+  std::vector<float> delta = testing::random_vector(size_t(rows) * dim, -1.f, 1.f, rng);
+  std::vector<float> bias = testing::random_vector(dim, -0.3f, 0.3f, rng);
+  std::vector<float> weight = testing::random_vector(dim, 0.5f, 1.5f, rng);
+  std::vector<float> expected_residual = residual;
+  for (size_t i = 0; i < residual.size(); ++i) {
+    const float out = delta[i] + bias[i % dim];
+    expected_residual[i] += out;
+  }
+  testing::DeviceBuffer<float> d_residual(residual), d_delta(delta), d_bias(bias), d_weight(weight),
+      d_out(std::vector<float>(residual.size()));
+  kernels::AddRmsNormArgs args;
+  args.rows = rows;
+  args.dim = dim;
+  args.residual = d_residual.get();
+  args.delta = d_delta.get();
+  args.delta_bias = d_bias.get();
+  args.weight = d_weight.get();
+  args.out = d_out.get();
+  ASSERT_EQ(kernels::launch_add_rmsnorm(args, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(d_residual.to_host(), expected_residual);
+}
+
 // The int8 output for a W8A8 in_proj: the CPU quantizes its own fp32 RMSNorm; the GPU's differs in
 // the last bits (rsqrtf, summation order), so a value next to a rounding boundary may land one step
 // away — rarely, and never further.

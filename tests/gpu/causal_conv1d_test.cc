@@ -53,6 +53,44 @@ TEST_P(CausalConv1d, MatchesCpuReference) {
   EXPECT_EQ(testing::from_bf16(d_state.to_host()), testing::bf16_rounded(expected_state));
 }
 
+// fp32 in and out (the quantized backend's float activations): the same sums in the same order,
+// the state kept exactly; only silu's exp differs from libm.
+TEST_P(CausalConv1d, Float32InputsMatchCpuReference) {
+  testing::require_device();
+  const Case c = GetParam();
+  std::mt19937 rng(c.seqlen * 17 + c.channels);
+  const int64_t stride = c.channels + 5;
+  const int hist = c.width - 1;
+  auto input = testing::random_vector(size_t(c.batch) * c.seqlen * stride, -2.f, 2.f, rng);
+  auto state = testing::random_vector(size_t(c.batch) * c.channels * hist, -2.f, 2.f, rng);
+  auto weight = testing::random_vector(size_t(c.channels) * c.width, -0.5f, 0.5f, rng);
+  auto bias = testing::random_vector(c.channels, -0.2f, 0.2f, rng);
+  std::vector<float> expected(size_t(c.batch) * c.seqlen * c.channels), expected_state = state;
+  for (int b = 0; b < c.batch; ++b)
+    cpu::causal_conv1d_silu(input.data() + int64_t(b) * c.seqlen * stride, stride, c.seqlen, c.channels, c.width,
+                            weight.data(), bias.data(), expected_state.data() + int64_t(b) * c.channels * hist,
+                            expected.data() + int64_t(b) * c.seqlen * c.channels);
+  testing::DeviceBuffer<float> d_in(input), d_state(state), d_out(std::vector<float>(expected.size())), d_w(weight),
+      d_b(bias);
+  kernels::CausalConv1dArgs args;
+  args.batch = c.batch;
+  args.seqlen = c.seqlen;
+  args.channels = c.channels;
+  args.width = c.width;
+  args.in = d_in.get();
+  args.in_stride = stride;
+  args.weight = d_w.get();
+  args.bias = d_b.get();
+  args.state = d_state.get();
+  args.out = d_out.get();
+  args.in_type = kernels::ElementType::kF32;
+  args.out_type = kernels::ElementType::kF32;
+  ASSERT_EQ(kernels::launch_causal_conv1d(args, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_LT(testing::max_relative_error(d_out.to_host(), expected, 1e-3), 1e-5);
+  EXPECT_EQ(d_state.to_host(), expected_state);
+}
+
 // The quantized conv: int8 inputs with per-channel scales (three x | B | C segments) and an int8
 // state, int8 outputs with per-channel scales (or fp16). The CPU runs on the dequantized values and
 // quantizes its output; the float sums are in the same order, but the GPU's exp differs from libm

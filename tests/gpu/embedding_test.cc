@@ -33,6 +33,17 @@ TEST(Embedding, GathersRowsAsFloat) {
   const auto out = d_out.to_host();
   for (int r = 0; r < rows; ++r)
     for (int i = 0; i < dim; ++i) ASSERT_EQ(out[r * dim + i], table[int64_t(tokens[r]) * dim + i]);
+
+  // An fp32 table (a quantized artifact's float embedding) is copied as is.
+  const auto table32 = testing::random_vector(size_t(vocab) * dim, -1.f, 1.f, rng);
+  testing::DeviceBuffer<float> d_table32(table32);
+  args.table = d_table32.get();
+  args.table_type = kernels::EmbeddingArgs::Table::kF32;
+  ASSERT_EQ(kernels::launch_embedding(args, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto out32 = d_out.to_host();
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < dim; ++i) ASSERT_EQ(out32[r * dim + i], table32[int64_t(tokens[r]) * dim + i]);
 }
 
 // Head-to-toe artifacts: the table quantized per row (int8, or int4 packed), dequantized exactly as

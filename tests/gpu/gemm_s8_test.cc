@@ -1,12 +1,15 @@
 // The W8A8 prefill projection: cuBLASLt's int8 GEMM (kernels/gemm.h, kS8) gives exactly the int32
 // products of runtime/quantized_ops.h gemm_s8s8_s32, and the scaling epilogue (kernels/scale_int32.h)
 // gives linear_forward's output bit for bit, with the mean-correction bias and the residual add.
+// The W4A8 prefill: int4 weights unpacked to int8 on the device (kernels/weight_unpack.h), one
+// int8 GEMM per weight group and the epilogue's chain across the groups — linear_forward again.
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "kernels/gemm.h"
 #include "kernels/scale_int32.h"
+#include "kernels/weight_unpack.h"
 #include "quant/quantizer.h"
 #include "quant/weight_formats.h"
 #include "runtime/quantized_ops.h"
@@ -99,6 +102,95 @@ TEST_P(GemmS8, IntegerProductsAndScaledOutputMatchTheCpu) {
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmS8,
                          ::testing::Values(Case{1, 64, 256, false}, Case{17, 300, 512, true}, Case{256, 1000, 2560, true},
                                            Case{2048, 512, 5120, true}, Case{100, 37, 4, false}));
+
+struct GroupedCase {
+  int m, n, k, group_size;
+};
+
+class GemmS8Grouped : public ::testing::TestWithParam<GroupedCase> {};
+
+TEST_P(GemmS8Grouped, OneGemmPerWeightGroupMatchesTheCpuChain) {
+  testing::require_device();
+  const GroupedCase c = GetParam();
+  std::mt19937 rng(c.m + 5 * c.n + 11 * c.k);
+  const WeightMatrix wm =
+      rtn_weight(testing::random_vector(size_t(c.n) * c.k, -1.f, 1.f, rng), c.n, c.k, QuantBits::kInt4, c.group_size);
+  const float s_x = 0.0173f;
+  std::vector<int8_t> xq(size_t(c.m) * c.k);
+  std::vector<float> x(xq.size());
+  std::uniform_int_distribution<int> q_dist(-127, 127);
+  for (size_t i = 0; i < xq.size(); ++i) {
+    xq[i] = static_cast<int8_t>(q_dist(rng));
+    x[i] = dequantize_value(xq[i], s_x);
+  }
+  std::vector<float> expected(size_t(c.m) * c.n);
+  linear_forward(wm, ActQuant{ActFormat::kInt8, {s_x}, {}, 1}, x.data(), c.m, expected.data());
+  const auto bias = testing::random_vector(c.n, -0.5f, 0.5f, rng);
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] += bias[i % c.n];
+
+  const QuantizedMatrix& q = wm.quantized;
+  testing::DeviceBuffer<uint8_t> d_packed(pack_int4(q.values.data(), static_cast<int64_t>(q.values.size())));
+  testing::DeviceBuffer<int8_t> d_x(xq), d_w(std::vector<int8_t>(q.values.size()));
+  testing::DeviceBuffer<int32_t> d_acc(std::vector<int32_t>(size_t(c.m) * c.n));
+  testing::DeviceBuffer<float> d_scales(q.scales), d_bias(bias), d_chain(std::vector<float>(expected.size())),
+      d_out(std::vector<float>(expected.size()));
+  kernels::WeightUnpackArgs u;
+  u.rows = c.n;
+  u.cols = c.k;
+  u.bits = 4;
+  u.values = d_packed.get();
+  u.out = d_w.get();
+  u.out_type = kernels::ElementType::kS8;
+  ASSERT_EQ(kernels::launch_weight_unpack(u, nullptr), cudaSuccess);
+  void* workspace = nullptr;
+  ASSERT_EQ(cudaMalloc(&workspace, 32 << 20), cudaSuccess);
+  {
+    kernels::Gemm gemm(workspace, 32 << 20);
+    kernels::GemmArgs g;
+    g.m = c.m;
+    g.n = c.n;
+    g.k = c.group_size;
+    g.in_type = kernels::ElementType::kS8;
+    g.ldx = c.k;
+    g.ldw = c.k;
+    g.out = d_acc.get();
+    g.ldout = c.n;
+    g.out_type = kernels::ElementType::kS32;
+    kernels::ScaleInt32Args s;
+    s.m = c.m;
+    s.n = c.n;
+    s.acc = d_acc.get();
+    s.ld_acc = c.n;
+    s.w_scales = d_scales.get();
+    s.x_scale = s_x;
+    s.bias = d_bias.get();
+    s.out = d_out.get();
+    s.ldout = c.n;
+    s.groups = c.k / c.group_size;
+    s.chain = d_chain.get();
+    for (int group = 0; group < s.groups; ++group) {
+      g.x = d_x.get() + group * c.group_size;
+      g.w = d_w.get() + group * c.group_size;
+      ASSERT_TRUE(kernels::Gemm::supported(g));
+      gemm.run(g, nullptr);
+      s.group = group;
+      ASSERT_EQ(kernels::launch_scale_int32(s, nullptr), cudaSuccess);
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  cudaFree(workspace);
+  EXPECT_EQ(d_w.to_host(), q.values);
+  const std::vector<float> got = d_out.to_host();
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0 && mismatches++ < 5)
+      ADD_FAILURE() << "element " << i << ": GPU " << got[i] << " vs CPU " << expected[i];
+  EXPECT_EQ(mismatches, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmS8Grouped,
+                         ::testing::Values(GroupedCase{17, 300, 512, 128}, GroupedCase{256, 1288, 256, 64},
+                                           GroupedCase{1024, 256, 512, 128}, GroupedCase{40, 96, 2560, 128}));
 
 TEST(GemmS8, RefusesWhatCublasLtCannotRun) {
   kernels::GemmArgs g;

@@ -86,6 +86,37 @@ TEST_P(HadamardQuant, MatchesTheCpuSteps) {
   }
 }
 
+// rotate = false: the gated norm alone (the recipes without online Hadamard), any width.
+TEST(HadamardQuant, WithoutRotationIsTheGatedNorm) {
+  testing::require_device();
+  const int rows = 6, n = 384, groups = 2;
+  std::mt19937 rng(21);
+  auto y = testing::random_vector(size_t(rows) * n, -2.f, 2.f, rng);
+  auto z = testing::random_vector(size_t(rows) * n, -3.f, 3.f, rng);
+  auto weight = testing::random_vector(n, 0.5f, 1.5f, rng);
+  std::vector<float> expected(y.size());
+  cpu::gated_rmsnorm(y.data(), z.data(), n, weight.data(), expected.data(), rows, n, n / groups, 1e-5f);
+  testing::DeviceBuffer<float> d_y(y), d_z(z), d_w(weight), d_out(std::vector<float>(y.size()));
+  kernels::HadamardQuantArgs a;
+  a.rows = rows;
+  a.n = n;
+  a.y = d_y.get();
+  a.ldy = n;
+  a.z = d_z.get();
+  a.z_stride = n;
+  a.norm_weight = d_w.get();
+  a.group_size = n / groups;
+  a.rotate = false;
+  a.out = d_out.get();
+  a.out_type = kernels::ElementType::kF32;
+  ASSERT_TRUE(kernels::hadamard_quant_supported(a));  // 384 is no K·2^m of a rotation
+  ASSERT_EQ(kernels::launch_hadamard_quant(a, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_LT(testing::max_relative_error(d_out.to_host(), expected, 1e-2), 1e-4);
+  a.rotate = true;
+  EXPECT_FALSE(kernels::hadamard_quant_supported(a));
+}
+
 INSTANTIATE_TEST_SUITE_P(Sizes, HadamardQuant,
                          ::testing::Values(Case{3, 256, 1, false}, Case{2, 768, 1, false}, Case{2, 1280, 1, false},
                                            Case{2, 1792, 1, false}, Case{5, 5120, 1, false}, Case{1, 8192, 8, false},

@@ -1,0 +1,54 @@
+// SSDi8 prefill (the integer chunked SSD of quantized artifacts), per sequence b and head h of
+// group g = h / (heads / groups), chunk by chunk (chunks start at multiples of `chunk`):
+//   dt = clamp(softplus(dt_raw + dt_bias[h]), dt_min, dt_max),  cs[t] = Σ_{u≤t} dt[u]·A[h]
+//   Xq = Q8(dt[t]·exp(cs[L-1] - cs[t])·x[t,p], s_xs[h,p]),  Bq, Cq = the int8 of B, C (group g)
+//   CBq[t,s] = sat8(rne(Σ_n Cq[t,n]·Bq[s,n] · (s_C·s_B)/s_cb))                       (s ≤ t)
+//   y[t,p] = float(Σ_n Cq[t,n]·S[p,n])·(s_C·s_s[h,p])·exp(cs[t])
+//          + Σ_{s≤t} f16(CBq[t,s]·(s_cb·dt[s]·exp(cs[t]-cs[s])))·f16(x[s,p]) + D[h]·x[t,p]
+//   S ← sat8(sat8(rne(Σ_t Xq[t,p]·Bq[t,n] · (s_xs·s_B)/s_s)) + ((Qd·S + 64) >> 7)),
+//       Qd = rne(exp(cs[L-1])·128)
+// with S the int8 state [headdim, dstate] entering the chunk (value S·s_s[h,p]).
+// The integer parts are exact; the float parts follow the CPU's evaluation order, including the
+// FMAs gcc forms in the -c opt build (the cumsum, and y). The per-token exps (softplus, exp(cs[t]),
+// the LUT_state decay, Qd) are evaluated in double and rounded once, which glibc's expf matches in
+// all but ~0.06 % of inputs (its log1pf, not correctly rounded, in ~96 %: dt can differ in the last
+// bit); CB's exp(cs[t] - cs[s]) uses expf, whose last bits the fp16 rounding mostly hides. Such
+// differences can move an int8 value (Xq, the state) by one step, rarely.
+// CPU reference: runtime/quantized_ssd.h `ssdi8_chunked` (its header states the specification).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ssdq::kernels {
+
+struct Ssdi8ChunkScanArgs {
+  int batch = 0, seqlen = 0, heads = 0, headdim = 0, groups = 0, dstate = 0;
+  int chunk = 256;                      // chunk length L; seqlen need not be a multiple
+  // Token-major fp32 inputs; token t of sequence b is row b * seqlen + t.
+  const float* x = nullptr;  int64_t x_stride = 0;     // x[row * x_stride + h*headdim + p]
+  const float* B = nullptr;  const float* C = nullptr; int64_t bc_stride = 0; // B[row*bc_stride + g*dstate + n]; values are int8 fake-quantized q·s_B[g]
+  const float* dt_raw = nullptr; int64_t dt_stride = 0;  // before bias/softplus: dt = clamp(softplus(dt_raw + dt_bias[h]), dt_min, dt_max)
+  const float* dt_bias = nullptr; float dt_min = 0.f, dt_max = 3.4e38f;
+  const float* A = nullptr; const float* D = nullptr;   // [heads]
+  const float* B_scales = nullptr;        // [groups]  s_B[g]
+  const float* C_scales = nullptr;        // [groups]  s_C[g]
+  const float* x_scaled_scales = nullptr; // [heads * headdim]  s_xs[h,p]
+  const float* state_scales = nullptr;    // [heads * headdim]  s_s[h,p]
+  const float* cb_scales = nullptr;       // [groups]  s_cb[g]
+  int8_t* state = nullptr;                // [batch, heads, headdim, dstate] the int8 state q (value q·s_s[h,p]): initial in, final out
+  float* y = nullptr; int64_t y_stride = 0;  // y[row * y_stride + h*headdim + p]; must not overlap the inputs
+};
+
+// Shapes handled: dstate a multiple of 16 up to 256; headdim up to 64, or even up to 128; chunk
+// 1..256; heads divisible by groups; batch ≤ 65535; every pointer set, state 16-byte aligned;
+// row strides at least a row; and the shared memory within the current device's per-block limit:
+// (2·chunk + c)·(dstate + 16) + 3·chunk·c + 16·chunk + 10 KB for the c ≤ 64 headdim columns a block
+// takes (144 KB at chunk 256, dstate 128, c = 64; 115 KB at c = 32; c goes down to 8 to fit).
+bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& args);
+
+// One launch on `stream`, no allocation. cudaErrorInvalidValue for unsupported arguments.
+cudaError_t launch_ssdi8_chunk_scan(const Ssdi8ChunkScanArgs& args, cudaStream_t stream);
+
+}  // namespace ssdq::kernels

@@ -1,0 +1,125 @@
+// Device resources shared by the CUDA backends: error checks, a byte layout planned before one
+// allocation, counted device blocks, pinned host buffers, and device selection.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "formats/error.h"
+#include "kernels/device_info.h"
+
+namespace ssdq {
+
+inline void cuda_ok(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) fail("CUDA: {}: {}", what, cudaGetErrorString(status));
+}
+
+constexpr size_t kAlign = 256;
+constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
+constexpr size_t kLogitsBlockBytes = size_t{256} << 20;
+
+inline size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// Byte offsets of the pieces of one allocation, laid out before the allocation is made.
+class Layout {
+ public:
+  size_t add(size_t bytes) {
+    const size_t offset = total_;
+    total_ += align_up(std::max<size_t>(bytes, 1));
+    return offset;
+  }
+  size_t total() const { return total_; }
+
+ private:
+  size_t total_ = 0;
+};
+
+// Counts what the backend holds on the device, for the memory report.
+struct MemoryCounter {
+  size_t live = 0, peak = 0;
+  void add(size_t bytes) {
+    live += bytes;
+    peak = std::max(peak, live);
+  }
+  void remove(size_t bytes) { live -= bytes; }
+};
+
+class DeviceBlock {
+ public:
+  DeviceBlock() = default;
+  DeviceBlock(size_t bytes, const char* what, MemoryCounter* counter) : bytes_(bytes), counter_(counter) {
+    if (cudaMalloc(&ptr_, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      fail("CUDA: out of device memory: {} needs {:.1f} MiB, {:.1f} MiB free of {:.1f} MiB", what, bytes / 1048576.0,
+           free_bytes / 1048576.0, total_bytes / 1048576.0);
+    }
+    if (counter_) counter_->add(bytes_);
+  }
+  ~DeviceBlock() { release(); }
+  DeviceBlock(DeviceBlock&& other) noexcept { *this = std::move(other); }
+  DeviceBlock& operator=(DeviceBlock&& other) noexcept {
+    if (this != &other) {
+      release();
+      std::swap(ptr_, other.ptr_);
+      std::swap(bytes_, other.bytes_);
+      std::swap(counter_, other.counter_);
+    }
+    return *this;
+  }
+  template <typename T>
+  T* at(size_t offset) const {
+    return reinterpret_cast<T*>(static_cast<char*>(ptr_) + offset);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void release() {
+    if (ptr_) {
+      cudaFree(ptr_);
+      if (counter_) counter_->remove(bytes_);
+    }
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  MemoryCounter* counter_ = nullptr;
+};
+
+template <typename T>
+class PinnedBuffer {
+ public:
+  ~PinnedBuffer() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  T* get(size_t count) {
+    if (count > capacity_) {
+      if (ptr_) cudaFreeHost(ptr_);
+      ptr_ = nullptr;
+      cuda_ok(cudaMallocHost(reinterpret_cast<void**>(&ptr_), count * sizeof(T)), "cudaMallocHost");
+      capacity_ = count;
+    }
+    return ptr_;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+template <typename T>
+void upload(T* dst, const std::vector<T>& src, const char* what = "upload weights") {
+  cuda_ok(cudaMemcpy(dst, src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice), what);
+}
+
+// The device `index` made current, after checking it exists and is new enough (sm_80+); fails
+// with a message naming the problem and the CPU alternative.
+kernels::DeviceInfo select_cuda_device(int index);
+
+}  // namespace ssdq

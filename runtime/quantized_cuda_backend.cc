@@ -1,0 +1,737 @@
+#include "runtime/quantized_cuda_backend.h"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "formats/error.h"
+#include "kernels/activation_format.h"
+#include "kernels/add_rmsnorm.h"
+#include "kernels/causal_conv1d.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
+#include "kernels/hadamard_quant.h"
+#include "kernels/logits_reduce.h"
+#include "kernels/qgemv.h"
+#include "kernels/scale_int32.h"
+#include "kernels/ssd_state_update.h"
+#include "kernels/ssdi8_chunk_scan.h"
+#include "kernels/weight_unpack.h"
+#include "quant/hadamard.h"
+#include "quant/quantizer.h"
+#include "runtime/cuda_resources.h"
+#include "runtime/quantized_ssd.h"
+
+namespace ssdq {
+namespace {
+
+using kernels::ElementType;
+using Format = kernels::ActivationFormatArgs::Format;
+
+std::vector<uint16_t> to_fp16_bits(const std::vector<float>& values) {
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const __half h = __float2half_rn(values[i]);
+    std::memcpy(&bits[i], &h, 2);
+  }
+  return bits;
+}
+
+template <typename T>
+DeviceBlock device_copy(const std::vector<T>& values, MemoryCounter* counter, const char* what) {
+  DeviceBlock block(std::max<size_t>(values.size() * sizeof(T), 1), what, counter);
+  upload(block.at<T>(0), values, what);
+  return block;
+}
+
+// A projection's weights in the form its CUDA path reads.
+//   kInt8PerChannel: int8 x · int8 w per output channel (W8A8).
+//   kInt8Grouped:    int8 x · int4 (or int8) w with group scales (W4A8): qgemv for decode, one
+//                    int8 GEMM per group for prefill (int4 unpacked to int8 first).
+//   kFloat:          fp16 x · fp16 w (float weights, or quantized weights with a float input:
+//                    W4A16, expanded to fp16 for prefill; qgemv's W4A16 for int4 decode).
+struct DeviceLinear {
+  enum class Path { kInt8PerChannel, kInt8Grouped, kFloat } path = Path::kFloat;
+  int64_t n = 0, k = 0;
+  int bits = 0;  // 8 or 4 for quantized weights, 0 for float ones
+  int group_size = 0, groups = 1;
+  DeviceBlock values, scales, dense16;
+
+  bool int8_input() const { return path != Path::kFloat; }
+  bool folds_bias() const { return path != Path::kFloat; }
+  // Scratch bytes the prefill path needs to expand the weights (0 when it reads them as stored).
+  size_t expand_bytes() const {
+    if (path == Path::kInt8Grouped && bits == 4) return n * k;
+    if (path == Path::kFloat && bits != 0) return n * k * 2;
+    return 0;
+  }
+};
+
+DeviceLinear upload_linear(const WeightMatrix& w, const ActQuant& input, MemoryCounter* counter,
+                           const std::string& what) {
+  DeviceLinear d;
+  d.n = w.rows;
+  d.k = w.cols;
+  if (!w.is_quantized()) {
+    d.dense16 = device_copy(to_fp16_bits(w.dense), counter, "float projection weights");
+    return d;
+  }
+  const QuantizedMatrix& q = w.quantized;
+  d.bits = q.bits == QuantBits::kInt4 ? 4 : 8;
+  d.group_size = static_cast<int>(q.group_size);
+  d.groups = static_cast<int>(q.groups_per_row());
+  if (q.cols % q.group_size != 0 || q.group_size % 4 != 0)
+    fail("{}: weight groups of {} over {} columns have no CUDA path (groups must divide the row, a multiple of 4)",
+         what, q.group_size, q.cols);
+  if (input.is_int8()) d.path = d.groups == 1 && d.bits == 8 ? DeviceLinear::Path::kInt8PerChannel : DeviceLinear::Path::kInt8Grouped;
+  if (d.bits == 4) {
+    d.values = device_copy(pack_int4(q.values.data(), static_cast<int64_t>(q.values.size())), counter,
+                           "int4 projection weights");
+  } else {
+    d.values = device_copy(q.values, counter, "int8 projection weights");
+  }
+  d.scales = device_copy(q.scales, counter, "projection weight scales");
+  return d;
+}
+
+// An activation point's format on the device.
+struct DeviceFormat {
+  Format format = Format::kFloat32;
+  DeviceBlock scales, index;
+  float scale0 = 1.f;  // the per-tensor scale (integer GEMM inputs)
+};
+
+DeviceFormat upload_format(const ActQuant& a, MemoryCounter* counter) {
+  DeviceFormat d;
+  if (a.format == ActFormat::kFloat16) d.format = Format::kFloat16;
+  if (!a.is_int8()) return d;
+  d.format = Format::kInt8;
+  d.scales = device_copy(a.scales, counter, "activation scales");
+  if (!a.index.empty()) d.index = device_copy(a.index, counter, "activation scale index");
+  d.scale0 = a.scales[0];
+  return d;
+}
+
+// One scale per channel c (ActQuant::scale(c)), for kernels that take expanded scales.
+std::vector<float> expand_scales(const ActQuant& a, int64_t channels, int64_t stride = 1) {
+  std::vector<float> out(channels);
+  for (int64_t c = 0; c < channels; ++c) out[c] = a.scale(c * stride);
+  return out;
+}
+
+struct DeviceLayer {
+  DeviceBlock norm, conv_weight, conv_bias, dt_bias, A, D, gated_norm, out_bias;
+  DeviceLinear in_proj, out_proj;
+  DeviceFormat in_proj_in, conv_in, ssd_x, ssd_B, ssd_C, ssd_dt, out_proj_in, state_format;
+  bool online_hadamard = false;
+  bool ssdi8 = false;
+  bool int8_state = false;
+  // int8 states: the scale row of each channel c = h·P + p, and the scales [rows, inner].
+  DeviceBlock state_index, state_scales;
+  int state_inner = 1;
+  // SSDi8 scales, expanded: s_B[g], s_C[g], s_xs[h·P + p], s_s[h·P + p], s_cb[g].
+  DeviceBlock s_B, s_C, s_xs, s_s, s_cb;
+};
+
+}  // namespace
+
+class QuantizedCudaState : public InferenceState {
+ public:
+  QuantizedCudaState(const QuantizedModel& m, int64_t batch, MemoryCounter* counter, const void* owner)
+      : owner(owner), batch_(batch) {
+    const Mamba2Config& c = m.config;
+    conv_layer_ = batch * c.conv_dim() * (c.d_conv - 1);
+    ssm_layer_ = batch * c.nheads() * c.headdim * c.d_state;
+    Layout layout;
+    for (const QuantizedLayer& q : m.layers) {
+      conv_offsets_.push_back(layout.add(conv_layer_ * 4));
+      ssm_offsets_.push_back(layout.add(ssm_layer_ * (q.ssm_state.is_int8() ? 1 : 4)));
+    }
+    block_ = DeviceBlock(layout.total(), "the per-sequence state", counter);
+    reset();
+  }
+  int64_t batch() const override { return batch_; }
+  void reset() override { cuda_ok(cudaMemset(block_.at<char>(0), 0, block_.bytes()), "reset state"); }
+  float* conv(int64_t layer) const { return block_.at<float>(conv_offsets_[layer]); }
+  void* ssm(int64_t layer) const { return block_.at<void>(ssm_offsets_[layer]); }
+  int64_t ssm_elements() const { return ssm_layer_; }
+
+  const void* owner;
+
+ private:
+  int64_t batch_, conv_layer_, ssm_layer_;
+  std::vector<size_t> conv_offsets_, ssm_offsets_;
+  DeviceBlock block_;
+};
+
+struct QuantizedCudaBackend::Impl {
+  std::shared_ptr<const QuantizedModel> model;
+  const Mamba2Config& config;
+  kernels::DeviceInfo device;
+  cudaStream_t stream = nullptr;
+  mutable MemoryCounter counter;
+  size_t weight_bytes = 0;
+
+  DeviceBlock embedding, embedding_scales, norm_f, head16, hadamard_base;
+  kernels::EmbeddingArgs::Table embedding_table = kernels::EmbeddingArgs::Table::kF32;
+  std::vector<DeviceLayer> layers;
+  int hadamard_order = 1;
+  size_t expand_bytes = 0;
+
+  DeviceBlock gemm_workspace;
+  std::unique_ptr<kernels::Gemm> gemm;
+
+  struct Work {
+    int32_t *tokens, *targets, *argmax, *acc;
+    float *residual, *normed, *zxbcdt, *xbc, *y, *gated, *proj, *chain, *logits, *nll;
+    int8_t* x8;
+    __half* x16;
+    void* expanded;
+    int64_t logits_rows;
+  };
+  mutable DeviceBlock work_block;
+  mutable Work work{};
+  mutable int64_t work_batch = 0, work_length = 0;
+  mutable PinnedBuffer<int32_t> pinned_tokens, pinned_targets, pinned_argmax;
+  mutable PinnedBuffer<float> pinned_nll, pinned_logits;
+
+  Impl(std::shared_ptr<const QuantizedModel> m, int device_index)
+      : model(std::move(m)), config(model->config), device(select_cuda_device(device_index)) {
+    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    gemm_workspace = DeviceBlock(kGemmWorkspaceBytes, "the cuBLASLt workspace", &counter);
+    gemm = std::make_unique<kernels::Gemm>(gemm_workspace.at<void>(0), kGemmWorkspaceBytes);
+  }
+  ~Impl() {
+    gemm.reset();
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  void upload_model() {
+    const QuantizedModel& m = *model;
+    const Mamba2Config& c = config;
+    const size_t before = counter.live;
+    if (m.embedding.is_quantized()) {
+      const QuantizedMatrix& q = m.embedding.quantized;
+      if (q.group_size != q.cols) fail("artifact: an embedding quantized per group has no CUDA path (per row only)");
+      embedding_table = q.bits == QuantBits::kInt4 ? kernels::EmbeddingArgs::Table::kInt4Rows
+                                                   : kernels::EmbeddingArgs::Table::kInt8Rows;
+      embedding = q.bits == QuantBits::kInt4
+                      ? device_copy(pack_int4(q.values.data(), static_cast<int64_t>(q.values.size())), &counter, "embedding")
+                      : device_copy(q.values, &counter, "embedding");
+      embedding_scales = device_copy(q.scales, &counter, "embedding scales");
+    } else {
+      embedding = device_copy(m.embedding.dense, &counter, "embedding");
+    }
+    norm_f = device_copy(m.norm_f, &counter, "norm_f");
+    head16 = device_copy(to_fp16_bits(m.head().to_float()), &counter, "lm_head");
+
+    const int64_t H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state, E = c.d_inner();
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const QuantizedLayer& q = m.layers[l];
+      const std::string at = "artifact: layer " + std::to_string(l);
+      DeviceLayer d;
+      d.norm = device_copy(q.norm, &counter, "norm");
+      d.conv_weight = device_copy(q.conv_weight, &counter, "conv weight");
+      d.conv_bias = device_copy(q.conv_bias, &counter, "conv bias");
+      d.dt_bias = device_copy(q.dt_bias, &counter, "dt_bias");
+      d.A = device_copy(q.A, &counter, "A");
+      d.D = device_copy(q.D, &counter, "D");
+      d.gated_norm = device_copy(q.gated_norm, &counter, "gated norm");
+      if (!q.out_bias.empty()) d.out_bias = device_copy(q.out_bias, &counter, "out_proj bias");
+      d.in_proj = upload_linear(q.in_proj, q.in_proj_in, &counter, at + " in_proj");
+      d.out_proj = upload_linear(q.out_proj, q.out_proj_in, &counter, at + " out_proj");
+      expand_bytes = std::max({expand_bytes, d.in_proj.expand_bytes(), d.out_proj.expand_bytes()});
+      d.in_proj_in = upload_format(q.in_proj_in, &counter);
+      d.conv_in = upload_format(q.conv_in, &counter);
+      d.ssd_x = upload_format(q.ssd_x, &counter);
+      d.ssd_B = upload_format(q.ssd_B, &counter);
+      d.ssd_C = upload_format(q.ssd_C, &counter);
+      d.ssd_dt = upload_format(q.ssd_dt, &counter);
+      d.out_proj_in = upload_format(q.out_proj_in, &counter);
+      d.online_hadamard = q.online_hadamard;
+      d.int8_state = q.ssm_state.is_int8();
+      if (d.int8_state) {
+        std::vector<int32_t> index(H * P);
+        for (int64_t ch = 0; ch < H * P; ++ch)
+          index[ch] = q.ssm_state.index.empty() ? (q.ssm_state.inner == 1 ? 0 : static_cast<int32_t>(ch))
+                                                : q.ssm_state.index[ch];
+        d.state_index = device_copy(index, &counter, "state scale index");
+        d.state_scales = device_copy(q.ssm_state.scales, &counter, "state scales");
+        d.state_inner = static_cast<int>(q.ssm_state.inner);
+      } else {
+        d.state_format = upload_format(q.ssm_state, &counter);
+      }
+      d.ssdi8 = q.ssd_mode == SsdMode::kSsdi8;
+      if (d.ssdi8) {
+        const Ssdi8Scales scales{q.ssd_B, q.ssd_C, q.x_scaled, q.ssm_state, q.cb};
+        if (!ssdi8_all_int8(scales))
+          fail("{}: SSDi8 with operands kept in floating point (an ablation) runs on --device cpu only", at);
+        d.s_B = device_copy(expand_scales(q.ssd_B, G, N), &counter, "SSDi8 scales");
+        d.s_C = device_copy(expand_scales(q.ssd_C, G, N), &counter, "SSDi8 scales");
+        d.s_xs = device_copy(expand_scales(q.x_scaled, H * P), &counter, "SSDi8 scales");
+        d.s_s = device_copy(expand_scales(q.ssm_state, H * P), &counter, "SSDi8 scales");
+        d.s_cb = device_copy(expand_scales(q.cb, G), &counter, "SSDi8 scales");
+      }
+      layers.push_back(std::move(d));
+    }
+    if (std::any_of(m.layers.begin(), m.layers.end(), [](const QuantizedLayer& q) { return q.online_hadamard; })) {
+      if (!hadamard_size_supported(E)) fail("artifact: no Hadamard transform of size {}", E);
+      hadamard_order = static_cast<int>(hadamard_base_order(E));
+      if (hadamard_order > 1) hadamard_base = device_copy(hadamard_matrix(hadamard_order), &counter, "Hadamard matrix");
+    }
+    weight_bytes = counter.live - before;
+  }
+
+  void reserve(int64_t batch, int64_t length) const {
+    if (batch <= work_batch && length <= work_length) return;
+    batch = std::max(batch, work_batch);
+    length = std::max(length, work_length);
+    const Mamba2Config& c = config;
+    const int64_t M = batch * length, D = c.d_model, E = c.d_inner(), in_dim = c.d_in_proj();
+    const int64_t widest_in = std::max(D, E), widest_out = std::max(in_dim, D);
+    const int64_t logits_rows = std::max<int64_t>(1, std::min<int64_t>(M, kLogitsBlockBytes / (c.vocab_size * 4)));
+    Layout layout;
+    const size_t tokens = layout.add(M * 4), targets = layout.add(M * 4), argmax = layout.add(M * 4),
+                 acc = layout.add(M * widest_out * 4);
+    const size_t residual = layout.add(M * D * 4), normed = layout.add(M * D * 4), zxbcdt = layout.add(M * in_dim * 4),
+                 xbc = layout.add(M * c.conv_dim() * 4), y = layout.add(M * E * 4), gated = layout.add(M * E * 4),
+                 proj = layout.add(M * D * 4), chain = layout.add(M * widest_out * 4),
+                 logits = layout.add(logits_rows * c.vocab_size * 4), nll = layout.add(M * 4);
+    const size_t x8 = layout.add(M * widest_in), x16 = layout.add(M * widest_in * 2), expanded = layout.add(expand_bytes);
+    cuda_ok(cudaStreamSynchronize(stream), "synchronize before resizing the workspace");
+    work_block = DeviceBlock();
+    work_block = DeviceBlock(layout.total(), "activations", &counter);
+    const DeviceBlock& b = work_block;
+    work = {b.at<int32_t>(tokens), b.at<int32_t>(targets), b.at<int32_t>(argmax), b.at<int32_t>(acc),
+            b.at<float>(residual), b.at<float>(normed),    b.at<float>(zxbcdt),    b.at<float>(xbc),
+            b.at<float>(y),        b.at<float>(gated),     b.at<float>(proj),      b.at<float>(chain),
+            b.at<float>(logits),   b.at<float>(nll),       b.at<int8_t>(x8),       b.at<__half>(x16),
+            b.at<void>(expanded),  logits_rows};
+    work_batch = batch;
+    work_length = length;
+  }
+
+  // What reads a formatted point: another fp32 op, an integer GEMM (the int8 values in work.x8)
+  // or an fp16 GEMM (the values in work.x16), row stride `width` in both.
+  enum class Reader { kFloat32, kInt8, kFloat16 };
+  static Reader reader_of(const DeviceLinear& linear) { return linear.int8_input() ? Reader::kInt8 : Reader::kFloat16; }
+
+  // Applies a point's format to fp32 rows in place, and writes the copy its reader multiplies.
+  void enqueue_format(const DeviceFormat& f, float* data, int64_t rows, int64_t width, int64_t stride, Reader reader,
+                      const char* what) const {
+    kernels::ActivationFormatArgs a;
+    a.rows = rows;
+    a.width = static_cast<int>(width);
+    a.data = data;
+    a.stride = stride;
+    a.format = f.format;
+    a.scales = f.format == Format::kInt8 ? f.scales.at<float>(0) : nullptr;
+    a.index = f.index.bytes() ? f.index.at<int32_t>(0) : nullptr;
+    if (reader == Reader::kInt8) {
+      a.q_out = work.x8;
+      a.q_stride = width;
+    } else if (reader == Reader::kFloat16) {
+      a.h_out = work.x16;
+      a.h_stride = width;
+    }
+    if (a.format == Format::kFloat32 && !a.q_out && !a.h_out) return;
+    cuda_ok(kernels::launch_activation_format(a, stream), what);
+  }
+
+  // out[m, n] = x · wᵀ (+ bias[n] on the integer paths), x as enqueue_format left it.
+  void enqueue_linear(const DeviceLinear& L, int64_t m, float x_scale, const float* bias, float* out,
+                      const char* what) const {
+    using Path = DeviceLinear::Path;
+    if (m <= kernels::kQgemvMaxRows && (L.path != Path::kFloat || L.bits == 4) &&
+        !(L.path == Path::kInt8Grouped && L.bits == 8)) {
+      kernels::QgemvArgs q;
+      q.kind = L.path == Path::kInt8PerChannel ? kernels::QgemvKind::kW8A8
+               : L.path == Path::kInt8Grouped  ? kernels::QgemvKind::kW4A8
+                                               : kernels::QgemvKind::kW4A16;
+      q.m = static_cast<int>(m);
+      q.n = static_cast<int>(L.n);
+      q.k = static_cast<int>(L.k);
+      q.x_int8 = work.x8;
+      q.x_f16 = work.x16;
+      q.ldx = L.k;
+      q.x_scale = x_scale;
+      q.w = L.values.at<void>(0);
+      q.w_scales = L.scales.at<float>(0);
+      q.group_size = L.group_size;
+      q.bias = L.folds_bias() ? bias : nullptr;
+      q.out = out;
+      q.ldout = L.n;
+      if (kernels::qgemv_supported(q)) {
+        cuda_ok(kernels::launch_qgemv(q, stream), what);
+        return;
+      }
+    }
+    kernels::GemmArgs g;
+    g.m = m;
+    g.n = L.n;
+    g.ldout = L.n;
+    if (L.path == Path::kFloat) {
+      const void* w16 = L.dense16.bytes() ? L.dense16.at<void>(0) : nullptr;
+      if (!w16) {
+        kernels::WeightUnpackArgs u;
+        u.rows = L.n;
+        u.cols = static_cast<int>(L.k);
+        u.bits = L.bits;
+        u.values = L.values.at<void>(0);
+        u.scales = L.scales.at<float>(0);
+        u.group_size = L.group_size;
+        u.out = work.expanded;
+        u.out_type = ElementType::kF16;
+        cuda_ok(kernels::launch_weight_unpack(u, stream), what);
+        w16 = work.expanded;
+      }
+      g.k = L.k;
+      g.in_type = ElementType::kF16;
+      g.x = work.x16;
+      g.ldx = L.k;
+      g.w = w16;
+      g.out = out;
+      g.out_type = ElementType::kF32;
+      gemm->run(g, stream);
+      return;
+    }
+    const int8_t* w8 = L.values.at<int8_t>(0);
+    if (L.bits == 4) {
+      kernels::WeightUnpackArgs u;
+      u.rows = L.n;
+      u.cols = static_cast<int>(L.k);
+      u.bits = 4;
+      u.values = L.values.at<void>(0);
+      u.out = work.expanded;
+      u.out_type = ElementType::kS8;
+      cuda_ok(kernels::launch_weight_unpack(u, stream), what);
+      w8 = static_cast<const int8_t*>(work.expanded);
+    }
+    g.in_type = ElementType::kS8;
+    g.out_type = ElementType::kS32;
+    g.k = L.group_size;
+    g.ldx = L.k;
+    g.ldw = L.k;
+    g.out = work.acc;
+    kernels::ScaleInt32Args s;
+    s.m = m;
+    s.n = L.n;
+    s.acc = work.acc;
+    s.ld_acc = L.n;
+    s.w_scales = L.scales.at<float>(0);
+    s.x_scale = x_scale;
+    s.bias = bias;
+    s.out = out;
+    s.ldout = L.n;
+    s.groups = L.groups;
+    s.chain = work.chain;
+    for (int group = 0; group < L.groups; ++group) {
+      g.x = work.x8 + group * L.group_size;
+      g.w = w8 + group * L.group_size;
+      gemm->run(g, stream);
+      s.group = group;
+      cuda_ok(kernels::launch_scale_int32(s, stream), what);
+    }
+  }
+
+  void enqueue_layer(const DeviceLayer& d, int64_t batch, int64_t length, QuantizedCudaState& state, int64_t l,
+                     const DeviceLayer* previous) const {
+    const Mamba2Config& c = config;
+    const int64_t M = batch * length, D = c.d_model, E = c.d_inner(), in_dim = c.d_in_proj(), conv_dim = c.conv_dim();
+    const int64_t H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state, GN = G * N;
+    const float eps = static_cast<float>(c.norm_eps);
+
+    kernels::AddRmsNormArgs norm;
+    norm.rows = M;
+    norm.dim = static_cast<int>(D);
+    norm.eps = eps;
+    norm.residual = work.residual;
+    norm.delta = previous ? work.proj : nullptr;
+    norm.delta_bias = previous && !previous->out_proj.folds_bias() && previous->out_bias.bytes()
+                          ? previous->out_bias.at<float>(0) : nullptr;
+    norm.weight = d.norm.at<float>(0);
+    norm.out = work.normed;
+    norm.out_type = ElementType::kF32;
+    cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
+    enqueue_format(d.in_proj_in, work.normed, M, D, D, reader_of(d.in_proj), "in_proj input");
+    enqueue_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj");
+
+    enqueue_format(d.conv_in, work.zxbcdt + E, M, conv_dim, in_dim, Reader::kFloat32, "conv input");
+    kernels::CausalConv1dArgs conv;
+    conv.batch = static_cast<int>(batch);
+    conv.seqlen = static_cast<int>(length);
+    conv.channels = static_cast<int>(conv_dim);
+    conv.width = static_cast<int>(c.d_conv);
+    conv.in = work.zxbcdt + E;
+    conv.in_stride = in_dim;
+    conv.weight = d.conv_weight.at<float>(0);
+    conv.bias = d.conv_bias.at<float>(0);
+    conv.state = state.conv(l);
+    conv.out = work.xbc;
+    conv.in_type = ElementType::kF32;
+    conv.out_type = ElementType::kF32;
+    cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d");
+    enqueue_format(d.ssd_x, work.xbc, M, E, conv_dim, Reader::kFloat32, "ssd x");
+    enqueue_format(d.ssd_B, work.xbc + E, M, GN, conv_dim, Reader::kFloat32, "ssd B");
+    enqueue_format(d.ssd_C, work.xbc + E + GN, M, GN, conv_dim, Reader::kFloat32, "ssd C");
+    float* dt_raw = work.zxbcdt + E + conv_dim;
+    enqueue_format(d.ssd_dt, dt_raw, M, H, in_dim, Reader::kFloat32, "ssd dt");
+
+    const float dt_min = static_cast<float>(c.dt_min), dt_max = static_cast<float>(std::min<double>(c.dt_max, 3e38));
+    if (d.ssdi8 && length > 1) {
+      kernels::Ssdi8ChunkScanArgs s;
+      s.batch = static_cast<int>(batch);
+      s.seqlen = static_cast<int>(length);
+      s.heads = static_cast<int>(H);
+      s.headdim = static_cast<int>(P);
+      s.groups = static_cast<int>(G);
+      s.dstate = static_cast<int>(N);
+      s.chunk = static_cast<int>(c.chunk_size);
+      s.x = work.xbc;
+      s.x_stride = conv_dim;
+      s.B = work.xbc + E;
+      s.C = work.xbc + E + GN;
+      s.bc_stride = conv_dim;
+      s.dt_raw = dt_raw;
+      s.dt_stride = in_dim;
+      s.dt_bias = d.dt_bias.at<float>(0);
+      s.dt_min = dt_min;
+      s.dt_max = dt_max;
+      s.A = d.A.at<float>(0);
+      s.D = d.D.at<float>(0);
+      s.B_scales = d.s_B.at<float>(0);
+      s.C_scales = d.s_C.at<float>(0);
+      s.x_scaled_scales = d.s_xs.at<float>(0);
+      s.state_scales = d.s_s.at<float>(0);
+      s.cb_scales = d.s_cb.at<float>(0);
+      s.state = static_cast<int8_t*>(state.ssm(l));
+      s.y = work.y;
+      s.y_stride = E;
+      if (!kernels::ssdi8_chunk_scan_supported(s))
+        fail("CUDA: the SSDi8 kernel does not support heads {} × headdim {}, d_state {}, chunk {} on this device", H, P,
+             N, c.chunk_size);
+      cuda_ok(kernels::launch_ssdi8_chunk_scan(s, stream), "ssdi8_chunk_scan");
+    } else {
+      // The recurrence over every token: exact for any length, the float SSD of the CPU up to
+      // rounding; an int8 state is dequantized in registers and stored once at the end, as the
+      // CPU rounds it after each forward call.
+      kernels::SsdStateUpdateArgs step;
+      step.batch = static_cast<int>(batch);
+      step.heads = static_cast<int>(H);
+      step.headdim = static_cast<int>(P);
+      step.groups = static_cast<int>(G);
+      step.dstate = static_cast<int>(N);
+      step.steps = static_cast<int>(length);
+      step.io_type = ElementType::kF32;
+      step.x = work.xbc;
+      step.x_stride = conv_dim;
+      step.B = work.xbc + E;
+      step.C = work.xbc + E + GN;
+      step.bc_stride = conv_dim;
+      step.dt = dt_raw;
+      step.dt_stride = in_dim;
+      step.dt_bias = d.dt_bias.at<float>(0);
+      step.dt_min = dt_min;
+      step.dt_max = dt_max;
+      step.A = d.A.at<float>(0);
+      step.D = d.D.at<float>(0);
+      step.state = state.ssm(l);
+      if (d.int8_state) {
+        step.state_type = ElementType::kS8;
+        step.state_scales = d.state_scales.at<float>(0);
+        step.state_scale_index = d.state_index.at<int32_t>(0);
+        step.state_scale_inner = d.state_inner;
+      }
+      step.y = work.y;
+      step.y_stride = E;
+      if (!kernels::ssd_state_update_supported(step))
+        fail("CUDA: no SSD kernel supports heads {} × headdim {}, ngroups {}, d_state {}", H, P, G, N);
+      cuda_ok(kernels::launch_ssd_state_update(step, stream), "ssd_state_update");
+      if (!d.int8_state)
+        enqueue_format(d.state_format, static_cast<float*>(state.ssm(l)), batch * H * P, N, N, Reader::kFloat32, "ssd state");
+    }
+
+    kernels::HadamardQuantArgs gated;
+    gated.rows = M;
+    gated.n = static_cast<int>(E);
+    gated.y = work.y;
+    gated.ldy = E;
+    gated.z = work.zxbcdt;
+    gated.z_stride = in_dim;
+    gated.norm_weight = d.gated_norm.at<float>(0);
+    gated.group_size = static_cast<int>(E / G);
+    gated.eps = eps;
+    gated.rotate = d.online_hadamard;
+    if (d.online_hadamard) {
+      gated.base_order = hadamard_order;
+      gated.base_matrix = hadamard_order > 1 ? hadamard_base.at<int8_t>(0) : nullptr;
+      gated.normalize = static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)));
+    }
+    gated.out = work.gated;
+    gated.out_type = ElementType::kF32;
+    cuda_ok(kernels::launch_hadamard_quant(gated, stream), "gated norm + Hadamard");
+    enqueue_format(d.out_proj_in, work.gated, M, E, E, reader_of(d.out_proj), "out_proj input");
+    enqueue_linear(d.out_proj, M, d.out_proj_in.scale0, d.out_bias.bytes() ? d.out_bias.at<float>(0) : nullptr,
+                   work.proj, "out_proj");
+  }
+
+  void enqueue_body(int64_t batch, int64_t length, QuantizedCudaState& state) const {
+    const Mamba2Config& c = config;
+    const int64_t M = batch * length, D = c.d_model;
+    kernels::EmbeddingArgs e;
+    e.rows = M;
+    e.dim = static_cast<int>(D);
+    e.tokens = work.tokens;
+    e.table = embedding.at<void>(0);
+    e.table_type = embedding_table;
+    e.row_scales = embedding_scales.bytes() ? embedding_scales.at<float>(0) : nullptr;
+    e.out = work.residual;
+    cuda_ok(kernels::launch_embedding(e, stream), "embedding");
+    for (int64_t l = 0; l < c.n_layer; ++l)
+      enqueue_layer(layers[l], batch, length, state, l, l > 0 ? &layers[l - 1] : nullptr);
+    const DeviceLayer& last = layers.back();
+    kernels::AddRmsNormArgs norm;
+    norm.rows = M;
+    norm.dim = static_cast<int>(D);
+    norm.eps = static_cast<float>(c.norm_eps);
+    norm.residual = work.residual;
+    norm.delta = work.proj;
+    norm.delta_bias = !last.out_proj.folds_bias() && last.out_bias.bytes() ? last.out_bias.at<float>(0) : nullptr;
+    norm.weight = norm_f.at<float>(0);
+    norm.out = work.normed;
+    norm.out_type = ElementType::kF32;
+    cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "final rmsnorm");
+    enqueue_format(DeviceFormat{}, work.normed, M, D, D, Reader::kFloat16, "lm_head input");
+  }
+
+  // lm_head (fp16, fp32 logits) over `rows` rows of x from first_row; NLL/argmax on the device.
+  void enqueue_head_block(const __half* x, int64_t ldx, int64_t first_row, int64_t rows, const ForwardOutputs& out,
+                          float* pinned_logits_block) const {
+    const int64_t V = config.vocab_size;
+    kernels::GemmArgs head;
+    head.m = rows;
+    head.n = V;
+    head.k = config.d_model;
+    head.in_type = ElementType::kF16;
+    head.x = x + first_row * ldx;
+    head.ldx = ldx;
+    head.w = head16.at<void>(0);
+    head.out = work.logits;
+    head.ldout = V;
+    head.out_type = ElementType::kF32;
+    gemm->run(head, stream);
+    if (out.nll || out.argmax) {
+      kernels::LogitsReduceArgs reduce;
+      reduce.rows = rows;
+      reduce.vocab = static_cast<int>(V);
+      reduce.logits = work.logits;
+      reduce.targets = out.nll ? work.targets + first_row : nullptr;
+      reduce.nll = out.nll ? work.nll + first_row : nullptr;
+      reduce.argmax = out.argmax ? work.argmax + first_row : nullptr;
+      cuda_ok(kernels::launch_logits_reduce(reduce, stream), "logits_reduce");
+    }
+    if (out.logits)
+      cuda_ok(cudaMemcpyAsync(pinned_logits_block, work.logits, rows * V * 4, cudaMemcpyDeviceToHost, stream),
+              "copy logits");
+  }
+
+  void forward(const int32_t* tokens, int64_t length, QuantizedCudaState& state, const ForwardOutputs& out) const {
+    const Mamba2Config& c = config;
+    const int64_t batch = state.batch(), M = batch * length, V = c.vocab_size;
+    check_forward_ids(tokens, batch, length, V, out);
+    const int64_t R = out.rows(length), rows = batch * R;
+    reserve(batch, length);
+    int32_t* host_tokens = pinned_tokens.get(M);
+    std::memcpy(host_tokens, tokens, M * 4);
+    cuda_ok(cudaMemcpyAsync(work.tokens, host_tokens, M * 4, cudaMemcpyHostToDevice, stream), "copy tokens");
+    if (out.targets && out.nll) {
+      int32_t* host_targets = pinned_targets.get(rows);
+      std::memcpy(host_targets, out.targets, rows * 4);
+      cuda_ok(cudaMemcpyAsync(work.targets, host_targets, rows * 4, cudaMemcpyHostToDevice, stream), "copy targets");
+    }
+    enqueue_body(batch, length, state);
+    if (!out.any()) {
+      cuda_ok(cudaStreamSynchronize(stream), "forward");
+      return;
+    }
+    // The head reads every row, or the last of each sequence (row stride length · D).
+    const int64_t D = c.d_model, ldx = out.last_position_only ? length * D : D;
+    const __half* head_x = work.x16 + (out.last_position_only ? (length - 1) * D : 0);
+    const int64_t block_rows = std::min(rows, work.logits_rows);
+    float* host_logits = out.logits ? pinned_logits.get(block_rows * V) : nullptr;
+    for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
+      const int64_t n = std::min(block_rows, rows - r0);
+      enqueue_head_block(head_x, ldx, r0, n, out, host_logits);
+      if (out.logits) {
+        cuda_ok(cudaStreamSynchronize(stream), "forward");
+        std::memcpy(out.logits + r0 * V, host_logits, n * V * 4);
+      }
+    }
+    float* host_nll = out.nll ? pinned_nll.get(rows) : nullptr;
+    int32_t* host_argmax = out.argmax ? pinned_argmax.get(rows) : nullptr;
+    if (host_nll) cuda_ok(cudaMemcpyAsync(host_nll, work.nll, rows * 4, cudaMemcpyDeviceToHost, stream), "copy nll");
+    if (host_argmax)
+      cuda_ok(cudaMemcpyAsync(host_argmax, work.argmax, rows * 4, cudaMemcpyDeviceToHost, stream), "copy argmax");
+    cuda_ok(cudaStreamSynchronize(stream), "forward");
+    if (out.nll)
+      for (int64_t i = 0; i < rows; ++i) out.nll[i] = host_nll[i];
+    if (out.argmax) std::memcpy(out.argmax, host_argmax, rows * 4);
+  }
+};
+
+QuantizedCudaBackend::QuantizedCudaBackend(std::shared_ptr<const QuantizedModel> model, int device) {
+  if (!model) fail("internal: no quantized model");
+  validate_quantized_model(*model, "quantized model");
+  impl_ = std::make_unique<Impl>(std::move(model), device);
+  impl_->upload_model();
+}
+
+QuantizedCudaBackend::~QuantizedCudaBackend() = default;
+
+const Mamba2Config& QuantizedCudaBackend::config() const { return impl_->config; }
+
+std::unique_ptr<InferenceState> QuantizedCudaBackend::new_state(int64_t batch) const {
+  if (batch <= 0) fail("batch size must be positive, got {}", batch);
+  auto state = std::make_unique<QuantizedCudaState>(*impl_->model, batch, &impl_->counter, impl_.get());
+  impl_->reserve(batch, 1);
+  return state;
+}
+
+void QuantizedCudaBackend::forward(const int32_t* tokens, int64_t length, InferenceState& state,
+                                   const ForwardOutputs& outputs) const {
+  auto* cuda_state = dynamic_cast<QuantizedCudaState*>(&state);
+  if (!cuda_state || cuda_state->owner != impl_.get())
+    fail("the quantized CUDA backend was given a state it did not make");
+  if (length <= 0) return;
+  impl_->forward(tokens, length, *cuda_state, outputs);
+}
+
+void QuantizedCudaBackend::reserve(int64_t batch, int64_t length) const { impl_->reserve(batch, length); }
+
+CudaMemoryReport QuantizedCudaBackend::memory() const {
+  CudaMemoryReport report;
+  report.weight_bytes = impl_->weight_bytes;
+  report.workspace_bytes = impl_->work_block.bytes() + impl_->gemm_workspace.bytes();
+  report.state_bytes = impl_->counter.live - report.weight_bytes - report.workspace_bytes;
+  report.peak_bytes = impl_->counter.peak;
+  return report;
+}
+
+size_t QuantizedCudaBackend::state_bytes_per_sequence() const {
+  const Mamba2Config& c = impl_->config;
+  size_t bytes = 0;
+  for (const DeviceLayer& layer : impl_->layers)
+    bytes += c.conv_dim() * (c.d_conv - 1) * 4 + c.nheads() * c.headdim * c.d_state * (layer.int8_state ? 1 : 4);
+  return bytes;
+}
+
+std::string QuantizedCudaBackend::device_name() const {
+  return fmt::format("{} (sm_{}{}, {:.0f} GiB)", impl_->device.name, impl_->device.major, impl_->device.minor,
+                     impl_->device.total_memory / double(1 << 30));
+}
+
+}  // namespace ssdq
