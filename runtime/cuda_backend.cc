@@ -10,6 +10,7 @@
 
 #include "formats/dtype.h"
 #include "formats/error.h"
+#include "runtime/cuda_forward.h"
 #include "runtime/cuda_resources.h"
 #include "kernels/add_rmsnorm.h"
 #include "kernels/causal_conv1d.h"
@@ -105,9 +106,6 @@ class CudaState : public InferenceState {
     block_ = DeviceBlock(layout.total(), "the per-sequence state", counter);
     reset();
   }
-  ~CudaState() override {
-    if (graph_exec) cudaGraphExecDestroy(graph_exec);
-  }
   int64_t batch() const override { return batch_; }
   void reset() override {
     cuda_ok(cudaMemset(block_.at<char>(0), 0, block_.bytes()), "reset state");
@@ -117,9 +115,7 @@ class CudaState : public InferenceState {
 
   const void* owner;
   // The captured decode step: valid for one workspace generation and one output signature.
-  cudaGraphExec_t graph_exec = nullptr;
-  uint64_t graph_key = 0;
-  bool decode_warmed = false;
+  DecodeGraph graph;
 
  private:
   int64_t batch_;
@@ -370,9 +366,8 @@ struct CudaBackend::Impl {
     cuda_ok(kernels::launch_ssd_state_update(step, stream), "ssd_state_update");
   }
 
-  // lm_head over the rows asked for, block by block; NLL/argmax reduced on the device.
-  // Returns false if the rows do not fit one block (then the caller copies logits per block).
-  void enqueue_head_block(int64_t first_row, int64_t rows, const bf16* x, int64_t ldx, const ForwardOutputs& out,
+  // lm_head over `rows` rows of x from first_row (one logits block); NLL/argmax reduced on the device.
+  void enqueue_head_block(const bf16* x, int64_t ldx, int64_t first_row, int64_t rows, const ForwardOutputs& out,
                           float* pinned_logits_block) const {
     const int64_t V = config.vocab_size;
     kernels::GemmArgs head;
@@ -401,95 +396,11 @@ struct CudaBackend::Impl {
                           "copy logits");
   }
 
-  void forward(const int32_t* tokens, int64_t length, CudaState& state, const ForwardOutputs& out) const {
-    const Mamba2Config& c = config;
-    const int64_t batch = state.batch(), M = batch * length, V = c.vocab_size;
-    check_forward_ids(tokens, batch, length, V, out);
-    const int64_t R = out.rows(length), rows = batch * R;
-    reserve(batch, length);
-
-    int32_t* host_tokens = pinned_tokens.get(M);
-    std::memcpy(host_tokens, tokens, M * 4);
-    int32_t* host_targets = out.targets ? pinned_targets.get(rows) : nullptr;
-    if (host_targets) std::memcpy(host_targets, out.targets, rows * 4);
-    float* host_nll = out.nll ? pinned_nll.get(rows) : nullptr;
-    int32_t* host_argmax = out.argmax ? pinned_argmax.get(rows) : nullptr;
-    const int64_t block_rows = std::min(rows, work.logits_rows);
-    float* host_logits = out.logits ? pinned_logits.get(block_rows * V) : nullptr;
-
-    // Rows of the final norm's output that feed lm_head: all, or the last of each sequence.
-    const bf16* head_x = work.normed + (out.last_position_only ? (length - 1) * c.d_model : 0);
-    const int64_t head_ldx = out.last_position_only ? length * c.d_model : c.d_model;
-    auto enqueue_all = [&](bool whole_head) {
-      cuda_ok(cudaMemcpyAsync(work.tokens, host_tokens, M * 4, cudaMemcpyHostToDevice, stream), "copy tokens");
-      if (host_targets)
-        cuda_ok(cudaMemcpyAsync(work.targets, host_targets, rows * 4, cudaMemcpyHostToDevice, stream),
-                            "copy targets");
-      enqueue_body(batch, length, state);
-      if (whole_head && out.any()) enqueue_head_block(0, rows, head_x, head_ldx, out, host_logits);
-      if (host_nll && whole_head)
-        cuda_ok(cudaMemcpyAsync(host_nll, work.nll, rows * 4, cudaMemcpyDeviceToHost, stream), "copy nll");
-      if (host_argmax && whole_head)
-        cuda_ok(cudaMemcpyAsync(host_argmax, work.argmax, rows * 4, cudaMemcpyDeviceToHost, stream),
-                            "copy argmax");
-    };
-
-    const bool one_block = rows <= work.logits_rows;
-    if (options.use_graphs && length == 1 && one_block) {
-      run_graph(state, out, enqueue_all);
-    } else if (one_block) {
-      enqueue_all(true);
-    } else {
-      enqueue_all(false);
-      for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
-        const int64_t n = std::min(block_rows, rows - r0);
-        enqueue_head_block(r0, n, head_x, head_ldx, out, host_logits);
-        if (out.logits) {
-          cuda_ok(cudaStreamSynchronize(stream), "forward");
-          std::memcpy(out.logits + r0 * V, host_logits, n * V * 4);
-        }
-      }
-      if (host_nll) cuda_ok(cudaMemcpyAsync(host_nll, work.nll, rows * 4, cudaMemcpyDeviceToHost, stream), "copy nll");
-      if (host_argmax)
-        cuda_ok(cudaMemcpyAsync(host_argmax, work.argmax, rows * 4, cudaMemcpyDeviceToHost, stream), "copy argmax");
-    }
-    cuda_ok(cudaStreamSynchronize(stream), "forward");
-    if (out.logits && one_block) std::memcpy(out.logits, host_logits, rows * V * 4);
-    if (out.nll)
-      for (int64_t i = 0; i < rows; ++i) out.nll[i] = host_nll[i];
-    if (out.argmax) std::memcpy(out.argmax, host_argmax, rows * 4);
-  }
-
-  template <typename Enqueue>
-  void run_graph(CudaState& state, const ForwardOutputs& out, Enqueue& enqueue_all) const {
-    const uint64_t key = work_generation * 16 + (out.logits ? 1 : 0) + (out.nll ? 2 : 0) + (out.argmax ? 4 : 0) +
-                         (out.last_position_only ? 8 : 0);
-    if (state.graph_exec && state.graph_key == key) {
-      cuda_ok(cudaGraphLaunch(state.graph_exec, stream), "cudaGraphLaunch");
-      return;
-    }
-    if (!state.decode_warmed) {  // the first step runs eagerly: cuBLASLt plans are made outside capture
-      enqueue_all(true);
-      state.decode_warmed = true;
-      return;
-    }
-    if (state.graph_exec) cudaGraphExecDestroy(state.graph_exec);
-    state.graph_exec = nullptr;
-    cudaGraph_t graph = nullptr;
-    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    try {
-      enqueue_all(true);
-    } catch (...) {
-      cudaStreamEndCapture(stream, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      throw;
-    }
-    cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-    const cudaError_t status = cudaGraphInstantiate(&state.graph_exec, graph, 0);
-    cudaGraphDestroy(graph);
-    cuda_ok(status, "cudaGraphInstantiate");
-    state.graph_key = key;
-    cuda_ok(cudaGraphLaunch(state.graph_exec, stream), "cudaGraphLaunch");
+  // The rows of the final norm's output that feed lm_head: all, or the last of each sequence.
+  std::pair<const bf16*, int64_t> head_input(int64_t length, bool last_position_only) const {
+    const int64_t D = config.d_model;
+    if (last_position_only) return {work.normed + (length - 1) * D, length * D};
+    return {work.normed, D};
   }
 };
 
@@ -570,7 +481,7 @@ void CudaBackend::forward(const int32_t* tokens, int64_t length, InferenceState&
   auto* cuda_state = dynamic_cast<CudaState*>(&state);
   if (!cuda_state || cuda_state->owner != impl_.get()) fail("the CUDA backend was given a state it did not make");
   if (length <= 0) return;
-  impl_->forward(tokens, length, *cuda_state, outputs);
+  run_cuda_forward(*impl_, tokens, length, *cuda_state, outputs, impl_->options.use_graphs);
 }
 
 void CudaBackend::reserve(int64_t batch, int64_t length) const { impl_->reserve(batch, length); }

@@ -9,6 +9,7 @@
 #include "kernels/fill_random.h"
 #include "kernels/gemm.h"
 #include "kernels/ssd_chunk_scan.h"
+#include "kernels/ssdi8_chunk_scan.h"
 #include "runtime/bench.h"
 
 namespace ssdq {
@@ -104,14 +105,64 @@ DeviceCeilings measure_device_ceilings(int device) {
   return ceilings;
 }
 
+namespace {
+
+SsdModuleTiming time_ssdi8(const Mamba2Config& c, int64_t batch, int64_t length, int repeats) {
+  const int64_t H = c.nheads(), P = c.headdim, N = c.d_state, G = c.ngroups, conv_dim = c.conv_dim();
+  const int64_t M = batch * length;
+  Scratch scratch;
+  kernels::Ssdi8ChunkScanArgs a;
+  a.batch = static_cast<int>(batch);
+  a.seqlen = static_cast<int>(length);
+  a.heads = static_cast<int>(H);
+  a.headdim = static_cast<int>(P);
+  a.groups = static_cast<int>(G);
+  a.dstate = static_cast<int>(N);
+  a.chunk = static_cast<int>(c.chunk_size);
+  float* xbc = scratch.random<float>(M * conv_dim, 0.f, 1.f, kernels::ElementType::kF32);
+  a.x = xbc;
+  a.x_stride = conv_dim;
+  a.B = xbc + H * P;
+  a.C = xbc + H * P + G * N;
+  a.bc_stride = conv_dim;
+  a.dt_raw = scratch.random<float>(M * H, -3.f, 1.f, kernels::ElementType::kF32);
+  a.dt_stride = H;
+  a.dt_bias = scratch.random<float>(H, -1.f, 0.5f, kernels::ElementType::kF32);
+  a.A = scratch.random<float>(H, -8.5f, 7.5f, kernels::ElementType::kF32);
+  a.D = scratch.random<float>(H, 1.f, 0.1f, kernels::ElementType::kF32);
+  a.B_scales = scratch.random<float>(G, 0.01f, 0.001f, kernels::ElementType::kF32);
+  a.C_scales = scratch.random<float>(G, 0.01f, 0.001f, kernels::ElementType::kF32);
+  a.cb_scales = scratch.random<float>(G, 0.1f, 0.01f, kernels::ElementType::kF32);
+  a.x_scaled_scales = scratch.random<float>(H * P, 0.01f, 0.001f, kernels::ElementType::kF32);
+  a.state_scales = scratch.random<float>(H * P, 0.01f, 0.001f, kernels::ElementType::kF32);
+  a.state = scratch.alloc<int8_t>(batch * H * P * N);
+  a.y = scratch.alloc<float>(M * H * P);
+  a.y_stride = H * P;
+  if (!kernels::ssdi8_chunk_scan_supported(a)) fail("the SSDi8 kernel does not support this shape");
+  SsdModuleTiming t;
+  t.batch = batch;
+  t.length = length;
+  t.ms = median_ms([&] { cuda_ok(kernels::launch_ssdi8_chunk_scan(a, nullptr), "ssdi8_chunk_scan"); }, repeats);
+  t.flops = ssd_flops(c, M);
+  // fp32 x, B, C, dt read once, fp32 y written once, the int8 state read and written once.
+  t.bytes = M * (H * P + 2 * G * N + H) * 4.0 + M * H * P * 4.0 + 2.0 * batch * H * P * N;
+  return t;
+}
+
+}  // namespace
+
 std::vector<SsdModuleTiming> measure_ssd_module(const Mamba2Config& c,
                                                 const std::vector<std::pair<int64_t, int64_t>>& shapes, int device,
-                                                int repeats) {
+                                                int repeats, SsdModulePath path) {
   cuda_ok(cudaSetDevice(device), "cudaSetDevice");
   using bf16 = __nv_bfloat16;
   std::vector<SsdModuleTiming> timings;
   const int64_t H = c.nheads(), P = c.headdim, N = c.d_state, G = c.ngroups, conv_dim = c.conv_dim();
   for (const auto& [batch, length] : shapes) {
+    if (path == SsdModulePath::kSsdi8) {
+      timings.push_back(time_ssdi8(c, batch, length, repeats));
+      continue;
+    }
     Scratch scratch;
     const int64_t M = batch * length;
     kernels::SsdChunkScanArgs a;

@@ -20,10 +20,14 @@ struct SsdModuleTiming {
   double ms = 0;
   double flops = 0, bytes = 0;  // the work and the fewest bytes the module must move
 };
-// Times the chunked SSD prefill (all stages) of `config`'s shape for each (batch, length), on
-// random bf16 inputs, median over `repeats` runs.
+// Which SSD prefill: the FP path's chunked kernels on bf16 inputs, or SSDi8's integer chunked
+// kernel (fp32 inputs as the quantized backend holds them, int8 state).
+enum class SsdModulePath { kFloat, kSsdi8 };
+
+// Times the SSD prefill of `config`'s shape for each (batch, length) on random inputs, median over
+// `repeats` runs.
 std::vector<SsdModuleTiming> measure_ssd_module(const Mamba2Config& config,
                                                 const std::vector<std::pair<int64_t, int64_t>>& shapes, int device,
-                                                int repeats);
+                                                int repeats, SsdModulePath path = SsdModulePath::kFloat);
 
 }  // namespace ssdq

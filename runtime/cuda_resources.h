@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -117,6 +118,54 @@ template <typename T>
 void upload(T* dst, const std::vector<T>& src, const char* what = "upload weights") {
   cuda_ok(cudaMemcpy(dst, src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice), what);
 }
+
+// A decode step captured into a CUDA graph and replayed while its key (what the captured launches
+// depend on: workspace addresses, the outputs asked for) stays the same. The first step runs
+// eagerly, so library plans (cuBLASLt's) are made outside the capture.
+class DecodeGraph {
+ public:
+  DecodeGraph() = default;
+  DecodeGraph(const DecodeGraph&) = delete;
+  DecodeGraph& operator=(const DecodeGraph&) = delete;
+  ~DecodeGraph() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+  }
+
+  template <typename Enqueue>
+  void run(cudaStream_t stream, uint64_t key, Enqueue&& enqueue) {
+    if (exec_ && key_ == key) {
+      cuda_ok(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
+      return;
+    }
+    if (!warmed_) {
+      enqueue();
+      warmed_ = true;
+      return;
+    }
+    if (exec_) cudaGraphExecDestroy(exec_);
+    exec_ = nullptr;
+    cudaGraph_t graph = nullptr;
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    try {
+      enqueue();
+    } catch (...) {
+      cudaStreamEndCapture(stream, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    const cudaError_t status = cudaGraphInstantiate(&exec_, graph, 0);
+    cudaGraphDestroy(graph);
+    cuda_ok(status, "cudaGraphInstantiate");
+    key_ = key;
+    cuda_ok(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
+  }
+
+ private:
+  cudaGraphExec_t exec_ = nullptr;
+  uint64_t key_ = 0;
+  bool warmed_ = false;
+};
 
 // The device `index` made current, after checking it exists and is new enough (sm_80+); fails
 // with a message naming the problem and the CPU alternative.

@@ -23,6 +23,7 @@
 #include "kernels/weight_unpack.h"
 #include "quant/hadamard.h"
 #include "quant/quantizer.h"
+#include "runtime/cuda_forward.h"
 #include "runtime/cuda_resources.h"
 #include "runtime/quantized_ssd.h"
 
@@ -161,6 +162,7 @@ class QuantizedCudaState : public InferenceState {
   int64_t ssm_elements() const { return ssm_layer_; }
 
   const void* owner;
+  DecodeGraph graph;  // the captured decode step
 
  private:
   int64_t batch_, conv_layer_, ssm_layer_;
@@ -196,6 +198,7 @@ struct QuantizedCudaBackend::Impl {
   mutable DeviceBlock work_block;
   mutable Work work{};
   mutable int64_t work_batch = 0, work_length = 0;
+  mutable uint64_t work_generation = 0;
   mutable PinnedBuffer<int32_t> pinned_tokens, pinned_targets, pinned_argmax;
   mutable PinnedBuffer<float> pinned_nll, pinned_logits;
 
@@ -313,6 +316,7 @@ struct QuantizedCudaBackend::Impl {
             b.at<void>(expanded),  logits_rows};
     work_batch = batch;
     work_length = length;
+    ++work_generation;
   }
 
   // What reads a formatted point: another fp32 op, an integer GEMM (the int8 values in work.x8)
@@ -454,10 +458,17 @@ struct QuantizedCudaBackend::Impl {
     norm.delta_bias = previous && !previous->out_proj.folds_bias() && previous->out_bias.bytes()
                           ? previous->out_bias.at<float>(0) : nullptr;
     norm.weight = d.norm.at<float>(0);
-    norm.out = work.normed;
-    norm.out_type = ElementType::kF32;
-    cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
-    enqueue_format(d.in_proj_in, work.normed, M, D, D, reader_of(d.in_proj), "in_proj input");
+    if (d.in_proj.int8_input()) {  // the norm quantizes for the integer GEMM itself
+      norm.out = work.x8;
+      norm.out_type = ElementType::kS8;
+      norm.out_scale = d.in_proj_in.scale0;
+      cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
+    } else {
+      norm.out = work.normed;
+      norm.out_type = ElementType::kF32;
+      cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
+      enqueue_format(d.in_proj_in, work.normed, M, D, D, Reader::kFloat16, "in_proj input");
+    }
     enqueue_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj");
 
     enqueue_format(d.conv_in, work.zxbcdt + E, M, conv_dim, in_dim, Reader::kFloat32, "conv input");
@@ -608,7 +619,8 @@ struct QuantizedCudaBackend::Impl {
     enqueue_format(DeviceFormat{}, work.normed, M, D, D, Reader::kFloat16, "lm_head input");
   }
 
-  // lm_head (fp16, fp32 logits) over `rows` rows of x from first_row; NLL/argmax on the device.
+  // lm_head (fp16, fp32 logits) over `rows` rows of x from first_row (one logits block); NLL/argmax
+  // reduced on the device.
   void enqueue_head_block(const __half* x, int64_t ldx, int64_t first_row, int64_t rows, const ForwardOutputs& out,
                           float* pinned_logits_block) const {
     const int64_t V = config.vocab_size;
@@ -639,47 +651,11 @@ struct QuantizedCudaBackend::Impl {
               "copy logits");
   }
 
-  void forward(const int32_t* tokens, int64_t length, QuantizedCudaState& state, const ForwardOutputs& out) const {
-    const Mamba2Config& c = config;
-    const int64_t batch = state.batch(), M = batch * length, V = c.vocab_size;
-    check_forward_ids(tokens, batch, length, V, out);
-    const int64_t R = out.rows(length), rows = batch * R;
-    reserve(batch, length);
-    int32_t* host_tokens = pinned_tokens.get(M);
-    std::memcpy(host_tokens, tokens, M * 4);
-    cuda_ok(cudaMemcpyAsync(work.tokens, host_tokens, M * 4, cudaMemcpyHostToDevice, stream), "copy tokens");
-    if (out.targets && out.nll) {
-      int32_t* host_targets = pinned_targets.get(rows);
-      std::memcpy(host_targets, out.targets, rows * 4);
-      cuda_ok(cudaMemcpyAsync(work.targets, host_targets, rows * 4, cudaMemcpyHostToDevice, stream), "copy targets");
-    }
-    enqueue_body(batch, length, state);
-    if (!out.any()) {
-      cuda_ok(cudaStreamSynchronize(stream), "forward");
-      return;
-    }
-    // The head reads every row, or the last of each sequence (row stride length · D).
-    const int64_t D = c.d_model, ldx = out.last_position_only ? length * D : D;
-    const __half* head_x = work.x16 + (out.last_position_only ? (length - 1) * D : 0);
-    const int64_t block_rows = std::min(rows, work.logits_rows);
-    float* host_logits = out.logits ? pinned_logits.get(block_rows * V) : nullptr;
-    for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
-      const int64_t n = std::min(block_rows, rows - r0);
-      enqueue_head_block(head_x, ldx, r0, n, out, host_logits);
-      if (out.logits) {
-        cuda_ok(cudaStreamSynchronize(stream), "forward");
-        std::memcpy(out.logits + r0 * V, host_logits, n * V * 4);
-      }
-    }
-    float* host_nll = out.nll ? pinned_nll.get(rows) : nullptr;
-    int32_t* host_argmax = out.argmax ? pinned_argmax.get(rows) : nullptr;
-    if (host_nll) cuda_ok(cudaMemcpyAsync(host_nll, work.nll, rows * 4, cudaMemcpyDeviceToHost, stream), "copy nll");
-    if (host_argmax)
-      cuda_ok(cudaMemcpyAsync(host_argmax, work.argmax, rows * 4, cudaMemcpyDeviceToHost, stream), "copy argmax");
-    cuda_ok(cudaStreamSynchronize(stream), "forward");
-    if (out.nll)
-      for (int64_t i = 0; i < rows; ++i) out.nll[i] = host_nll[i];
-    if (out.argmax) std::memcpy(out.argmax, host_argmax, rows * 4);
+  // The rows of the final norm's output (fp16 in work.x16) that feed lm_head.
+  std::pair<const __half*, int64_t> head_input(int64_t length, bool last_position_only) const {
+    const int64_t D = config.d_model;
+    if (last_position_only) return {work.x16 + (length - 1) * D, length * D};
+    return {work.x16, D};
   }
 };
 
@@ -707,7 +683,7 @@ void QuantizedCudaBackend::forward(const int32_t* tokens, int64_t length, Infere
   if (!cuda_state || cuda_state->owner != impl_.get())
     fail("the quantized CUDA backend was given a state it did not make");
   if (length <= 0) return;
-  impl_->forward(tokens, length, *cuda_state, outputs);
+  run_cuda_forward(*impl_, tokens, length, *cuda_state, outputs, /*use_graphs=*/true);
 }
 
 void QuantizedCudaBackend::reserve(int64_t batch, int64_t length) const { impl_->reserve(batch, length); }

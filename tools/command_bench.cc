@@ -102,7 +102,11 @@ void run_ssd_module(const BenchFlags& flags, const DeviceSpec& device) {
   std::vector<std::pair<int64_t, int64_t>> shapes;
   for (int64_t b : flags.ssd_batches) shapes.emplace_back(b, 2048);
   for (int64_t l : flags.ssd_lengths) shapes.emplace_back(32, l);
-  const auto timings = measure_ssd_module(config, shapes, device.index, std::max(flags.repeats, 5));
+  const bool ssdi8 = !flags.recipe.empty();
+  if (ssdi8 && flags.recipe != "ssdi8") fail("--module ssd --recipe: only ssdi8 has its own SSD kernel");
+  fmt::print("path: {}\n", ssdi8 ? "SSDi8 integer chunked SSD (fp32 inputs, int8 state)" : "FP chunked SSD (bf16)");
+  const auto timings = measure_ssd_module(config, shapes, device.index, std::max(flags.repeats, 5),
+                                          ssdi8 ? SsdModulePath::kSsdi8 : SsdModulePath::kFloat);
   json rows = json::array();
   fmt::print("{:>6} {:>6} {:>10} {:>10} {:>10} {:>10} {:>8}\n", "batch", "length", "ms", "TFLOP/s", "GB/s", "floor ms",
              "floor/ms");
@@ -113,7 +117,10 @@ void run_ssd_module(const BenchFlags& flags, const DeviceSpec& device) {
     rows.push_back(json{{"batch", t.batch}, {"length", t.length}, {"ms", t.ms}, {"flops", t.flops}, {"bytes", t.bytes},
                     {"floor_ms", floor_ms}});
   }
-  write_json(flags.json_path, {{"module", "ssd"}, {"ceilings", ceilings_json(ceilings)}, {"rows", rows}});
+  write_json(flags.json_path, {{"module", "ssd"},
+                               {"path", ssdi8 ? "ssdi8" : "fp"},
+                               {"ceilings", ceilings_json(ceilings)},
+                               {"rows", rows}});
 }
 
 void run_model(const BenchFlags& flags, const DeviceSpec& device) {
@@ -173,7 +180,8 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
 void run_bench(const BenchFlags& flags) {
   if (!flags.model.empty() + !flags.synthetic.empty() + !flags.artifact.empty() != 1)
     fail("bench: give exactly one of --model, --synthetic or --artifact");
-  if (flags.recipe.empty() != flags.bits.empty()) fail("bench: --recipe and --bits go together");
+  if (flags.module == "model" && flags.recipe.empty() != flags.bits.empty())
+    fail("bench: --recipe and --bits go together");
   const DeviceSpec device = parse_device(flags.device);
   if (flags.module == "ssd") {
     if (!device.cuda) fail("--module ssd times the CUDA kernels: use --device cuda");
@@ -194,7 +202,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--model", flags->model, "Checkpoint folder, or org/name[@revision] on the Hugging Face hub");
   cmd->add_option("--synthetic", flags->synthetic, synthetic_help);
   cmd->add_option("--artifact", flags->artifact, "Quantized model written by ssdq export (.ssdq)");
-  cmd->add_option("--recipe", flags->recipe, "With --synthetic: random weights in this recipe's formats (rtn, had, quamba2, ssdi8)");
+  cmd->add_option("--recipe", flags->recipe,
+                  "With --synthetic: random weights in this recipe's formats (rtn, had, quamba2, ssdi8); with "
+                  "--module ssd: ssdi8 times SSDi8's integer SSD");
   cmd->add_option("--bits", flags->bits, "With --recipe: w8a8, w4a8, w4a16 or fp16");
   cmd->add_option("--device", flags->device, "cuda, cuda:N or cpu")->capture_default_str();
   cmd->add_option("--batch", flags->batches, "Batch sizes, comma separated")->delimiter(',')->capture_default_str();

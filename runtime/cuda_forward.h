@@ -1,0 +1,91 @@
+// The host side of a forward, shared by the CUDA backends: token and target upload through pinned
+// buffers, the body, lm_head over the rows asked for in blocks of at most 256 MB of logits, the
+// copies back, and decode steps captured into a CUDA graph per state and replayed.
+//
+// An Impl provides: `stream`, `config`, `work` (tokens, targets, nll, argmax: device [rows];
+// logits_rows), `work_generation`, the pinned buffers `pinned_tokens`, `pinned_targets`,
+// `pinned_nll`, `pinned_argmax`, `pinned_logits`, and
+//   reserve(batch, length);  enqueue_body(batch, length, state);
+//   head_input(length, last_position_only) → {device rows, row stride} of the final norm's output;
+//   enqueue_head_block(x, ldx, first_row, rows, outputs, pinned logits block).
+// A State provides batch() and a DecodeGraph `graph`.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "runtime/backend.h"
+#include "runtime/cuda_resources.h"
+
+namespace ssdq {
+
+// What a captured decode step depends on besides the state: the workspace (its generation) and
+// which outputs it writes.
+inline uint64_t decode_graph_key(uint64_t work_generation, const ForwardOutputs& out) {
+  return work_generation * 16 + (out.logits ? 1 : 0) + (out.nll ? 2 : 0) + (out.argmax ? 4 : 0) +
+         (out.last_position_only ? 8 : 0);
+}
+
+template <typename Impl, typename State>
+void run_cuda_forward(const Impl& impl, const int32_t* tokens, int64_t length, State& state, const ForwardOutputs& out,
+                      bool use_graphs) {
+  const int64_t batch = state.batch(), M = batch * length, V = impl.config.vocab_size;
+  check_forward_ids(tokens, batch, length, V, out);
+  const int64_t rows = batch * out.rows(length);
+  impl.reserve(batch, length);
+  const auto& work = impl.work;
+  cudaStream_t stream = impl.stream;
+
+  int32_t* host_tokens = impl.pinned_tokens.get(M);
+  std::memcpy(host_tokens, tokens, M * 4);
+  int32_t* host_targets = out.targets && out.nll ? impl.pinned_targets.get(rows) : nullptr;
+  if (host_targets) std::memcpy(host_targets, out.targets, rows * 4);
+  float* host_nll = out.nll ? impl.pinned_nll.get(rows) : nullptr;
+  int32_t* host_argmax = out.argmax ? impl.pinned_argmax.get(rows) : nullptr;
+  const int64_t block_rows = std::min(rows, work.logits_rows);
+  float* host_logits = out.logits ? impl.pinned_logits.get(block_rows * V) : nullptr;
+  const auto [head_x, head_ldx] = impl.head_input(length, out.last_position_only);
+
+  auto copy_reductions = [&] {
+    if (host_nll) cuda_ok(cudaMemcpyAsync(host_nll, work.nll, rows * 4, cudaMemcpyDeviceToHost, stream), "copy nll");
+    if (host_argmax)
+      cuda_ok(cudaMemcpyAsync(host_argmax, work.argmax, rows * 4, cudaMemcpyDeviceToHost, stream), "copy argmax");
+  };
+  auto enqueue_all = [&](bool whole_head) {
+    cuda_ok(cudaMemcpyAsync(work.tokens, host_tokens, M * 4, cudaMemcpyHostToDevice, stream), "copy tokens");
+    if (host_targets)
+      cuda_ok(cudaMemcpyAsync(work.targets, host_targets, rows * 4, cudaMemcpyHostToDevice, stream), "copy targets");
+    impl.enqueue_body(batch, length, state);
+    if (!whole_head) return;
+    if (out.any()) impl.enqueue_head_block(head_x, head_ldx, 0, rows, out, host_logits);
+    copy_reductions();
+  };
+
+  const bool one_block = rows <= work.logits_rows;
+  if (use_graphs && length == 1 && one_block) {
+    state.graph.run(stream, decode_graph_key(impl.work_generation, out), [&] { enqueue_all(true); });
+  } else if (one_block) {
+    enqueue_all(true);
+  } else {
+    enqueue_all(false);
+    for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
+      const int64_t n = std::min(block_rows, rows - r0);
+      impl.enqueue_head_block(head_x, head_ldx, r0, n, out, host_logits);
+      if (out.logits) {
+        cuda_ok(cudaStreamSynchronize(stream), "forward");
+        std::memcpy(out.logits + r0 * V, host_logits, n * V * 4);
+      }
+    }
+    copy_reductions();
+  }
+  cuda_ok(cudaStreamSynchronize(stream), "forward");
+  if (out.logits && one_block) std::memcpy(out.logits, host_logits, rows * V * 4);
+  if (out.nll)
+    for (int64_t i = 0; i < rows; ++i) out.nll[i] = host_nll[i];
+  if (out.argmax) std::memcpy(out.argmax, host_argmax, rows * 4);
+}
+
+}  // namespace ssdq

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The end-to-end tables of docs/BENCHMARKS.md (quantized vs FP16) for one synthetic config, on a
+# GPU machine: TTFT at 1024 and 2048 tokens (batch 1), TPOT at batch 1, 32 and 128, the SSD
+# module at B = 32, L = 2048, and the weights in device memory, for our FP path (bf16) and each
+# recipe × bits given.
+#
+#   tools/bench_quantized.sh SSDQ CONFIG OUTDIR [recipe:bits ...]     (default: ssdi8:w8a8 ssdi8:w4a8 rtn:w4a16)
+#
+# Each run's console output goes to OUTDIR/<name>.<part>.log and its figures to .json.
+set -uo pipefail
+[ $# -ge 3 ] || { sed -n '2,9p' "$0" >&2; exit 2; }
+ssdq=$1 config=$2 out=$3
+shift 3
+specs=("$@")
+[ ${#specs[@]} -gt 0 ] || specs=(ssdi8:w8a8 ssdi8:w4a8 rtn:w4a16)
+mkdir -p "$out"
+run() {  # name part args...
+  local name=$1 part=$2
+  shift 2
+  timeout 300 "$ssdq" bench --synthetic "$config" "$@" --json "$out/$name.$part.json" >"$out/$name.$part.log" 2>&1 ||
+    echo "$name $part failed (see $out/$name.$part.log)" >&2
+  grep -A4 -E '^ *batch' "$out/$name.$part.log" | sed "s/^/$name $part | /"
+}
+for spec in fp "${specs[@]}"; do
+  args=()
+  [ "$spec" != fp ] && args=(--recipe "${spec%%:*}" --bits "${spec##*:}")
+  name=${spec//:/_}
+  run "$name" ttft2048 "${args[@]}" --batch 1 --prompt 2048 --gen 64
+  run "$name" ttft1024 "${args[@]}" --batch 1 --prompt 1024 --gen 8
+  run "$name" tpot "${args[@]}" --batch 32,128 --prompt 64 --gen 32
+  grep -h '^weights' "$out/$name.ttft2048.log" | sed "s/^/$name | /"
+done
+"$ssdq" bench --synthetic "$config" --module ssd --ssd-batches 32 --ssd-lengths 2048 --json "$out/ssd_fp.json" \
+  >"$out/ssd_fp.log" 2>&1 && tail -2 "$out/ssd_fp.log" | sed 's/^/ssd fp | /'
+"$ssdq" bench --synthetic "$config" --module ssd --recipe ssdi8 --ssd-batches 32 --ssd-lengths 2048 \
+  --json "$out/ssd_ssdi8.json" >"$out/ssd_ssdi8.log" 2>&1 && tail -2 "$out/ssd_ssdi8.log" | sed 's/^/ssd ssdi8 | /'
