@@ -16,7 +16,7 @@ __global__ void __launch_bounds__(kThreads) activation_format_kernel(ActivationF
     float v = x[c];
     switch (a.format) {
       case ActivationFormatArgs::Format::kFloat16:
-        v = __half2float(__float2half_rn(v));
+        v = round_to_fp16(v);
         break;
       case ActivationFormatArgs::Format::kInt8: {
         const float scale = a.scales[a.index ? a.index[c] : 0];

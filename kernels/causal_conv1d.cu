@@ -15,6 +15,16 @@ __device__ inline float load_input(float v, float) { return v; }
 __device__ inline float load_input(__nv_bfloat16 v, float) { return __bfloat162float(v); }
 __device__ inline float load_input(int8_t q, float scale) { return __fmul_rn(static_cast<float>(q), scale); }
 
+// fp32 inputs take their point's format as read (the state then holds formatted values).
+template <typename In>
+__device__ inline In format_input(In raw, const float* codes, int c) {
+  if constexpr (std::is_same_v<In, float>) {
+    return codes ? apply_format_code(raw, codes[c]) : raw;
+  } else {
+    return raw;
+  }
+}
+
 template <typename Out>
 __device__ inline Out store_output(float v, float scale) {
   if constexpr (std::is_same_v<Out, int8_t>) {
@@ -42,18 +52,22 @@ __global__ void __launch_bounds__(kChannels) causal_conv1d_kernel(CausalConv1dAr
 #pragma unroll
   for (int k = 0; k < W - 1; ++k) {
     const int t = t0 - (W - 1) + k;
-    raw[k] = t >= 0 ? in[static_cast<int64_t>(t) * a.in_stride] : state[W - 1 + t];
+    raw[k] = t >= 0 ? format_input(in[static_cast<int64_t>(t) * a.in_stride], a.in_formats, c) : state[W - 1 + t];
     window[k] = load_input(raw[k], in_scale);
   }
   const int t_end = min(t0 + kTile, a.seqlen);
   Out* out = static_cast<Out*>(a.out) + static_cast<int64_t>(b) * a.seqlen * a.channels + c;
   for (int t = t0; t < t_end; ++t) {
-    raw[W - 1] = in[static_cast<int64_t>(t) * a.in_stride];
+    raw[W - 1] = format_input(in[static_cast<int64_t>(t) * a.in_stride], a.in_formats, c);
     window[W - 1] = load_input(raw[W - 1], in_scale);
     float acc = bias;
 #pragma unroll
     for (int k = 0; k < W; ++k) acc = __fmaf_rn(w[k], window[k], acc);  // the CPU's order
-    out[static_cast<int64_t>(t) * a.channels] = store_output<Out>(silu(acc), out_scale);
+    float y = silu(acc);
+    if constexpr (std::is_same_v<Out, float>) {
+      if (a.out_formats) y = apply_format_code(y, a.out_formats[c]);
+    }
+    out[static_cast<int64_t>(t) * a.channels] = store_output<Out>(y, out_scale);
 #pragma unroll
     for (int k = 0; k < W - 1; ++k) window[k] = window[k + 1], raw[k] = raw[k + 1];
   }
@@ -73,7 +87,8 @@ __global__ void conv_state_update_kernel(CausalConv1dArgs a) {
   const In* in = static_cast<const In*>(a.in) + static_cast<int64_t>(b) * a.seqlen * a.in_stride + c;
   In* state = static_cast<In*>(a.state) + (static_cast<int64_t>(b) * a.channels + c) * (W - 1);
 #pragma unroll
-  for (int k = 0; k < W - 1; ++k) state[k] = in[static_cast<int64_t>(a.seqlen - (W - 1) + k) * a.in_stride];
+  for (int k = 0; k < W - 1; ++k)
+    state[k] = format_input(in[static_cast<int64_t>(a.seqlen - (W - 1) + k) * a.in_stride], a.in_formats, c);
 }
 
 template <int W, typename In, typename Out>
@@ -97,8 +112,9 @@ cudaError_t launch_width(const CausalConv1dArgs& a, cudaStream_t stream) {
 
 bool causal_conv1d_supported(const CausalConv1dArgs& a) {
   const bool types = (a.in_type == ElementType::kF32 && a.out_type == ElementType::kF32) ||
-                     (a.in_type == ElementType::kBF16 && a.out_type == ElementType::kBF16) ||
-                     (a.in_type == ElementType::kS8 && a.in_scales &&
+                     (a.in_type == ElementType::kBF16 && a.out_type == ElementType::kBF16 && !a.in_formats &&
+                      !a.out_formats) ||
+                     (a.in_type == ElementType::kS8 && a.in_scales && !a.in_formats && !a.out_formats &&
                       (a.out_type == ElementType::kF16 || (a.out_type == ElementType::kS8 && a.out_scales)));
   return types && a.batch > 0 && a.batch <= 65535 && a.seqlen > 0 && a.channels > 0 && a.width >= 2 && a.width <= 8 &&
          (a.seqlen + kTile - 1) / kTile <= 65535 && a.in && a.weight && a.bias && a.state && a.out;

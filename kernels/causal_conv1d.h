@@ -32,6 +32,12 @@ struct CausalConv1dArgs {
   ElementType out_type = ElementType::kBF16;  // kBF16 (bf16 in); kF32 (fp32 in); kS8 or kF16 (int8 in)
   const float* in_scales = nullptr;   // kS8 in: [channels]
   const float* out_scales = nullptr;  // kS8 out: [channels]
+  // kF32 only: each channel's activation format applied to its input as read (the state keeps the
+  // formatted values, as the CPU formats conv.in before the conv) and to its output, coded one
+  // float per channel (kernels/quant_epilogue.cuh apply_format_code: > 0 int8 with that scale,
+  // < 0 fp16, 0 as is). Null: as is.
+  const float* in_formats = nullptr;
+  const float* out_formats = nullptr;
 };
 
 bool causal_conv1d_supported(const CausalConv1dArgs& args);  // width 2..8

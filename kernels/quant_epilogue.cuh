@@ -1,6 +1,7 @@
 // Device helpers of the quantized kernels, each the GPU spelling of one CPU definition:
 // - quantize_int8: quant/quantizer.h quantize_value at int8 (IEEE division, ties to even,
-//   saturation to ±127, NaN → 0);
+//   saturation to ±127, NaN → 0); fake_quantize_int8 / round_to_fp16 / apply_format_code: an
+//   activation point's format on one value;
 // - store_projection: the float epilogue of an integer projection, shared by the int8 GEMM's
 //   scaling kernel and the quantized GEMV: y (already scaled) + bias[col], stored as out_type or
 //   added into fp32 out, with explicitly rounded operations so the compiler cannot fuse them
@@ -25,6 +26,19 @@ __device__ inline float scale_per_channel(int32_t acc, float w_scale, float x_sc
 __device__ inline int8_t quantize_int8(float value, float scale) {
   const float r = rintf(__fdiv_rn(value, scale));
   return r != r ? 0 : static_cast<int8_t>(fminf(fmaxf(r, -127.f), 127.f));
+}
+
+// An activation point's format applied to one fp32 value (runtime/quantized_ops.h
+// apply_activation_format): fp16 rounding, or int8 fake quantization q·s.
+__device__ inline float fake_quantize_int8(float value, float scale) {
+  return __fmul_rn(static_cast<float>(quantize_int8(value, scale)), scale);
+}
+__device__ inline float round_to_fp16(float value) { return __half2float(__float2half_rn(value)); }
+
+// The same with the format coded as one float per channel, for kernels that take a point's
+// formats channel by channel: code > 0 int8 with scale `code`, code < 0 fp16, 0 as is.
+__device__ inline float apply_format_code(float value, float code) {
+  return code > 0.f ? fake_quantize_int8(value, code) : code < 0.f ? round_to_fp16(value) : value;
 }
 
 __device__ inline void store_projection(void* out, ElementType out_type, int64_t at, float y, const float* bias,

@@ -127,7 +127,7 @@ std::vector<float> expand_scales(const ActQuant& a, int64_t channels, int64_t st
 struct DeviceLayer {
   DeviceBlock norm, conv_weight, conv_bias, dt_bias, A, D, gated_norm, out_bias;
   DeviceLinear in_proj, out_proj;
-  DeviceFormat in_proj_in, conv_in, ssd_x, ssd_B, ssd_C, ssd_dt, out_proj_in, state_format;
+  DeviceFormat in_proj_in, ssd_dt, out_proj_in, state_format;
   bool online_hadamard = false;
   bool ssdi8 = false;
   bool int8_state = false;
@@ -136,7 +136,21 @@ struct DeviceLayer {
   int state_inner = 1;
   // SSDi8 scales, expanded: s_B[g], s_C[g], s_xs[h·P + p], s_s[h·P + p], s_cb[g].
   DeviceBlock s_B, s_C, s_xs, s_s, s_cb;
+  // The conv's input format (conv.in) and output formats (ssd.x | ssd.B | ssd.C) coded per
+  // channel for causal_conv1d (empty when every channel stays as it is).
+  DeviceBlock conv_in_codes, conv_out_codes;
 };
+
+// One float per channel: > 0 the int8 scale, < 0 fp16, 0 fp32 (kernels/quant_epilogue.cuh).
+void append_format_codes(const ActQuant& a, int64_t channels, std::vector<float>& codes) {
+  for (int64_t c = 0; c < channels; ++c)
+    codes.push_back(a.is_int8() ? a.scale(c) : a.format == ActFormat::kFloat16 ? -1.f : 0.f);
+}
+
+DeviceBlock format_codes(std::vector<float> codes, MemoryCounter* counter) {
+  if (std::all_of(codes.begin(), codes.end(), [](float v) { return v == 0.f; })) return DeviceBlock();
+  return device_copy(codes, counter, "activation formats");
+}
 
 }  // namespace
 
@@ -249,10 +263,13 @@ struct QuantizedCudaBackend::Impl {
       d.out_proj = upload_linear(q.out_proj, q.out_proj_in, &counter, at + " out_proj");
       expand_bytes = std::max({expand_bytes, d.in_proj.expand_bytes(), d.out_proj.expand_bytes()});
       d.in_proj_in = upload_format(q.in_proj_in, &counter);
-      d.conv_in = upload_format(q.conv_in, &counter);
-      d.ssd_x = upload_format(q.ssd_x, &counter);
-      d.ssd_B = upload_format(q.ssd_B, &counter);
-      d.ssd_C = upload_format(q.ssd_C, &counter);
+      std::vector<float> in_codes, out_codes;
+      append_format_codes(q.conv_in, c.conv_dim(), in_codes);
+      append_format_codes(q.ssd_x, E, out_codes);
+      append_format_codes(q.ssd_B, G * N, out_codes);
+      append_format_codes(q.ssd_C, G * N, out_codes);
+      d.conv_in_codes = format_codes(std::move(in_codes), &counter);
+      d.conv_out_codes = format_codes(std::move(out_codes), &counter);
       d.ssd_dt = upload_format(q.ssd_dt, &counter);
       d.out_proj_in = upload_format(q.out_proj_in, &counter);
       d.online_hadamard = q.online_hadamard;
@@ -471,7 +488,6 @@ struct QuantizedCudaBackend::Impl {
     }
     enqueue_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj");
 
-    enqueue_format(d.conv_in, work.zxbcdt + E, M, conv_dim, in_dim, Reader::kFloat32, "conv input");
     kernels::CausalConv1dArgs conv;
     conv.batch = static_cast<int>(batch);
     conv.seqlen = static_cast<int>(length);
@@ -485,10 +501,9 @@ struct QuantizedCudaBackend::Impl {
     conv.out = work.xbc;
     conv.in_type = ElementType::kF32;
     conv.out_type = ElementType::kF32;
-    cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d");
-    enqueue_format(d.ssd_x, work.xbc, M, E, conv_dim, Reader::kFloat32, "ssd x");
-    enqueue_format(d.ssd_B, work.xbc + E, M, GN, conv_dim, Reader::kFloat32, "ssd B");
-    enqueue_format(d.ssd_C, work.xbc + E + GN, M, GN, conv_dim, Reader::kFloat32, "ssd C");
+    conv.in_formats = d.conv_in_codes.bytes() ? d.conv_in_codes.at<float>(0) : nullptr;
+    conv.out_formats = d.conv_out_codes.bytes() ? d.conv_out_codes.at<float>(0) : nullptr;
+    cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d (with the x|B|C formats)");
     float* dt_raw = work.zxbcdt + E + conv_dim;
     enqueue_format(d.ssd_dt, dt_raw, M, H, in_dim, Reader::kFloat32, "ssd dt");
 
@@ -582,10 +597,25 @@ struct QuantizedCudaBackend::Impl {
       gated.base_matrix = hadamard_order > 1 ? hadamard_base.at<int8_t>(0) : nullptr;
       gated.normalize = static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)));
     }
-    gated.out = work.gated;
-    gated.out_type = ElementType::kF32;
-    cuda_ok(kernels::launch_hadamard_quant(gated, stream), "gated norm + Hadamard");
-    enqueue_format(d.out_proj_in, work.gated, M, E, E, reader_of(d.out_proj), "out_proj input");
+    // The rotated input goes straight to the type its projection multiplies: int8 for an integer
+    // GEMM (the point's per-tensor scale), fp16 for an fp16 one (an fp16 or fp32 point). Only an
+    // int8 point before float weights takes the fp32 detour through the format kernel.
+    const Reader reader = reader_of(d.out_proj);
+    if (reader == Reader::kInt8) {
+      gated.out = work.x8;
+      gated.out_type = ElementType::kS8;
+      gated.out_scale = d.out_proj_in.scale0;
+      cuda_ok(kernels::launch_hadamard_quant(gated, stream), "gated norm + Hadamard + int8");
+    } else if (d.out_proj_in.format != Format::kInt8) {
+      gated.out = work.x16;
+      gated.out_type = ElementType::kF16;
+      cuda_ok(kernels::launch_hadamard_quant(gated, stream), "gated norm + Hadamard");
+    } else {
+      gated.out = work.gated;
+      gated.out_type = ElementType::kF32;
+      cuda_ok(kernels::launch_hadamard_quant(gated, stream), "gated norm + Hadamard");
+      enqueue_format(d.out_proj_in, work.gated, M, E, E, reader, "out_proj input");
+    }
     enqueue_linear(d.out_proj, M, d.out_proj_in.scale0, d.out_bias.bytes() ? d.out_bias.at<float>(0) : nullptr,
                    work.proj, "out_proj");
   }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "formats/dtype.h"
 #include "quant/quantizer.h"
 #include "runtime/cpu_ops.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -89,6 +90,70 @@ TEST_P(CausalConv1d, Float32InputsMatchCpuReference) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_LT(testing::max_relative_error(d_out.to_host(), expected, 1e-3), 1e-5);
   EXPECT_EQ(d_state.to_host(), expected_state);
+}
+
+// fp32 with per-channel formats (the quantized backend's conv.in before and ssd.x | B | C after
+// the conv): a third of the channels int8, a third fp16, a third as is. The state keeps the
+// formatted inputs. Outputs within one quantization step (silu's exp), rarely off at all.
+TEST_P(CausalConv1d, Float32WithFormatsMatchesCpuReference) {
+  testing::require_device();
+  const Case c = GetParam();
+  std::mt19937 rng(c.seqlen * 19 + c.channels);
+  const int64_t stride = c.channels + 3;
+  const int hist = c.width - 1;
+  std::vector<float> in_codes(c.channels), out_codes(c.channels);
+  for (int ch = 0; ch < c.channels; ++ch) {
+    const int kind = ch % 3;
+    in_codes[ch] = kind == 0 ? 0.02f + 0.001f * (ch % 7) : kind == 1 ? -1.f : 0.f;
+    out_codes[ch] = kind == 2 ? 0.01f + 0.0005f * (ch % 5) : kind == 0 ? -1.f : 0.f;
+  }
+  auto format = [](float v, float code) {
+    return code > 0 ? dequantize_value(quantize_value(v, code, QuantBits::kInt8), code)
+                    : code < 0 ? half_to_float(float_to_half(v)) : v;
+  };
+  auto input = testing::random_vector(size_t(c.batch) * c.seqlen * stride, -2.f, 2.f, rng);
+  auto state = testing::random_vector(size_t(c.batch) * c.channels * hist, -2.f, 2.f, rng);
+  for (size_t i = 0; i < state.size(); ++i) state[i] = format(state[i], in_codes[(i / hist) % c.channels]);
+  auto weight = testing::random_vector(size_t(c.channels) * c.width, -0.5f, 0.5f, rng);
+  auto bias = testing::random_vector(c.channels, -0.2f, 0.2f, rng);
+  std::vector<float> formatted = input;
+  for (size_t i = 0; i < formatted.size(); ++i)
+    if (int64_t(i % stride) < c.channels) formatted[i] = format(formatted[i], in_codes[i % stride]);
+  std::vector<float> expected(size_t(c.batch) * c.seqlen * c.channels), expected_state = state;
+  for (int b = 0; b < c.batch; ++b)
+    cpu::causal_conv1d_silu(formatted.data() + int64_t(b) * c.seqlen * stride, stride, c.seqlen, c.channels, c.width,
+                            weight.data(), bias.data(), expected_state.data() + int64_t(b) * c.channels * hist,
+                            expected.data() + int64_t(b) * c.seqlen * c.channels);
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] = format(expected[i], out_codes[i % c.channels]);
+  testing::DeviceBuffer<float> d_in(input), d_state(state), d_out(std::vector<float>(expected.size())), d_w(weight),
+      d_b(bias), d_in_codes(in_codes), d_out_codes(out_codes);
+  kernels::CausalConv1dArgs args;
+  args.batch = c.batch;
+  args.seqlen = c.seqlen;
+  args.channels = c.channels;
+  args.width = c.width;
+  args.in = d_in.get();
+  args.in_stride = stride;
+  args.weight = d_w.get();
+  args.bias = d_b.get();
+  args.state = d_state.get();
+  args.out = d_out.get();
+  args.in_type = kernels::ElementType::kF32;
+  args.out_type = kernels::ElementType::kF32;
+  args.in_formats = d_in_codes.get();
+  args.out_formats = d_out_codes.get();
+  ASSERT_EQ(kernels::launch_causal_conv1d(args, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(d_state.to_host(), expected_state);
+  const std::vector<float> got = d_out.to_host();
+  int64_t off = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float code = out_codes[i % c.channels];
+    const double step = code > 0 ? code : 1e-3 * std::abs(expected[i]) + 1e-6;
+    ASSERT_LE(std::abs(double(got[i]) - expected[i]), step * 1.0001) << "element " << i;
+    off += got[i] != expected[i] && code > 0;
+  }
+  EXPECT_LE(off, std::max<int64_t>(1, int64_t(got.size()) / 1000));
 }
 
 // The quantized conv: int8 inputs with per-channel scales (three x | B | C segments) and an int8
