@@ -51,6 +51,7 @@ __global__ void __launch_bounds__(kWarps * 32) ssd_state_update_kernel(SsdStateU
     for (int j = 0; j < a.steps; ++j) {
       const int64_t token = static_cast<int64_t>(seq) * a.steps + j;
       float dt = to_float(dt_base[token * a.dt_stride]);
+      if (a.dt_format != 0.f) dt = apply_format_code(dt, a.dt_format);
       if (a.dt_bias) dt = fminf(fmaxf(softplus(dt + bias), a.dt_min), a.dt_max);
       const float decay = __expf(dt * A);
       const float xp = to_float(x_base[token * a.x_stride + p]);

@@ -31,6 +31,8 @@ struct SsdStateUpdateArgs {
   int64_t bc_stride = 0;
   const void* dt = nullptr;               // row: [heads]
   int64_t dt_stride = 0;
+  float dt_format = 0.f;                  // the dt point's format applied first (quant_epilogue.cuh
+                                          // apply_format_code: > 0 int8 scale, < 0 fp16, 0 none)
   const float* dt_bias = nullptr;         // if set: dt = clamp(softplus(dt + dt_bias), dt_min, dt_max)
   float dt_min = 0.f, dt_max = __FLT_MAX__;
   const float* A = nullptr;               // [heads]

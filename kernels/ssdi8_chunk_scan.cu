@@ -7,13 +7,25 @@
 namespace ssdq::kernels {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 512;  // 16 warps: four per SM sub-partition to hide the dp4a / LDS latencies
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 16;        // CB tiles are kTile × kTile; chunk rows are padded to a multiple
 constexpr int kLutStride = 20;   // floats per row of a warp's CB tile: conflict-free stores, 16-byte rows
 constexpr int kMaxSlice = 64;    // headdim columns per block: at most two per lane
+constexpr int kStateP = 4;       // state rows (headdim columns) per thread in ChunkState
 
-// One block per (sequence, head, slice of headdim columns); the slices of a head share nothing
+// The row tile a warp takes in ChunkBMM/ChunkScan (a permutation of 0..15; a chunk has at most 16
+// tiles). Tile T costs T + 1 tile pairs; warps w, w + 4, w + 8, w + 12 share a sub-partition
+// (warp w % 4) and get tiles {k, 15 - k, 7 - k, 8 + k}, k = w % 4: 34 pairs each at 16 tiles,
+// 9 each at 8 tiles. Only the assignment changes, not any value computed.
+__device__ inline int tile_of_warp(int warp) {
+  const int k = warp % 4, i = warp / 4;
+  return i == 0 ? k : i == 1 ? 15 - k : i == 2 ? 7 - k : 8 + k;
+}
+static_assert(kWarps == 16 && kTile * kWarps >= 256, "one row tile per warp covers the longest chunk");
+
+// One block per (sequence, head, slice of headdim columns), walking the chunks (kWhole), or per
+// (sequence, head, slice, chunk) (kLocal, kScan; see Phase); the slices of a head share nothing
 // but recompute dt, cs and CB. Shared memory, offsets in bytes (16-byte aligned):
 struct Layout {
   int row_bytes;  // row of the int8 B, C and state tiles: dstate + 16 (16-byte loads at distinct banks)
@@ -83,8 +95,28 @@ __device__ inline int pack4(int a, int b, int c, int d) {
 
 __device__ inline int8_t byte_of(int word, int i) { return static_cast<int8_t>(word >> (8 * i)); }
 
+// The kernel's phases. kWhole walks all chunks of a (sequence, head, slice) in one block. With
+// enough chunks per block it splits in three launches that need no workspace:
+//   kLocal (one block per chunk but the last): dt, cs, Xq and ChunkState: Sloc and Qd to the scratch;
+//   state_pass_kernel (per state word, sequential over chunks): the state entering each chunk but
+//       the last to the scratch, the one entering the last chunk to `state`;
+//   kScan (one block per chunk): kWhole's steps for that chunk, with the state entering it read
+//       back; the block of the last chunk also runs ChunkState and StatePassing: the final state.
+// Every value is computed by the same expression as in kWhole, so the results are the same bits.
+enum Phase { kWhole = 0, kLocal = 1, kScan = 2 };
+
+// The scratch of chunk `start` (a multiple of `chunk`, not the last chunk) of sequence b, head h,
+// slice [p0, p0 + slice): the block's own part of y (rows start.., columns p0.. of head h), which
+// kScan overwrites with y only after reading the state back. Int word i lies at row i / slice,
+// column i % slice, stored bit for bit as a float. Words [0, W): Sloc, [W, 2W): the state entering
+// the chunk, 2W: Qd, with W = slice·dstate/4, the int8 [slice][dstate] row-major, four n a word:
+// dstate/2 + 1 rows, so a chunk needs chunk ≥ dstate/2 + 1.
+__device__ inline float* scratch_word(const Ssdi8ChunkScanArgs& a, int b, int h, int p0, int slice, int start, int i) {
+  return a.y + (int64_t(b) * a.seqlen + start + i / slice) * a.y_stride + int64_t(h) * a.headdim + p0 + i % slice;
+}
+
 template <int kPerLane>  // headdim columns per lane: ceil(slice / 32)
-__global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8ChunkScanArgs a, int slice) {
+__global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8ChunkScanArgs a, int slice, int phase) {
   extern __shared__ __align__(16) unsigned char smem[];
   const Layout lay = make_layout(a.chunk, a.dstate, slice);
   const int N = a.dstate, RB = lay.row_bytes;
@@ -117,15 +149,30 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
     state_mult[p] = __fdiv_rn(__fmul_rn(s_xs, s_B), s_s);
     off_scale[p] = __fmul_rn(s_C, s_s);
   }
+  // Chunks [c_begin, c_end) of the sequence; the last one ends the sequence.
+  const int chunks = (a.seqlen + a.chunk - 1) / a.chunk;
+  const int c_begin = phase == kWhole ? 0 : blockIdx.z, c_end = phase == kWhole ? chunks : c_begin + 1;
+  const bool last_chunk = c_end == chunks;  // this block produces the final state (not in kLocal)
+  const int words = slice * (N / 4);        // words of the slice's state in the scratch
   int8_t* state = a.state + ((int64_t(b) * a.heads + h) * a.headdim + p0) * N;
   const int vecs = N / 16;
-  for (int i = tid; i < slice * vecs; i += kThreads) {
-    const int p = i / vecs, k = i % vecs;
-    *reinterpret_cast<int4*>(S + p * RB + 16 * k) = *reinterpret_cast<const int4*>(state + int64_t(p) * N + 16 * k);
+  if (phase == kWhole || (phase == kScan && last_chunk)) {
+    for (int i = tid; i < slice * vecs; i += kThreads) {
+      const int p = i / vecs, k = i % vecs;
+      *reinterpret_cast<int4*>(S + p * RB + 16 * k) = *reinterpret_cast<const int4*>(state + int64_t(p) * N + 16 * k);
+    }
+  } else if (phase == kScan) {  // the state entering the chunk, from the scratch this block overwrites
+    for (int i = tid; i < words; i += kThreads) {
+      const int p = i / (N / 4), k = i % (N / 4);
+      *reinterpret_cast<int*>(S + p * RB + 4 * k) =
+          __float_as_int(*scratch_word(a, b, h, p0, slice, c_begin * a.chunk, words + i));
+    }
   }
+  const bool scan = phase != kLocal;  // ChunkBMM, ChunkScan and y
 
-  for (int start = 0; start < a.seqlen; start += a.chunk) {
+  for (int start = c_begin * a.chunk; start < a.seqlen && start < c_end * a.chunk; start += a.chunk) {
     const int L = min(a.chunk, a.seqlen - start);
+    const bool state_step = phase != kScan || last_chunk;  // ChunkState (and StatePassing)
     const int rows = (L + kTile - 1) / kTile * kTile;
     const int64_t row0 = int64_t(b) * a.seqlen + start;
 
@@ -160,13 +207,14 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
           const float* ct = a.C + (row0 + t) * a.bc_stride + g * N + n;
           packed_b = pack4(quantize_int8(bt[0], s_B), quantize_int8(bt[1], s_B), quantize_int8(bt[2], s_B),
                            quantize_int8(bt[3], s_B));
-          packed_c = pack4(quantize_int8(ct[0], s_C), quantize_int8(ct[1], s_C), quantize_int8(ct[2], s_C),
-                           quantize_int8(ct[3], s_C));
+          if (scan)
+            packed_c = pack4(quantize_int8(ct[0], s_C), quantize_int8(ct[1], s_C), quantize_int8(ct[2], s_C),
+                             quantize_int8(ct[3], s_C));
         }
         *reinterpret_cast<int*>(Bq + t * RB + n) = packed_b;
         *reinterpret_cast<int*>(Cq + t * RB + n) = packed_c;
       }
-      for (int i = tid - 32; i < rows * slice; i += kThreads - 32) {
+      for (int i = tid - 32; scan && i < rows * slice; i += kThreads - 32) {
         const int t = i / slice, p = i % slice;
         x16[i] = __float2half_rn(t < L ? a.x[(row0 + t) * a.x_stride + col0 + p] : 0.f);
       }
@@ -175,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
 
     // ChunkState's operand: Xq[t,p] packed four tokens to a word (Xq word (t/4, p), byte t%4).
     const int quads_t = (L + 3) / 4;
-    for (int i = tid; i < quads_t * slice; i += kThreads) {
+    for (int i = tid; state_step && i < quads_t * slice; i += kThreads) {
       const int tq = i / slice, p = i % slice;
       int q[4];
 #pragma unroll
@@ -186,13 +234,12 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
       Xq[i] = pack4(q[0], q[1], q[2], q[3]);
     }
 
-    // ChunkBMM + ChunkScan: warp-owned tiles of kTile rows (snake order balances the triangle).
+    // ChunkBMM + ChunkScan: a warp owns a tile of kTile rows (tile_of_warp balances the triangle).
     // Lane owns columns p = lane + 32k of the slice for the diag and off sums.
     float* lut = reinterpret_cast<float*>(smem + lay.lut) + warp * kTile * kLutStride;
     const int tiles = rows / kTile;
-    for (int round = 0; round * kWarps < tiles; ++round) {
-      const int T = round * kWarps + ((round & 1) ? kWarps - 1 - warp : warp);
-      if (T >= tiles) continue;
+    const int T = tile_of_warp(warp);
+    if (scan && T < tiles) {
       const int t0 = T * kTile;
       float diag[kTile][kPerLane];
 #pragma unroll
@@ -294,13 +341,13 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
     }
     __syncthreads();
 
-    // ChunkState + StatePassing: thread owns 4 consecutive n × 8 consecutive p of the state.
+    // ChunkState + StatePassing: thread owns 4 consecutive n × kStateP consecutive p of the state.
     // B is read four tokens × four n at a time and transposed in registers to match Xq's packing.
-    const int nquads = N / 4, pgroups = (slice + 7) / 8;
+    const int nquads = N / 4, pgroups = (slice + kStateP - 1) / kStateP;
     const int qd = *decay_q7;
-    for (int u = tid; u < nquads * pgroups; u += kThreads) {
+    for (int u = tid; state_step && u < nquads * pgroups; u += kThreads) {
       const int nq = u % nquads, pg = u / nquads;
-      int acc[8][4] = {};
+      int acc[kStateP][4] = {};
       for (int tq = 0; tq < quads_t; ++tq) {
         const int8_t* bt = Bq + 4 * tq * RB + 4 * nq;
         const unsigned b0 = *reinterpret_cast<const unsigned*>(bt), b1 = *reinterpret_cast<const unsigned*>(bt + RB);
@@ -311,15 +358,28 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
         const int col[4] = {static_cast<int>(__byte_perm(lo01, lo23, 0x5410)), static_cast<int>(__byte_perm(lo01, lo23, 0x7632)),
                             static_cast<int>(__byte_perm(hi01, hi23, 0x5410)), static_cast<int>(__byte_perm(hi01, hi23, 0x7632))};
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int xq = Xq[tq * slice + min(8 * pg + i, slice - 1)];
+        for (int i = 0; i < kStateP; ++i) {
+          const int xq = Xq[tq * slice + min(kStateP * pg + i, slice - 1)];
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[i][j] = __dp4a(xq, col[j], acc[i][j]);
         }
       }
+      if (phase == kLocal) {  // Sloc to the scratch; StatePassing is state_pass_kernel's
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int p = 8 * pg + i;
+        for (int i = 0; i < kStateP; ++i) {
+          const int p = kStateP * pg + i;
+          if (p >= slice) break;
+          int local[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) local[j] = requantize(acc[i][j], state_mult[p]);
+          *scratch_word(a, b, h, p0, slice, start, p * nquads + nq) = __int_as_float(pack4(local[0], local[1], local[2], local[3]));
+        }
+        if (u == 0) *scratch_word(a, b, h, p0, slice, start, 2 * words) = __int_as_float(qd);
+        continue;
+      }
+#pragma unroll
+      for (int i = 0; i < kStateP; ++i) {
+        const int p = kStateP * pg + i;
         if (p >= slice) break;
         int* at = reinterpret_cast<int*>(S + p * RB + 4 * nq);
         const int prev = *at;
@@ -332,10 +392,35 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
     __syncthreads();
   }
 
-  for (int i = tid; i < slice * vecs; i += kThreads) {
-    const int p = i / vecs, k = i % vecs;
-    *reinterpret_cast<int4*>(state + int64_t(p) * N + 16 * k) = *reinterpret_cast<const int4*>(S + p * RB + 16 * k);
+  if (phase == kWhole || (phase == kScan && last_chunk)) {
+    for (int i = tid; i < slice * vecs; i += kThreads) {
+      const int p = i / vecs, k = i % vecs;
+      *reinterpret_cast<int4*>(state + int64_t(p) * N + 16 * k) = *reinterpret_cast<const int4*>(S + p * RB + 16 * k);
+    }
   }
+}
+
+// StatePassing across the chunks (all but the last) of sequence blockIdx.z, head blockIdx.y: a
+// thread owns one state word (four n of one p), reads Sloc and Qd of each chunk from the scratch
+// kLocal wrote and stores the state entering each chunk there; the state entering the last chunk
+// goes to `state`, where kScan's block of the last chunk reads it.
+constexpr int kPassThreads = 256;
+__global__ void __launch_bounds__(kPassThreads) state_pass_kernel(Ssdi8ChunkScanArgs a, int slice) {
+  const int N4 = a.dstate / 4, b = blockIdx.z, h = blockIdx.y;
+  const int idx = blockIdx.x * kPassThreads + threadIdx.x;
+  if (idx >= a.headdim * N4) return;
+  const int p = idx / N4, nq = idx % N4, p0 = p / slice * slice;
+  const int i = (p - p0) * N4 + nq, words = slice * N4;
+  int* at = reinterpret_cast<int*>(a.state + ((int64_t(b) * a.heads + h) * a.headdim + p) * a.dstate) + nq;
+  int S = *at;
+  for (int start = 0; start + a.chunk < a.seqlen; start += a.chunk) {
+    *scratch_word(a, b, h, p0, slice, start, words + i) = __int_as_float(S);
+    const int local = __float_as_int(*scratch_word(a, b, h, p0, slice, start, i));
+    const int qd = __float_as_int(*scratch_word(a, b, h, p0, slice, start, 2 * words));
+    S = pack4(pass_state(byte_of(local, 0), qd, byte_of(S, 0)), pass_state(byte_of(local, 1), qd, byte_of(S, 1)),
+              pass_state(byte_of(local, 2), qd, byte_of(S, 2)), pass_state(byte_of(local, 3), qd, byte_of(S, 3)));
+  }
+  *at = S;
 }
 
 bool shape_supported(const Ssdi8ChunkScanArgs& a) {
@@ -359,13 +444,17 @@ bool pointers_supported(const Ssdi8ChunkScanArgs& a) {
 }
 
 struct Plan {
-  int slice = 0;  // headdim columns per block
+  int slice = 0;        // headdim columns per block
+  int chunks = 1;       // chunks per sequence
+  bool split = false;   // kLocal, state_pass_kernel, kScan rather than kWhole
   size_t smem = 0;
 };
 
-// Splits headdim into the fewest slices of at most kMaxSlice columns, then halves them (down to 32
-// columns) while all blocks still fit in one wave of one block per SM, and (down to 8) while the
-// shared memory does not fit.
+// Splits the work by chunk (three launches) when blocks per (sequence, head) leave the GPU short of
+// blocks (batch ≤ 2 or so at 80 heads on 132 SMs) and the scratch fits in a chunk. Then splits
+// headdim into the fewest slices of at most kMaxSlice columns, halves them (down to 32 columns)
+// while all blocks still fit in one wave of one block per SM, and (down to 8) while the shared
+// memory does not fit.
 bool make_plan(const Ssdi8ChunkScanArgs& a, Plan* plan) {
   if (!shape_supported(a) || !pointers_supported(a)) return false;
   int device = 0, sms = 0, max_smem = 0;
@@ -377,7 +466,17 @@ bool make_plan(const Ssdi8ChunkScanArgs& a, Plan* plan) {
   };
   auto smem_of = [&a](int splits) { return make_layout(a.chunk, a.dstate, a.headdim / splits).total; };
   int splits = a.headdim > kMaxSlice ? 2 : 1;
-  while (can_halve(splits, 32) && int64_t(a.batch) * a.heads * 2 * splits <= sms) splits *= 2;
+  plan->chunks = (a.seqlen + a.chunk - 1) / a.chunk;
+  {
+    // In units of a quarter chunk per SM: kWhole takes ceil(blocks / SMs) waves of all chunks; the
+    // split takes the blocks' chunks spread evenly, kLocal's (about a quarter of a chunk's work
+    // each) and half a chunk for the pass and the launches.
+    const int64_t blocks = int64_t(a.batch) * a.heads * splits, nc = plan->chunks;
+    const int64_t whole = 4 * ((blocks + sms - 1) / sms) * nc * sms, split = 4 * blocks * nc + blocks * (nc - 1) + 2 * sms;
+    plan->split = nc >= 2 && nc <= 65535 && a.heads <= 65535 && a.chunk >= a.dstate / 2 + 1 && split < whole;
+  }
+  const int64_t per_slice = int64_t(a.batch) * a.heads * (plan->split ? plan->chunks : 1);
+  while (can_halve(splits, 32) && per_slice * 2 * splits <= sms) splits *= 2;
   while (smem_of(splits) > static_cast<size_t>(max_smem) && can_halve(splits, 8)) splits *= 2;
   plan->slice = a.headdim / splits;
   plan->smem = smem_of(splits);
@@ -389,8 +488,17 @@ cudaError_t launch_with(const Ssdi8ChunkScanArgs& a, const Plan& plan, cudaStrea
   const cudaError_t status = cudaFuncSetAttribute(ssdi8_chunk_scan_kernel<kPerLane>,
                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem));
   if (status != cudaSuccess) return status;
-  const dim3 grid(a.heads * (a.headdim / plan.slice), a.batch);
-  ssdi8_chunk_scan_kernel<kPerLane><<<grid, kThreads, plan.smem, stream>>>(a, plan.slice);
+  const int blocks_x = a.heads * (a.headdim / plan.slice);
+  if (!plan.split) {
+    ssdi8_chunk_scan_kernel<kPerLane><<<dim3(blocks_x, a.batch), kThreads, plan.smem, stream>>>(a, plan.slice, kWhole);
+    return cudaGetLastError();
+  }
+  ssdi8_chunk_scan_kernel<kPerLane>
+      <<<dim3(blocks_x, a.batch, plan.chunks - 1), kThreads, plan.smem, stream>>>(a, plan.slice, kLocal);
+  const int pass_blocks = (a.headdim * (a.dstate / 4) + kPassThreads - 1) / kPassThreads;
+  state_pass_kernel<<<dim3(pass_blocks, a.heads, a.batch), kPassThreads, 0, stream>>>(a, plan.slice);
+  ssdi8_chunk_scan_kernel<kPerLane>
+      <<<dim3(blocks_x, a.batch, plan.chunks), kThreads, plan.smem, stream>>>(a, plan.slice, kScan);
   return cudaGetLastError();
 }
 

@@ -44,11 +44,15 @@ struct Ssdi8ChunkScanArgs {
 // Shapes handled: dstate a multiple of 16 up to 256; headdim up to 64, or even up to 128; chunk
 // 1..256; heads divisible by groups; batch ≤ 65535; every pointer set, state 16-byte aligned;
 // row strides at least a row; and the shared memory within the current device's per-block limit:
-// (2·chunk + c)·(dstate + 16) + 3·chunk·c + 16·chunk + 10 KB for the c ≤ 64 headdim columns a block
-// takes (144 KB at chunk 256, dstate 128, c = 64; 115 KB at c = 32; c goes down to 8 to fit).
+// (2·chunk + c)·(dstate + 16) + 3·chunk·c + 16·chunk + 20 KB for the c ≤ 64 headdim columns a block
+// takes (154 KB at chunk 256, dstate 128, c = 64; 125 KB at c = 32; c goes down to 8 to fit).
 bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& args);
 
-// One launch on `stream`, no allocation. cudaErrorInvalidValue for unsupported arguments.
+// One launch on `stream`, or three when too few (sequence, head) pairs to fill the GPU and chunk ≥
+// dstate/2 + 1 (the chunks then run in parallel: chunk-local states, a pass over the chunks, then y;
+// same results bit for bit). No allocation: y serves as scratch between the launches, so it must not
+// be read or written by others until the launches complete. cudaErrorInvalidValue for unsupported
+// arguments.
 cudaError_t launch_ssdi8_chunk_scan(const Ssdi8ChunkScanArgs& args, cudaStream_t stream);
 
 }  // namespace ssdq::kernels

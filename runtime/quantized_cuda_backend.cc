@@ -505,7 +505,9 @@ struct QuantizedCudaBackend::Impl {
     conv.out_formats = d.conv_out_codes.bytes() ? d.conv_out_codes.at<float>(0) : nullptr;
     cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d (with the x|B|C formats)");
     float* dt_raw = work.zxbcdt + E + conv_dim;
-    enqueue_format(d.ssd_dt, dt_raw, M, H, in_dim, Reader::kFloat32, "ssd dt");
+    // dt's format rides in the recurrence kernel when it is one code for every head.
+    const bool dt_in_kernel = !(d.ssdi8 && length > 1) && d.ssd_dt.index.bytes() == 0;
+    if (!dt_in_kernel) enqueue_format(d.ssd_dt, dt_raw, M, H, in_dim, Reader::kFloat32, "ssd dt");
 
     const float dt_min = static_cast<float>(c.dt_min), dt_max = static_cast<float>(std::min<double>(c.dt_max, 3e38));
     if (d.ssdi8 && length > 1) {
@@ -560,6 +562,8 @@ struct QuantizedCudaBackend::Impl {
       step.bc_stride = conv_dim;
       step.dt = dt_raw;
       step.dt_stride = in_dim;
+      if (dt_in_kernel)
+        step.dt_format = d.ssd_dt.format == Format::kInt8 ? d.ssd_dt.scale0 : d.ssd_dt.format == Format::kFloat16 ? -1.f : 0.f;
       step.dt_bias = d.dt_bias.at<float>(0);
       step.dt_min = dt_min;
       step.dt_max = dt_max;

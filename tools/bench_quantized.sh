@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The end-to-end tables of docs/BENCHMARKS.md (quantized vs FP16) for one synthetic config, on a
 # GPU machine: TTFT at 1024 and 2048 tokens (batch 1), TPOT at batch 1, 32 and 128, the SSD
-# module at B = 32, L = 2048, and the weights in device memory, for our FP path (bf16) and each
-# recipe × bits given.
+# module at B = 32, L = 2048, and the weights in device memory, for each spec: fp (our FP path,
+# bf16) or recipe:bits.
 #
-#   tools/bench_quantized.sh SSDQ CONFIG OUTDIR [recipe:bits ...]     (default: ssdi8:w8a8 ssdi8:w4a8 rtn:w4a16)
+#   tools/bench_quantized.sh SSDQ CONFIG OUTDIR [spec ...]     (default: fp ssdi8:w8a8 ssdi8:w4a8 rtn:w4a16)
 #
 # Each run's console output goes to OUTDIR/<name>.<part>.log and its figures to .json.
 set -uo pipefail
@@ -12,7 +12,7 @@ set -uo pipefail
 ssdq=$1 config=$2 out=$3
 shift 3
 specs=("$@")
-[ ${#specs[@]} -gt 0 ] || specs=(ssdi8:w8a8 ssdi8:w4a8 rtn:w4a16)
+[ ${#specs[@]} -gt 0 ] || specs=(fp ssdi8:w8a8 ssdi8:w4a8 rtn:w4a16)
 mkdir -p "$out"
 run() {  # name part args...
   local name=$1 part=$2
@@ -21,7 +21,7 @@ run() {  # name part args...
     echo "$name $part failed (see $out/$name.$part.log)" >&2
   grep -A4 -E '^ *batch' "$out/$name.$part.log" | sed "s/^/$name $part | /"
 }
-for spec in fp "${specs[@]}"; do
+for spec in "${specs[@]}"; do
   args=()
   [ "$spec" != fp ] && args=(--recipe "${spec%%:*}" --bits "${spec##*:}")
   name=${spec//:/_}
