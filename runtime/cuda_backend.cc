@@ -20,7 +20,6 @@
 #include "kernels/gated_rmsnorm.h"
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
-#include "kernels/logits_reduce.h"
 #include "kernels/ssd_chunk_scan.h"
 #include "kernels/ssd_state_update.h"
 
@@ -366,35 +365,7 @@ struct CudaBackend::Impl {
     cuda_ok(kernels::launch_ssd_state_update(step, stream), "ssd_state_update");
   }
 
-  // lm_head over `rows` rows of x from first_row (one logits block); NLL/argmax reduced on the device.
-  void enqueue_head_block(const bf16* x, int64_t ldx, int64_t first_row, int64_t rows, const ForwardOutputs& out,
-                          float* pinned_logits_block) const {
-    const int64_t V = config.vocab_size;
-    kernels::GemmArgs head;
-    head.m = rows;
-    head.n = V;
-    head.k = config.d_model;
-    head.x = x + first_row * ldx;
-    head.ldx = ldx;
-    head.w = model.head;
-    head.out = work.logits;
-    head.ldout = V;
-    head.out_type = ElementType::kF32;
-    gemm->run(head, stream);
-    if (out.nll || out.argmax) {
-      kernels::LogitsReduceArgs reduce;
-      reduce.rows = rows;
-      reduce.vocab = static_cast<int>(V);
-      reduce.logits = work.logits;
-      reduce.targets = out.nll ? work.targets + first_row : nullptr;
-      reduce.nll = out.nll ? work.nll + first_row : nullptr;
-      reduce.argmax = out.argmax ? work.argmax + first_row : nullptr;
-      cuda_ok(kernels::launch_logits_reduce(reduce, stream), "logits_reduce");
-    }
-    if (out.logits)
-      cuda_ok(cudaMemcpyAsync(pinned_logits_block, work.logits, rows * V * 4, cudaMemcpyDeviceToHost, stream),
-                          "copy logits");
-  }
+  std::pair<const void*, ElementType> head_weights() const { return {model.head, ElementType::kBF16}; }
 
   // The rows of the final norm's output that feed lm_head: all, or the last of each sequence.
   std::pair<const bf16*, int64_t> head_input(int64_t length, bool last_position_only) const {

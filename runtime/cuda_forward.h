@@ -2,12 +2,12 @@
 // buffers, the body, lm_head over the rows asked for in blocks of at most 256 MB of logits, the
 // copies back, and decode steps captured into a CUDA graph per state and replayed.
 //
-// An Impl provides: `stream`, `config`, `work` (tokens, targets, nll, argmax: device [rows];
-// logits_rows), `work_generation`, the pinned buffers `pinned_tokens`, `pinned_targets`,
-// `pinned_nll`, `pinned_argmax`, `pinned_logits`, and
+// An Impl provides: `stream`, `config`, `gemm` (a kernels::Gemm), `work` (tokens, targets, nll,
+// argmax: device [rows]; logits [logits_rows, vocab]), `work_generation`, the pinned buffers
+// `pinned_tokens`, `pinned_targets`, `pinned_nll`, `pinned_argmax`, `pinned_logits`, and
 //   reserve(batch, length);  enqueue_body(batch, length, state);
 //   head_input(length, last_position_only) → {device rows, row stride} of the final norm's output;
-//   enqueue_head_block(x, ldx, first_row, rows, outputs, pinned logits block).
+//   head_weights() → {lm_head [vocab, d_model], its element type (that of the head input)}.
 // A State provides batch() and a DecodeGraph `graph`.
 #pragma once
 
@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/gemm.h"
+#include "kernels/logits_reduce.h"
 #include "runtime/backend.h"
 #include "runtime/cuda_resources.h"
 
@@ -27,6 +29,41 @@ namespace ssdq {
 inline uint64_t decode_graph_key(uint64_t work_generation, const ForwardOutputs& out) {
   return work_generation * 16 + (out.logits ? 1 : 0) + (out.nll ? 2 : 0) + (out.argmax ? 4 : 0) +
          (out.last_position_only ? 8 : 0);
+}
+
+// lm_head over `rows` rows of x from first_row (one logits block, fp32 logits); NLL / argmax
+// reduced on the device; the logits copied to the pinned block when asked for.
+template <typename Impl, typename T>
+void enqueue_head_block(const Impl& impl, const T* x, int64_t ldx, int64_t first_row, int64_t rows,
+                        const ForwardOutputs& out, float* pinned_logits_block) {
+  const int64_t V = impl.config.vocab_size;
+  const auto& work = impl.work;
+  const auto [weights, type] = impl.head_weights();
+  kernels::GemmArgs head;
+  head.m = rows;
+  head.n = V;
+  head.k = impl.config.d_model;
+  head.in_type = type;
+  head.x = x + first_row * ldx;
+  head.ldx = ldx;
+  head.w = weights;
+  head.out = work.logits;
+  head.ldout = V;
+  head.out_type = kernels::ElementType::kF32;
+  impl.gemm->run(head, impl.stream);
+  if (out.nll || out.argmax) {
+    kernels::LogitsReduceArgs reduce;
+    reduce.rows = rows;
+    reduce.vocab = static_cast<int>(V);
+    reduce.logits = work.logits;
+    reduce.targets = out.nll ? work.targets + first_row : nullptr;
+    reduce.nll = out.nll ? work.nll + first_row : nullptr;
+    reduce.argmax = out.argmax ? work.argmax + first_row : nullptr;
+    cuda_ok(kernels::launch_logits_reduce(reduce, impl.stream), "logits_reduce");
+  }
+  if (out.logits)
+    cuda_ok(cudaMemcpyAsync(pinned_logits_block, work.logits, rows * V * 4, cudaMemcpyDeviceToHost, impl.stream),
+            "copy logits");
 }
 
 template <typename Impl, typename State>
@@ -60,7 +97,7 @@ void run_cuda_forward(const Impl& impl, const int32_t* tokens, int64_t length, S
       cuda_ok(cudaMemcpyAsync(work.targets, host_targets, rows * 4, cudaMemcpyHostToDevice, stream), "copy targets");
     impl.enqueue_body(batch, length, state);
     if (!whole_head) return;
-    if (out.any()) impl.enqueue_head_block(head_x, head_ldx, 0, rows, out, host_logits);
+    if (out.any()) enqueue_head_block(impl, head_x, head_ldx, 0, rows, out, host_logits);
     copy_reductions();
   };
 
@@ -73,7 +110,7 @@ void run_cuda_forward(const Impl& impl, const int32_t* tokens, int64_t length, S
     enqueue_all(false);
     for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
       const int64_t n = std::min(block_rows, rows - r0);
-      impl.enqueue_head_block(head_x, head_ldx, r0, n, out, host_logits);
+      enqueue_head_block(impl, head_x, head_ldx, r0, n, out, host_logits);
       if (out.logits) {
         cuda_ok(cudaStreamSynchronize(stream), "forward");
         std::memcpy(out.logits + r0 * V, host_logits, n * V * 4);

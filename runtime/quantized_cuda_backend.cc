@@ -15,7 +15,6 @@
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/hadamard_quant.h"
-#include "kernels/logits_reduce.h"
 #include "kernels/qgemv.h"
 #include "kernels/scale_int32.h"
 #include "kernels/ssd_state_update.h"
@@ -653,37 +652,8 @@ struct QuantizedCudaBackend::Impl {
     enqueue_format(DeviceFormat{}, work.normed, M, D, D, Reader::kFloat16, "lm_head input");
   }
 
-  // lm_head (fp16, fp32 logits) over `rows` rows of x from first_row (one logits block); NLL/argmax
-  // reduced on the device.
-  void enqueue_head_block(const __half* x, int64_t ldx, int64_t first_row, int64_t rows, const ForwardOutputs& out,
-                          float* pinned_logits_block) const {
-    const int64_t V = config.vocab_size;
-    kernels::GemmArgs head;
-    head.m = rows;
-    head.n = V;
-    head.k = config.d_model;
-    head.in_type = ElementType::kF16;
-    head.x = x + first_row * ldx;
-    head.ldx = ldx;
-    head.w = head16.at<void>(0);
-    head.out = work.logits;
-    head.ldout = V;
-    head.out_type = ElementType::kF32;
-    gemm->run(head, stream);
-    if (out.nll || out.argmax) {
-      kernels::LogitsReduceArgs reduce;
-      reduce.rows = rows;
-      reduce.vocab = static_cast<int>(V);
-      reduce.logits = work.logits;
-      reduce.targets = out.nll ? work.targets + first_row : nullptr;
-      reduce.nll = out.nll ? work.nll + first_row : nullptr;
-      reduce.argmax = out.argmax ? work.argmax + first_row : nullptr;
-      cuda_ok(kernels::launch_logits_reduce(reduce, stream), "logits_reduce");
-    }
-    if (out.logits)
-      cuda_ok(cudaMemcpyAsync(pinned_logits_block, work.logits, rows * V * 4, cudaMemcpyDeviceToHost, stream),
-              "copy logits");
-  }
+  // lm_head in fp16 (the dequantized head), fp32 logits.
+  std::pair<const void*, ElementType> head_weights() const { return {head16.at<void>(0), ElementType::kF16}; }
 
   // The rows of the final norm's output (fp16 in work.x16) that feed lm_head.
   std::pair<const __half*, int64_t> head_input(int64_t length, bool last_position_only) const {

@@ -24,15 +24,6 @@ using namespace testing_models;
 constexpr RecipeName kRecipes[] = {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8};
 constexpr BitWidth kBits[] = {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16};
 
-ExportOptions options_for(RecipeName recipe, BitWidth bits) {
-  ExportOptions o;
-  o.recipe.recipe = recipe;
-  o.recipe.bits = bits;
-  o.recipe.group_size = 64;
-  o.recipe.head_clusters = 2;
-  return o;
-}
-
 // Logits of `length` tokens of each of `batch` sequences from a zero state, then of `steps`
 // single-token decode steps continuing them (rows appended after the prefill rows).
 std::vector<float> run(const Backend& backend, const std::vector<int32_t>& tokens, int64_t batch, int64_t length,
@@ -85,7 +76,7 @@ TEST_P(EveryRecipe, MatchesTheCpuRuntime) {
   for (RecipeName recipe : kRecipes)
     for (BitWidth bits : kBits) {
       const std::string name = std::string(recipe_name(recipe)) + " " + bit_width_name(bits);
-      const auto m = std::make_shared<QuantizedModel>(quantize_model(w, calib, options_for(recipe, bits)));
+      const auto m = std::make_shared<QuantizedModel>(quantize_model(w, calib, synthetic_model_options(recipe, bits)));
       const std::vector<float> cpu = run(QuantizedBackend(m), tokens, kBatch, kLength, kSteps);
       const std::vector<float> gpu = run(QuantizedCudaBackend(m, 0), tokens, kBatch, kLength, kSteps);
       const double max_rel = max_relative(gpu, cpu), mean_rel = mean_relative(gpu, cpu);
@@ -131,7 +122,7 @@ TEST(QuantizedCudaBackend, RejectsAStateOfAnotherBackend) {
   testing::require_device();
   const ModelWeights w = random_weights(synthetic_config(2), 3);
   const CalibrationFile calib = calibration_in_memory(w, 2, 40, 1);
-  const auto m = std::make_shared<QuantizedModel>(quantize_model(w, calib, options_for(RecipeName::kRtn, BitWidth::kW8A8)));
+  const auto m = std::make_shared<QuantizedModel>(quantize_model(w, calib, synthetic_model_options(RecipeName::kRtn, BitWidth::kW8A8)));
   const QuantizedCudaBackend gpu(m, 0);
   const QuantizedBackend cpu(m);
   auto state = cpu.new_state(1);

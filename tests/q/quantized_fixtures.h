@@ -9,6 +9,7 @@
 
 #include "calib/calibrate.h"
 #include "calib/calibration_file.h"
+#include "calib/quantize_model.h"
 #include "runtime/backend.h"
 #include "runtime/quantized_model.h"
 #include "tests/q/test_models.h"
@@ -28,6 +29,17 @@ inline CalibrationFile calibration_in_memory(const ModelWeights& w, int64_t samp
   file.tokens = tokens.empty() ? random_tokens(samples * seqlen, w.config.vocab_size, seed) : std::move(tokens);
   file.stats = collect_statistics(w, file.tokens, samples, seqlen);
   return file;
+}
+
+// The recipe options the synthetic-model tests use: int4 groups of 64, two head clusters (the
+// synthetic models have few heads).
+inline ExportOptions synthetic_model_options(RecipeName recipe, BitWidth bits) {
+  ExportOptions o;
+  o.recipe.recipe = recipe;
+  o.recipe.bits = bits;
+  o.recipe.group_size = 64;
+  o.recipe.head_clusters = 2;
+  return o;
 }
 
 // Mean NLL of every next token of `tokens` (one window from a zero state).

@@ -32,15 +32,6 @@ using namespace testing_models;
 constexpr RecipeName kRecipes[] = {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8};
 constexpr BitWidth kBits[] = {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16};
 
-ExportOptions options_for(RecipeName recipe, BitWidth bits) {
-  ExportOptions o;
-  o.recipe.recipe = recipe;
-  o.recipe.bits = bits;
-  o.recipe.group_size = 64;
-  o.recipe.head_clusters = 2;
-  return o;
-}
-
 class EveryRecipe : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(EveryRecipe, CalibratesExportsAndRunsAtEveryBitWidth) {
@@ -60,7 +51,7 @@ TEST_P(EveryRecipe, CalibratesExportsAndRunsAtEveryBitWidth) {
   for (RecipeName recipe : kRecipes)
     for (BitWidth bits : kBits) {
       const std::string name = std::string(recipe_name(recipe)) + " " + bit_width_name(bits);
-      const QuantizedModel m = quantize_model(w, calib, options_for(recipe, bits));
+      const QuantizedModel m = quantize_model(w, calib, synthetic_model_options(recipe, bits));
       const QuantizedBackend backend(std::make_shared<QuantizedModel>(m));
       std::vector<float> logits(96 * 256);
       auto state = backend.new_state(1);
@@ -147,7 +138,7 @@ TEST(Export, BundledModelStaysCloseToFp) {
   const double fp = mean_nll(CpuBackend(std::make_shared<ModelWeights>(w)), tokens);
   for (RecipeName recipe : kRecipes)
     for (BitWidth bits : {BitWidth::kW8A8, BitWidth::kW4A8}) {
-      ExportOptions o = options_for(recipe, bits);
+      ExportOptions o = synthetic_model_options(recipe, bits);
       o.recipe.group_size = 128;
       o.recipe.head_clusters = 4;
       const double nll = mean_nll(QuantizedBackend(std::make_shared<QuantizedModel>(quantize_model(w, calib, o))), tokens);
@@ -162,9 +153,9 @@ TEST(Export, IsTheSameForAnyThreadCount) {
   const CalibrationFile calib = calibration_in_memory(w, 3, 64, 5);
   for (RecipeName recipe : {RecipeName::kQuamba2, RecipeName::kSsdi8}) {
     set_thread_count(1);
-    const QuantizedModel one = quantize_model(w, calib, options_for(recipe, BitWidth::kW4A8));
+    const QuantizedModel one = quantize_model(w, calib, synthetic_model_options(recipe, BitWidth::kW4A8));
     set_thread_count(2);
-    const QuantizedModel two = quantize_model(w, calib, options_for(recipe, BitWidth::kW4A8));
+    const QuantizedModel two = quantize_model(w, calib, synthetic_model_options(recipe, BitWidth::kW4A8));
     expect_same_model(one, two);
   }
 }
@@ -175,36 +166,36 @@ TEST(Export, RefusesContradictoryOptionsAndOtherModels) {
   auto refused = [&](ExportOptions o, const std::string& message) {
     EXPECT_THAT([&] { quantize_model(w, calib, o); }, ::testing::ThrowsMessage<Error>(HasSubstr(message))) << message;
   };
-  ExportOptions o = options_for(RecipeName::kRtn, BitWidth::kW4A8);
+  ExportOptions o = synthetic_model_options(RecipeName::kRtn, BitWidth::kW4A8);
   o.recipe.gptq = true;
   refused(o, "--gptq: the rtn recipe rounds weights to nearest");
-  o = options_for(RecipeName::kHad, BitWidth::kW8A8);
+  o = synthetic_model_options(RecipeName::kHad, BitWidth::kW8A8);
   o.recipe.w4a16_layers = {1};
   refused(o, "--w4a16-layers mixes W4A16 layers into a w4a8 model; --bits is w8a8");
-  o = options_for(RecipeName::kHad, BitWidth::kW4A8);
+  o = synthetic_model_options(RecipeName::kHad, BitWidth::kW4A8);
   o.recipe.w4a16_layers = {2};
   refused(o, "--w4a16-layers: layer 2 is outside 0..1");
-  o = options_for(RecipeName::kQuamba2, BitWidth::kW8A8);
+  o = synthetic_model_options(RecipeName::kQuamba2, BitWidth::kW8A8);
   o.recipe.head_clusters = 9;
   refused(o, "--head-clusters must be in 1..8");
-  o = options_for(RecipeName::kHad, BitWidth::kW8A8);
+  o = synthetic_model_options(RecipeName::kHad, BitWidth::kW8A8);
   o.recipe.eta = 0.2;
   refused(o, "--eta applies to the ssdi8 recipe only");
-  o = options_for(RecipeName::kQuamba2, BitWidth::kW8A8);
+  o = synthetic_model_options(RecipeName::kQuamba2, BitWidth::kW8A8);
   o.recipe.x_scaled_clip = 0.5;
   refused(o, "--x-scaled-clip applies to the ssdi8 recipe only");
-  o = options_for(RecipeName::kSsdi8, BitWidth::kW8A8);
+  o = synthetic_model_options(RecipeName::kSsdi8, BitWidth::kW8A8);
   o.recipe.x_scaled_clip = 0;
   refused(o, "--x-scaled-clip must be in (0, 1], got 0");
   const ModelWeights other = random_weights(synthetic_config(4), 8);
-  EXPECT_THAT([&] { quantize_model(other, calib, options_for(RecipeName::kRtn, BitWidth::kW8A8)); },
+  EXPECT_THAT([&] { quantize_model(other, calib, synthetic_model_options(RecipeName::kRtn, BitWidth::kW8A8)); },
               ::testing::ThrowsMessage<Error>(HasSubstr("the calibration file was made for a different model")));
 }
 
 TEST(Export, XScaledClipScalesOnlyXScaled) {
   const ModelWeights w = random_weights(synthetic_config(2), 8);
   const CalibrationFile calib = calibration_in_memory(w, 2, 64, 5);
-  ExportOptions o = options_for(RecipeName::kSsdi8, BitWidth::kW8A8);
+  ExportOptions o = synthetic_model_options(RecipeName::kSsdi8, BitWidth::kW8A8);
   o.recipe.eta = 0.0;
   const QuantizedModel plain = quantize_model(w, calib, o);
   o.recipe.x_scaled_clip = 0.5;
@@ -221,7 +212,7 @@ TEST(Export, XScaledClipScalesOnlyXScaled) {
 TEST(Export, MixedPrecisionLayersKeepFp16Activations) {
   const ModelWeights w = random_weights(synthetic_config(2), 8);
   const CalibrationFile calib = calibration_in_memory(w, 2, 64, 5);
-  ExportOptions o = options_for(RecipeName::kQuamba2, BitWidth::kW4A8);
+  ExportOptions o = synthetic_model_options(RecipeName::kQuamba2, BitWidth::kW4A8);
   o.recipe.w4a16_layers = {1};
   const QuantizedModel m = quantize_model(w, calib, o);
   EXPECT_TRUE(m.layers[0].in_proj_in.is_int8());
@@ -351,7 +342,7 @@ TEST(MeanCorrection, SequentialCorrectionRemovesTheOutputMeanErrorOnTheCalibrati
   std::vector<std::vector<float>> means[3];
   const double etas[] = {0.0, 0.15, 1.0};
   for (int i = 0; i < 3; ++i) {
-    ExportOptions o = options_for(RecipeName::kSsdi8, BitWidth::kW4A8);
+    ExportOptions o = synthetic_model_options(RecipeName::kSsdi8, BitWidth::kW4A8);
     o.recipe.group_size = 128;
     o.recipe.head_clusters = 4;
     o.recipe.eta = etas[i];
@@ -370,7 +361,7 @@ TEST(MeanCorrection, SequentialCorrectionRemovesTheOutputMeanErrorOnTheCalibrati
   }
 
   // With --calib-samples 2, μ_fp and μ_q are both taken over those two samples.
-  ExportOptions o = options_for(RecipeName::kSsdi8, BitWidth::kW4A8);
+  ExportOptions o = synthetic_model_options(RecipeName::kSsdi8, BitWidth::kW4A8);
   o.recipe.group_size = 128;
   o.recipe.head_clusters = 4;
   o.recipe.eta = 1.0;
