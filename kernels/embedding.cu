@@ -1,5 +1,7 @@
 #include "kernels/embedding.h"
 
+#include <cuda_fp16.h>
+
 namespace ssdq::kernels {
 namespace {
 
@@ -10,6 +12,11 @@ __global__ void embedding_kernel(EmbeddingArgs a) {
     case EmbeddingArgs::Table::kF32: {
       const float* src = static_cast<const float*>(a.table) + token * a.dim;
       for (int i = threadIdx.x; i < a.dim; i += blockDim.x) dst[i] = src[i];
+      break;
+    }
+    case EmbeddingArgs::Table::kF16: {
+      const __half* src = static_cast<const __half*>(a.table) + token * a.dim;
+      for (int i = threadIdx.x; i < a.dim; i += blockDim.x) dst[i] = __half2float(src[i]);
       break;
     }
     case EmbeddingArgs::Table::kBf16: {
@@ -39,6 +46,7 @@ __global__ void embedding_kernel(EmbeddingArgs a) {
 
 bool embedding_supported(const EmbeddingArgs& a) {
   const bool table = a.table_type == EmbeddingArgs::Table::kBf16 || a.table_type == EmbeddingArgs::Table::kF32 ||
+                     a.table_type == EmbeddingArgs::Table::kF16 ||
                      (a.row_scales && (a.table_type == EmbeddingArgs::Table::kInt8Rows || a.dim % 2 == 0));
   return table && a.rows > 0 && a.rows <= 2147483647 && a.dim > 0 && a.tokens && a.table && a.out;
 }

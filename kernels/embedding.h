@@ -1,5 +1,6 @@
 // Embedding gather into the fp32 residual stream: out[i] = float(table[tokens[i]]).
-// The table is bf16, fp32 (a quantized artifact's float table), or quantized per row (head-to-toe artifacts, --quantize-embedding): int8, or
+// The table is bf16, fp16 or fp32 (a quantized artifact's float table, fp16 when its values are
+// fp16-exact), or quantized per row (head-to-toe artifacts, --quantize-embedding): int8, or
 // int4 packed two per byte (quant/quantizer.h pack_int4 of the row-major table), each value
 // dequantized as q·row_scales[token] — exactly runtime/quantized_model.h WeightMatrix::row_to_float.
 // Token ids are validated on the host before upload; the kernel clamps nothing.
@@ -17,9 +18,9 @@ struct EmbeddingArgs {
   int64_t rows = 0;
   int dim = 0;
   const int32_t* tokens = nullptr;       // [rows]
-  const void* table = nullptr;           // [vocab, dim] bf16 / fp32 / int8, or [vocab, dim / 2] bytes for int4
+  const void* table = nullptr;           // [vocab, dim] bf16 / fp16 / fp32 / int8, or [vocab, dim / 2] bytes for int4
   float* out = nullptr;                  // [rows, dim]
-  enum class Table { kBf16, kF32, kInt8Rows, kInt4Rows } table_type = Table::kBf16;
+  enum class Table { kBf16, kF16, kF32, kInt8Rows, kInt4Rows } table_type = Table::kBf16;
   const float* row_scales = nullptr;     // quantized tables: [vocab]
 };
 

@@ -239,11 +239,16 @@ struct QuantizedCudaBackend::Impl {
                       ? device_copy(pack_int4(q.values.data(), static_cast<int64_t>(q.values.size())), &counter, "embedding")
                       : device_copy(q.values, &counter, "embedding");
       embedding_scales = device_copy(q.scales, &counter, "embedding scales");
+    } else if (m.embedding.kind == WeightMatrix::Kind::kFloat16) {  // fp16-exact: kept in fp16
+      embedding_table = kernels::EmbeddingArgs::Table::kF16;
+      embedding = device_copy(to_fp16_bits(m.embedding.dense), &counter, "embedding");
     } else {
       embedding = device_copy(m.embedding.dense, &counter, "embedding");
     }
     norm_f = device_copy(m.norm_f, &counter, "norm_f");
-    head16 = device_copy(to_fp16_bits(m.head().to_float()), &counter, "lm_head");
+    // A tied fp16 table is the lm_head too; otherwise the head is dequantized to fp16.
+    if (!(m.lm_head.empty() && embedding_table == kernels::EmbeddingArgs::Table::kF16))
+      head16 = device_copy(to_fp16_bits(m.head().to_float()), &counter, "lm_head");
 
     const int64_t H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state, E = c.d_inner();
     for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -653,7 +658,9 @@ struct QuantizedCudaBackend::Impl {
   }
 
   // lm_head in fp16 (the dequantized head), fp32 logits.
-  std::pair<const void*, ElementType> head_weights() const { return {head16.at<void>(0), ElementType::kF16}; }
+  std::pair<const void*, ElementType> head_weights() const {
+    return {head16.bytes() ? head16.at<void>(0) : embedding.at<void>(0), ElementType::kF16};
+  }
 
   // The rows of the final norm's output (fp16 in work.x16) that feed lm_head.
   std::pair<const __half*, int64_t> head_input(int64_t length, bool last_position_only) const {

@@ -44,6 +44,18 @@ TEST(Embedding, GathersRowsAsFloat) {
   const auto out32 = d_out.to_host();
   for (int r = 0; r < rows; ++r)
     for (int i = 0; i < dim; ++i) ASSERT_EQ(out32[r * dim + i], table32[int64_t(tokens[r]) * dim + i]);
+
+  // An fp16 table (an artifact's fp16-exact float table) widens exactly.
+  std::vector<uint16_t> table16(table32.size());
+  for (size_t i = 0; i < table32.size(); ++i) table16[i] = float_to_half(table32[i]);
+  testing::DeviceBuffer<uint16_t> d_table16(table16);
+  args.table = d_table16.get();
+  args.table_type = kernels::EmbeddingArgs::Table::kF16;
+  ASSERT_EQ(kernels::launch_embedding(args, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto out16 = d_out.to_host();
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < dim; ++i) ASSERT_EQ(out16[r * dim + i], half_to_float(table16[int64_t(tokens[r]) * dim + i]));
 }
 
 // Head-to-toe artifacts: the table quantized per row (int8, or int4 packed), dequantized exactly as
