@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
+#include "formats/dtype.h"
 #include "formats/error.h"
 #include "kernels/activation_format.h"
 #include "kernels/add_rmsnorm.h"
@@ -34,10 +34,7 @@ using Format = kernels::ActivationFormatArgs::Format;
 
 std::vector<uint16_t> to_fp16_bits(const std::vector<float>& values) {
   std::vector<uint16_t> bits(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    const __half h = __float2half_rn(values[i]);
-    std::memcpy(&bits[i], &h, 2);
-  }
+  for (size_t i = 0; i < values.size(); ++i) bits[i] = float_to_half(values[i]);
   return bits;
 }
 
@@ -127,6 +124,7 @@ struct DeviceLayer {
   DeviceBlock norm, conv_weight, conv_bias, dt_bias, A, D, gated_norm, out_bias;
   DeviceLinear in_proj, out_proj;
   DeviceFormat in_proj_in, ssd_dt, out_proj_in, state_format;
+  float dt_code = 0.f;  // ssd.dt's format as one code (format_code), when it has one scale
   bool online_hadamard = false;
   bool ssdi8 = false;
   bool int8_state = false;
@@ -140,10 +138,14 @@ struct DeviceLayer {
   DeviceBlock conv_in_codes, conv_out_codes;
 };
 
-// One float per channel: > 0 the int8 scale, < 0 fp16, 0 fp32 (kernels/quant_epilogue.cuh).
+// A point's format on channel c as one float: > 0 the int8 scale, < 0 fp16, 0 fp32
+// (kernels/quant_epilogue.cuh apply_format_code).
+float format_code(const ActQuant& a, int64_t c) {
+  return a.is_int8() ? a.scale(c) : a.format == ActFormat::kFloat16 ? -1.f : 0.f;
+}
+
 void append_format_codes(const ActQuant& a, int64_t channels, std::vector<float>& codes) {
-  for (int64_t c = 0; c < channels; ++c)
-    codes.push_back(a.is_int8() ? a.scale(c) : a.format == ActFormat::kFloat16 ? -1.f : 0.f);
+  for (int64_t c = 0; c < channels; ++c) codes.push_back(format_code(a, c));
 }
 
 DeviceBlock format_codes(std::vector<float> codes, MemoryCounter* counter) {
@@ -275,6 +277,7 @@ struct QuantizedCudaBackend::Impl {
       d.conv_in_codes = format_codes(std::move(in_codes), &counter);
       d.conv_out_codes = format_codes(std::move(out_codes), &counter);
       d.ssd_dt = upload_format(q.ssd_dt, &counter);
+      d.dt_code = format_code(q.ssd_dt, 0);
       d.out_proj_in = upload_format(q.out_proj_in, &counter);
       d.online_hadamard = q.online_hadamard;
       d.int8_state = q.ssm_state.is_int8();
@@ -567,7 +570,7 @@ struct QuantizedCudaBackend::Impl {
       step.dt = dt_raw;
       step.dt_stride = in_dim;
       if (dt_in_kernel)
-        step.dt_format = d.ssd_dt.format == Format::kInt8 ? d.ssd_dt.scale0 : d.ssd_dt.format == Format::kFloat16 ? -1.f : 0.f;
+        step.dt_format = d.dt_code;
       step.dt_bias = d.dt_bias.at<float>(0);
       step.dt_min = dt_min;
       step.dt_max = dt_max;
