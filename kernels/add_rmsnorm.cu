@@ -2,8 +2,9 @@
 
 #include <type_traits>
 
-#include "kernels/block_reduce.cuh"
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/quant_epilogue.cuh"
+#include "kernels/rmsnorm_row.cuh"
 
 namespace ssdq::kernels {
 namespace {
@@ -21,23 +22,22 @@ __device__ inline void store(void* out, int64_t i, float y, float scale) {
   }
 }
 
-// One block per row; the row is added and squared in one pass, then normalised.
+// One block per row: the add (each thread updates the elements it will square), then the
+// norm in rmsnorm_row's order (shared with the quantized GEMV's prologue), then the scaling.
 template <typename Out>
-__global__ void add_rmsnorm_kernel(AddRmsNormArgs a) {
+__global__ void __launch_bounds__(kThreads) add_rmsnorm_kernel(AddRmsNormArgs a) {
+  wait_for_previous_grid();
+  allow_next_grid();
   const int64_t row = blockIdx.x;
   float* r = a.residual + row * a.dim;
-  const float* d = a.delta ? a.delta + row * a.dim : nullptr;
-  float sum = 0.f;
-  for (int i = threadIdx.x; i < a.dim; i += kThreads) {
-    float v = r[i];
-    if (d) {
-      v = __fadd_rn(v, a.delta_bias ? __fadd_rn(d[i], a.delta_bias[i]) : d[i]);
-      r[i] = v;
-    }
-    sum += v * v;
+  if (a.delta) {
+    const float* d = a.delta + row * a.dim;
+    for (int i = threadIdx.x; i < a.dim; i += kThreads)
+      r[i] = __fadd_rn(r[i], a.delta_bias ? __fadd_rn(d[i], a.delta_bias[i]) : d[i]);
   }
-  const float scale = rsqrtf(block_sum<kThreads>(sum) / a.dim + a.eps);
-  for (int i = threadIdx.x; i < a.dim; i += kThreads) store<Out>(a.out, row * a.dim + i, r[i] * scale * a.weight[i], a.out_scale);
+  const float scale = rmsnorm_row_scale<kThreads>(r, a.dim, a.eps);
+  for (int i = threadIdx.x; i < a.dim; i += kThreads)
+    store<Out>(a.out, row * a.dim + i, rmsnorm_value(r[i], scale, a.weight[i]), a.out_scale);
 }
 
 }  // namespace
@@ -51,11 +51,11 @@ bool add_rmsnorm_supported(const AddRmsNormArgs& a) {
 cudaError_t launch_add_rmsnorm(const AddRmsNormArgs& a, cudaStream_t stream) {
   if (!add_rmsnorm_supported(a)) return cudaErrorInvalidValue;
   if (a.out_type == ElementType::kS8) {
-    add_rmsnorm_kernel<Int8Out><<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
+    return launch_kernel(add_rmsnorm_kernel<Int8Out>, LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads)}, stream, a);
   } else if (a.out_type == ElementType::kBF16) {
-    add_rmsnorm_kernel<__nv_bfloat16><<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
+    return launch_kernel(add_rmsnorm_kernel<__nv_bfloat16>, LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads)}, stream, a);
   } else {
-    add_rmsnorm_kernel<float><<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
+    return launch_kernel(add_rmsnorm_kernel<float>, LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads)}, stream, a);
   }
   return cudaGetLastError();
 }

@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "kernels/element_type.h"
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/quant_epilogue.cuh"
 
 namespace ssdq::kernels {
@@ -38,6 +39,8 @@ __device__ inline Out store_output(float v, float scale) {
 // before the tile (from the input, or from the conv state before t = 0).
 template <int W, typename In, typename Out>
 __global__ void __launch_bounds__(kChannels) causal_conv1d_kernel(CausalConv1dArgs a, bool update_state) {
+  wait_for_previous_grid();
+  allow_next_grid();
   const int c = blockIdx.x * kChannels + threadIdx.x;
   const int t0 = blockIdx.y * kTile, b = blockIdx.z;
   if (c >= a.channels) return;
@@ -95,7 +98,8 @@ template <int W, typename In, typename Out>
 cudaError_t launch_types(const CausalConv1dArgs& a, cudaStream_t stream) {
   const int tiles = (a.seqlen + kTile - 1) / kTile;
   const dim3 grid((a.channels + kChannels - 1) / kChannels, tiles, a.batch);
-  causal_conv1d_kernel<W, In, Out><<<grid, kChannels, 0, stream>>>(a, tiles == 1);
+  const cudaError_t status = launch_kernel(causal_conv1d_kernel<W, In, Out>, LaunchShape{grid, dim3(kChannels)}, stream, a, tiles == 1);
+  if (status != cudaSuccess) return status;
   if (tiles > 1) conv_state_update_kernel<W, In><<<dim3((a.channels + 127) / 128, a.batch), 128, 0, stream>>>(a);
   return cudaGetLastError();
 }

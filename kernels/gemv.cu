@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/block_reduce.cuh"
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/row_stream.cuh"
 
 namespace ssdq::kernels {
@@ -62,9 +63,12 @@ template <int M>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   extern __shared__ __align__(16) unsigned char shared[];
   __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(shared);
-  load_inputs(a, xs);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int col = blockIdx.x * kWarps + warp;
+  if (col < a.n) prefetch_l2(a.w + static_cast<int64_t>(col) * a.k, a.k * 2ll, lane);
+  wait_for_previous_grid();
+  allow_next_grid();
+  load_inputs(a, xs);
   if (col >= a.n) return;
   const uint4* w = reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(col) * a.k);
   const int pieces = a.k / 8;
@@ -102,8 +106,7 @@ cudaError_t launch_rows(const GemvArgs& a, cudaStream_t stream) {
         cudaFuncSetAttribute(gemv_kernel<M>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
     if (status != cudaSuccess) return status;
   }
-  gemv_kernel<M><<<(a.n + kWarps - 1) / kWarps, kThreads, shared, stream>>>(a);
-  return cudaGetLastError();
+  return launch_kernel(gemv_kernel<M>, LaunchShape{dim3((a.n + kWarps - 1) / kWarps), dim3(kThreads), shared}, stream, a);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

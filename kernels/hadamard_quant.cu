@@ -1,12 +1,26 @@
 #include "kernels/hadamard_quant.h"
 
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include "kernels/block_reduce.cuh"
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/quant_epilogue.cuh"
 
 namespace ssdq::kernels {
 namespace {
+
+// The normalization and the output format of one rotated value.
+__device__ inline void store_output(const HadamardQuantArgs& a, int64_t at, float rotated) {
+  const float v = __fmul_rn(rotated, a.normalize);
+  if (a.out_type == ElementType::kS8) {
+    static_cast<int8_t*>(a.out)[at] = quantize_int8(v, a.out_scale);
+  } else if (a.out_type == ElementType::kF16) {
+    static_cast<__half*>(a.out)[at] = __float2half_rn(v);
+  } else {
+    static_cast<float*>(a.out)[at] = v;
+  }
+}
 
 // A decode row is one block, so the block is as wide as allowed: the kernel is issue-bound
 // (measured at 2.7b decode: 31 µs under ncu with 512 threads, ~4,100 instructions a thread).
@@ -14,6 +28,8 @@ constexpr int kThreads = 1024;
 
 // One block per row; the row lives in shared memory (two buffers of n floats for the H_K mix).
 __global__ void __launch_bounds__(kThreads) hadamard_quant_kernel(HadamardQuantArgs a) {
+  wait_for_previous_grid();
+  allow_next_grid();
   extern __shared__ float buffer[];
   float* x = buffer;
   float* mixed = buffer + a.n;
@@ -66,24 +82,182 @@ __global__ void __launch_bounds__(kThreads) hadamard_quant_kernel(HadamardQuantA
     __syncthreads();
     result = mixed;
   }
-  for (int i = threadIdx.x; i < a.n; i += kThreads) {
-    const float v = __fmul_rn(result[i], a.normalize);
-    const int64_t at = row * a.n + i;
-    if (a.out_type == ElementType::kS8) {
-      static_cast<int8_t*>(a.out)[at] = quantize_int8(v, a.out_scale);
-    } else if (a.out_type == ElementType::kF16) {
-      static_cast<__half*>(a.out)[at] = __float2half_rn(v);
-    } else {
-      static_cast<float*>(a.out)[at] = v;
+  for (int i = threadIdx.x; i < a.n; i += kThreads) store_output(a, row * a.n + i, result[i]);
+}
+
+// kCluster: kClusterBlocks blocks share a row. With n = K·m, block r owns positions
+// [r·span, (r+1)·span) of each of the K blocks of m (span = m / kClusterBlocks): it runs the
+// butterfly stages h < span there; then it finishes positions t ∈ [r·tw, (r+1)·tw) of every
+// block's slice (tw = span / kClusterBlocks) with the remaining stages h = span, 2·span, … as a
+// kClusterBlocks-point transform over the slices (read from the other blocks' shared memory), and
+// mixes those columns over the K blocks. Every output is the same additions in the same order as
+// the one-block kernel. Without rotation, block r normalizes and stores its own positions.
+// A decode row is latency-bound: the block is as wide as allowed, so each thread holds at most
+// kClusterPerThread elements and every index is a shift or a mask.
+constexpr int kClusterBlocks = 8, kLogClusterBlocks = 3;
+constexpr int kClusterThreads = 1024;
+constexpr int kClusterPerThread = 3;  // n ≤ 24576 → at most 3072 elements a block
+constexpr int kClusterMaxGroups = 64;
+
+__device__ inline int log2_of(int power_of_two) { return __ffs(power_of_two) - 1; }
+
+__global__ void __launch_bounds__(kClusterThreads) hadamard_quant_cluster_kernel(HadamardQuantArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  constexpr int C = kClusterBlocks, T = kClusterThreads;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t row = blockIdx.y;
+  const int segments = a.rotate ? a.base_order : 1, m = a.n / segments;
+  const int span = m / C, owned = segments * span;
+  const int log_span = a.rotate ? log2_of(span) : 0;
+  extern __shared__ float slices[];
+  float* local = slices;            // [segments][span]
+  float* finished = slices + owned; // [segments][C][tw]
+  __shared__ float group_partial[kClusterMaxGroups];
+  __shared__ float group_scale[kClusterMaxGroups];
+  __shared__ int8_t signs[28 * 28];
+  // Element e of this block is column (e / span)·m + rank·span + e % span of the row.
+  auto column = [&](int e) {
+    return a.rotate ? ((e >> log_span) * m) + rank * span + (e & (span - 1)) : rank * span + e;
+  };
+  // Constants first, while the previous kernel may still be running.
+  if (a.rotate && a.base_matrix)
+    for (int i = threadIdx.x; i < segments * segments; i += T) signs[i] = a.base_matrix[i];
+  float norm_weight[kClusterPerThread];
+#pragma unroll
+  for (int j = 0; j < kClusterPerThread; ++j) {
+    const int e = threadIdx.x + j * T;
+    norm_weight[j] = a.z && e < owned ? a.norm_weight[column(e)] : 0.f;
+  }
+  wait_for_previous_grid();
+  allow_next_grid();
+
+  const float* y = a.y + row * a.ldy;
+  if (a.z) {
+    const float* z = a.z + row * a.z_stride;
+    const int groups = a.n / a.group_size;
+    float g[kClusterPerThread];
+    int group[kClusterPerThread];
+#pragma unroll
+    for (int j = 0; j < kClusterPerThread; ++j) {
+      const int e = threadIdx.x + j * T;
+      g[j] = 0.f;
+      group[j] = -1;
+      if (e < owned) {
+        const int col = column(e);
+        g[j] = __fmul_rn(y[col], silu(z[col]));
+        group[j] = groups == 1 ? 0 : col / a.group_size;
+      }
+    }
+    for (int gi = 0; gi < groups; ++gi) {
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kClusterPerThread; ++j)
+        if (group[j] == gi) sum = __fmaf_rn(g[j], g[j], sum);
+      sum = block_sum<T>(sum);
+      if (threadIdx.x == 0) group_partial[gi] = sum;
+    }
+    cluster.sync();  // every block's partial sums are written
+    if (threadIdx.x < groups) {
+      float total = 0.f;
+#pragma unroll
+      for (int r = 0; r < C; ++r) total += *cluster.map_shared_rank(&group_partial[threadIdx.x], r);
+      group_scale[threadIdx.x] = rsqrtf(total / a.group_size + a.eps);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kClusterPerThread; ++j) {
+      const int e = threadIdx.x + j * T;
+      if (e < owned) local[e] = __fmul_rn(__fmul_rn(g[j], group_scale[group[j]]), norm_weight[j]);
+    }
+  } else {
+    for (int e = threadIdx.x; e < owned; e += T) local[e] = y[column(e)];
+  }
+
+  if (!a.rotate) {
+    for (int e = threadIdx.x; e < owned; e += T) store_output(a, row * a.n + column(e), local[e]);
+  } else {
+    const int half_span = span / 2, log_half_span = log_span - 1;
+    for (int h = 1, log_h = 0; h < span; h *= 2, ++log_h) {
+      __syncthreads();
+      for (int p = threadIdx.x; p < segments * half_span; p += T) {
+        const int k = p >> log_half_span, q = p & (half_span - 1);
+        const int i = (k << log_span) + ((q >> log_h) << (log_h + 1)) + (q & (h - 1)), j = i + h;
+        const float u = local[i], v = local[j];
+        local[i] = __fadd_rn(u, v);
+        local[j] = __fsub_rn(u, v);
+      }
+    }
+    cluster.sync();  // every block's local stages are done
+    const int log_tw = log_span - kLogClusterBlocks, tw = 1 << log_tw;
+    for (int e = threadIdx.x; e < segments * tw; e += T) {
+      const int k = e >> log_tw, t = e & (tw - 1);
+      float v[C];
+#pragma unroll
+      for (int c = 0; c < C; ++c) v[c] = *cluster.map_shared_rank(&local[(k << log_span) + (rank << log_tw) + t], c);
+#pragma unroll
+      for (int s = 1; s < C; s *= 2) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          if (c & s) continue;
+          const float u = v[c], w = v[c + s];
+          v[c] = __fadd_rn(u, w);
+          v[c + s] = __fsub_rn(u, w);
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < C; ++c) finished[(((k << kLogClusterBlocks) + c) << log_tw) + t] = v[c];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < owned; e += T) {  // e = (a2, c, t)
+      const int a2 = e >> (log_tw + kLogClusterBlocks), ct = e & ((C << log_tw) - 1);
+      float acc;
+      if (segments > 1) {
+        acc = 0.f;
+        for (int k = 0; k < segments; ++k) {
+          const float v = finished[(k << (log_tw + kLogClusterBlocks)) + ct];
+          acc = __fadd_rn(acc, signs[k * segments + a2] > 0 ? v : -v);
+        }
+      } else {
+        acc = finished[ct];
+      }
+      const int c = ct >> log_tw, t = ct & (tw - 1);
+      store_output(a, row * a.n + a2 * m + c * span + (rank << log_tw) + t, acc);
     }
   }
+  cluster.sync();  // no block leaves while another may still read its shared memory
+#endif
 }
 
 bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
-}  // namespace
+bool device_has_clusters() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+  return major >= 9;
+}
 
-bool hadamard_quant_supported(const HadamardQuantArgs& a) {
+// The shapes kCluster splits: the row's K blocks of m divide into 8 slices, and with rotation
+// each slice again into 8 (m ≥ 64); a handful of norm groups.
+bool cluster_shape_ok(const HadamardQuantArgs& a) {
+  const int m = a.rotate ? a.n / a.base_order : a.n;
+  if (m % kClusterBlocks != 0 || a.rows > 65535 || a.n / kClusterBlocks > kClusterPerThread * kClusterThreads) return false;
+  if (a.rotate && (m / kClusterBlocks) % kClusterBlocks != 0) return false;
+  return !a.z || a.n / a.group_size <= kClusterMaxGroups;
+}
+
+bool use_cluster(const HadamardQuantArgs& a) {
+  switch (a.schedule) {
+    case HadamardQuantSchedule::kRowPerBlock: return false;
+    case HadamardQuantSchedule::kCluster: return true;
+    case HadamardQuantSchedule::kAuto: break;
+  }
+  return a.rows <= kHadamardClusterMaxRows && cluster_shape_ok(a) && device_has_clusters();
+}
+
+bool common_supported(const HadamardQuantArgs& a) {
   const int k = a.base_order;
   if (a.rotate) {
     if (!(k == 1 || k == 12 || k == 20 || k == 28) || a.n <= 0 || a.n % k != 0 || !power_of_two(a.n / k)) return false;
@@ -97,16 +271,32 @@ bool hadamard_quant_supported(const HadamardQuantArgs& a) {
   return !a.z || (a.norm_weight && a.group_size > 0 && a.n % a.group_size == 0 && a.z_stride >= a.n);
 }
 
+cudaError_t launch_cluster(const HadamardQuantArgs& a, cudaStream_t stream) {
+  const int owned = (a.rotate ? a.n / a.base_order / kClusterBlocks * a.base_order : a.n / kClusterBlocks);
+  const LaunchShape shape{dim3(kClusterBlocks, static_cast<unsigned>(a.rows)), dim3(kClusterThreads),
+                          2 * sizeof(float) * owned, kClusterBlocks};
+  return launch_kernel(hadamard_quant_cluster_kernel, shape, stream, a);
+}
+
+}  // namespace
+
+bool hadamard_quant_supported(const HadamardQuantArgs& a) {
+  if (!common_supported(a)) return false;
+  if (a.schedule == HadamardQuantSchedule::kCluster) return cluster_shape_ok(a) && device_has_clusters();
+  return true;
+}
+
 cudaError_t launch_hadamard_quant(const HadamardQuantArgs& a, cudaStream_t stream) {
   if (!hadamard_quant_supported(a)) return cudaErrorInvalidValue;
+  if (use_cluster(a)) return launch_cluster(a, stream);
   const size_t shared = 2 * sizeof(float) * a.n;
   if (shared > 48 * 1024) {
     const cudaError_t status =
         cudaFuncSetAttribute(hadamard_quant_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
     if (status != cudaSuccess) return status;
   }
-  hadamard_quant_kernel<<<static_cast<unsigned>(a.rows), kThreads, shared, stream>>>(a);
-  return cudaGetLastError();
+  return launch_kernel(hadamard_quant_kernel, LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads), shared}, stream,
+                       a);
 }
 
 }  // namespace ssdq::kernels

@@ -7,6 +7,15 @@
 // order); the gated norm uses __expf and a float sum, so after it results can differ in the last
 // bit and an int8 output next to a rounding boundary can move one step.
 // CPU reference: runtime/quantized_layer.cc (cpu::gated_rmsnorm, apply_hadamard_rows, quantize_value).
+//
+// Schedules (the same bits, apart from the gated norm's summation order):
+//   kRowPerBlock: one block a row, the row in shared memory (any row count; every device);
+//   kCluster:     a row split over a cluster of 8 blocks (sm_90): each block owns 1/8 of every
+//                 K block, runs the butterfly stages inside its slice, and the last three stages
+//                 and the H_K mix read the other blocks' slices through distributed shared
+//                 memory; the group norm's sums are exchanged the same way. For decode rows,
+//                 where one block a row leaves the GPU idle;
+//   kAuto:        kCluster for up to kHadamardClusterMaxRows rows where supported.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,6 +25,9 @@
 #include "kernels/element_type.h"
 
 namespace ssdq::kernels {
+
+enum class HadamardQuantSchedule { kAuto, kRowPerBlock, kCluster };
+constexpr int64_t kHadamardClusterMaxRows = 32;
 
 struct HadamardQuantArgs {
   int64_t rows = 0;
@@ -34,6 +46,7 @@ struct HadamardQuantArgs {
   void* out = nullptr;                // [rows, n]
   ElementType out_type = ElementType::kS8;  // kS8, kF16 or kF32
   float out_scale = 1.f;              // kS8
+  HadamardQuantSchedule schedule = HadamardQuantSchedule::kAuto;
 };
 
 bool hadamard_quant_supported(const HadamardQuantArgs& args);

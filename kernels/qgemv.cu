@@ -1,6 +1,8 @@
 #include "kernels/qgemv.h"
 
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/quant_epilogue.cuh"
+#include "kernels/rmsnorm_row.cuh"
 #include "kernels/row_stream.cuh"
 
 namespace ssdq::kernels {
@@ -21,6 +23,32 @@ __device__ inline void unpack_int4(uint32_t packed, int& even, int& odd) {
 
 __device__ inline int byte_of(int word, int i) { return static_cast<int8_t>(static_cast<uint32_t>(word) >> (8 * i)); }
 
+// Where the int8 input rows are: global memory (read through the non-coherent cache) or the
+// block's shared copy built by the norm prologue.
+struct Int8Input {
+  const int8_t* x;
+  int64_t ldx;
+  bool shared;
+  __device__ inline uint4 load(int row, int index) const {  // the index-th 16 bytes of row
+    const uint4* p = reinterpret_cast<const uint4*>(x + row * ldx) + index;
+    return shared ? *p : __ldg(p);
+  }
+};
+
+// The norm prologue (QgemvArgs::norm_residual), or the given x.
+template <int kThreads>
+__device__ inline Int8Input int8_input(const QgemvArgs& a, int8_t* shared) {
+  if (!a.norm_residual) return {a.x_int8, a.ldx, false};
+  for (int r = 0; r < a.m; ++r) {
+    const float* row = a.norm_residual + static_cast<int64_t>(r) * a.k;
+    const float scale = rmsnorm_row_scale<kThreads>(row, a.k, a.norm_eps);
+    for (int i = threadIdx.x; i < a.k; i += kThreads)
+      shared[static_cast<int64_t>(r) * a.k + i] = quantize_int8(rmsnorm_value(row[i], scale, a.norm_weight[i]), a.x_scale);
+  }
+  __syncthreads();
+  return {shared, a.k, true};
+}
+
 template <QgemvKind KIND>
 struct Piece {  // columns covered by one 16-byte weight load
   static constexpr int kCols = KIND == QgemvKind::kW8A8 ? 16 : 32;
@@ -28,17 +56,17 @@ struct Piece {  // columns covered by one 16-byte weight load
 
 // Σ over the piece's columns of x·w for one row: exact int32 for int8 inputs, fp32 for fp16.
 template <QgemvKind KIND>
-__device__ inline void piece_dot(const QgemvArgs& a, const uint4& wv, int row, int piece, int& iacc, float& facc) {
+__device__ inline void piece_dot(const QgemvArgs& a, const Int8Input& x8, const uint4& wv, int row, int piece, int& iacc,
+                                 float& facc) {
   const uint32_t w[4] = {wv.x, wv.y, wv.z, wv.w};
   if constexpr (KIND == QgemvKind::kW8A8) {
-    const uint4 xv = __ldg(reinterpret_cast<const uint4*>(a.x_int8 + row * a.ldx) + piece);
+    const uint4 xv = x8.load(row, piece);
     iacc = __dp4a(static_cast<int>(w[0]), static_cast<int>(xv.x), iacc);
     iacc = __dp4a(static_cast<int>(w[1]), static_cast<int>(xv.y), iacc);
     iacc = __dp4a(static_cast<int>(w[2]), static_cast<int>(xv.z), iacc);
     iacc = __dp4a(static_cast<int>(w[3]), static_cast<int>(xv.w), iacc);
   } else if constexpr (KIND == QgemvKind::kW4A8) {
-    const uint4* xp = reinterpret_cast<const uint4*>(a.x_int8 + row * a.ldx) + 2 * piece;
-    const uint4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+    const uint4 x0 = x8.load(row, 2 * piece), x1 = x8.load(row, 2 * piece + 1);
     const uint32_t x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // weight word j: columns 8j..8j+7 of the piece
@@ -76,12 +104,17 @@ __device__ inline void store(const QgemvArgs& a, int row, int col, float y) {
 template <int M, QgemvKind KIND>
 __global__ void __launch_bounds__(kThreads) qgemv_kernel(QgemvArgs a) {
   __shared__ float group_sums[kWarps][M][32];
+  extern __shared__ __align__(16) int8_t normed[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int col = blockIdx.x * kWarps + warp;
-  if (col >= a.n) return;
   constexpr int kCols = Piece<KIND>::kCols;
   const int pieces = a.k / kCols;
   const uint4* w = static_cast<const uint4*>(a.w) + static_cast<int64_t>(col) * pieces;  // 16 bytes a piece
+  if (col < a.n) prefetch_l2(w, pieces * 16ll, lane);
+  wait_for_previous_grid();
+  allow_next_grid();
+  const Int8Input x8 = KIND == QgemvKind::kW4A16 ? Int8Input{} : int8_input<kThreads>(a, normed);
+  if (col >= a.n) return;
   const int lanes_per_group = a.group_size / kCols;  // a power of two ≤ 32 (qgemv_supported)
   const int groups = a.k / a.group_size;
   const float* scales = a.w_scales + static_cast<int64_t>(col) * groups;
@@ -104,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(QgemvArgs a) {
         if (r >= a.m) break;
         int iacc = 0;
         float facc = 0.f;
-        if (p < pieces) piece_dot<KIND>(a, wv[u], r, p, iacc, facc);
+        if (p < pieces) piece_dot<KIND>(a, x8, wv[u], r, p, iacc, facc);
         for (int offset = lanes_per_group / 2; offset > 0; offset >>= 1) {
           if constexpr (KIND == QgemvKind::kW4A8) {
             iacc += __shfl_xor_sync(0xffffffffu, iacc, offset);
@@ -135,10 +168,15 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(QgemvArgs a) {
 template <int M, int kSplitWarps>
 __global__ void __launch_bounds__(kThreads) qgemv_w8a8_kernel(QgemvArgs a) {
   __shared__ int partial[kWarps][M];
+  extern __shared__ __align__(16) int8_t normed[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % kSplitWarps;
   const int col = blockIdx.x * (kWarps / kSplitWarps) + warp / kSplitWarps;
   const int pieces = a.k / Piece<QgemvKind::kW8A8>::kCols;
   const int begin = pieces * part / kSplitWarps, end = pieces * (part + 1) / kSplitWarps;
+  if (col < a.n) prefetch_l2(static_cast<const uint4*>(a.w) + static_cast<int64_t>(col) * pieces + begin, (end - begin) * 16ll, lane);
+  wait_for_previous_grid();
+  allow_next_grid();
+  const Int8Input x8 = int8_input<kThreads>(a, normed);
   int acc[M];
 #pragma unroll
   for (int r = 0; r < M; ++r) acc[r] = 0;
@@ -148,7 +186,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_w8a8_kernel(QgemvArgs a) {
     stream_row_pieces<kUnroll>(w, end - begin, lane, [&](int p, const uint4& wv) {
 #pragma unroll
       for (int r = 0; r < M; ++r)
-        if (r < a.m) piece_dot<QgemvKind::kW8A8>(a, wv, r, begin + p, acc[r], unused);
+        if (r < a.m) piece_dot<QgemvKind::kW8A8>(a, x8, wv, r, begin + p, acc[r], unused);
     });
   }
 #pragma unroll
@@ -173,10 +211,17 @@ __global__ void __launch_bounds__(kThreads) qgemv_w8a8_kernel(QgemvArgs a) {
 constexpr int kQuadWarps = 4;
 template <int M, QgemvKind KIND>
 __global__ void __launch_bounds__(kQuadWarps * 32) qgemv_quad_kernel(QgemvArgs a) {
+  extern __shared__ __align__(16) int8_t normed[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, j = lane % 4;
-  const int col = (blockIdx.x * kQuadWarps + warp) * 8 + lane / 4;
+  const int first_col = (blockIdx.x * kQuadWarps + warp) * 8, col = first_col + lane / 4;
   const bool active = col < a.n;  // inactive lanes still take part in the shuffles
   const int ppg = a.group_size / Piece<KIND>::kCols, groups = a.k / a.group_size;
+  if (first_col < a.n)  // the warp's eight weight rows are contiguous
+    prefetch_l2(static_cast<const uint4*>(a.w) + static_cast<int64_t>(first_col) * groups * ppg,
+                static_cast<long long>(min(8, a.n - first_col)) * groups * ppg * 16, lane);
+  wait_for_previous_grid();
+  allow_next_grid();
+  const Int8Input x8 = KIND == QgemvKind::kW4A16 ? Int8Input{} : int8_input<kQuadWarps * 32>(a, normed);
   const uint4* w = static_cast<const uint4*>(a.w) + static_cast<int64_t>(active ? col : 0) * groups * ppg;
   const float* scales = a.w_scales + static_cast<int64_t>(active ? col : 0) * groups;
   float y[M];
@@ -201,8 +246,8 @@ __global__ void __launch_bounds__(kQuadWarps * 32) qgemv_quad_kernel(QgemvArgs a
         int iacc = 0;
         float facc = 0.f;
         if (active) {
-          piece_dot<KIND>(a, wv[u], r, g * ppg + j, iacc, facc);
-          for (int q = j + 4; q < ppg; q += 4) piece_dot<KIND>(a, __ldg(w + g * ppg + q), r, g * ppg + q, iacc, facc);
+          piece_dot<KIND>(a, x8, wv[u], r, g * ppg + j, iacc, facc);
+          for (int q = j + 4; q < ppg; q += 4) piece_dot<KIND>(a, x8, __ldg(w + g * ppg + q), r, g * ppg + q, iacc, facc);
         }
         if constexpr (KIND == QgemvKind::kW4A8) {
           iacc += __shfl_xor_sync(0xffffffffu, iacc, 1);
@@ -222,6 +267,18 @@ __global__ void __launch_bounds__(kQuadWarps * 32) qgemv_quad_kernel(QgemvArgs a
     if (r < a.m) store(a, r, col, KIND == QgemvKind::kW4A8 ? __fmul_rn(y[r], a.x_scale) : y[r]);
 }
 
+// Launches kernel with the norm prologue's shared memory (m·k bytes), opting in above 48 KB.
+template <typename Kernel>
+cudaError_t launch(Kernel kernel, dim3 grid, int threads, const QgemvArgs& a, cudaStream_t stream) {
+  const size_t shared = a.norm_residual ? static_cast<size_t>(a.m) * a.k : 0;
+  if (shared > 32 * 1024) {  // the kernels' static shared memory counts against the default 48 KB too
+    const cudaError_t status =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+    if (status != cudaSuccess) return status;
+  }
+  return launch_kernel(kernel, LaunchShape{grid, dim3(threads), shared}, stream, a);
+}
+
 template <int M>
 cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
   const dim3 grid((a.n + kWarps - 1) / kWarps);
@@ -229,27 +286,24 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
     case QgemvKind::kW8A8:
       if (a.schedule == QgemvSchedule::kSplitK || (a.schedule == QgemvSchedule::kAuto && a.n < 8192 && a.m >= 4)) {
         constexpr int kSplit = 4;
-        qgemv_w8a8_kernel<M, kSplit><<<(a.n + kWarps / kSplit - 1) / (kWarps / kSplit), kThreads, 0, stream>>>(a);
-      } else {
-        qgemv_w8a8_kernel<M, 1><<<grid, kThreads, 0, stream>>>(a);
+        return launch(qgemv_w8a8_kernel<M, kSplit>, dim3((a.n + kWarps / kSplit - 1) / (kWarps / kSplit)), kThreads, a,
+                      stream);
       }
-      break;
+      return launch(qgemv_w8a8_kernel<M, 1>, grid, kThreads, a, stream);
     case QgemvKind::kW4A8:
     case QgemvKind::kW4A16: {
       const bool quad = a.schedule == QgemvSchedule::kQuad ||
                         (a.schedule == QgemvSchedule::kAuto && a.n >= 8192 && a.m <= 4 && a.group_size % 128 == 0);
       const dim3 quad_grid((a.n + 8 * kQuadWarps - 1) / (8 * kQuadWarps));
       if (a.kind == QgemvKind::kW4A8) {
-        if (quad) qgemv_quad_kernel<M, QgemvKind::kW4A8><<<quad_grid, kQuadWarps * 32, 0, stream>>>(a);
-        else qgemv_kernel<M, QgemvKind::kW4A8><<<grid, kThreads, 0, stream>>>(a);
-      } else {
-        if (quad) qgemv_quad_kernel<M, QgemvKind::kW4A16><<<quad_grid, kQuadWarps * 32, 0, stream>>>(a);
-        else qgemv_kernel<M, QgemvKind::kW4A16><<<grid, kThreads, 0, stream>>>(a);
+        if (quad) return launch(qgemv_quad_kernel<M, QgemvKind::kW4A8>, quad_grid, kQuadWarps * 32, a, stream);
+        return launch(qgemv_kernel<M, QgemvKind::kW4A8>, grid, kThreads, a, stream);
       }
-      break;
+      if (quad) return launch(qgemv_quad_kernel<M, QgemvKind::kW4A16>, quad_grid, kQuadWarps * 32, a, stream);
+      return launch(qgemv_kernel<M, QgemvKind::kW4A16>, grid, kThreads, a, stream);
     }
   }
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -261,7 +315,11 @@ bool qgemv_supported(const QgemvArgs& a) {
   if (!a.w || !aligned16(a.w) || !a.w_scales || !a.out || a.ldout < a.n) return false;
   if (a.out_type != ElementType::kF32 && a.out_type != ElementType::kBF16 && a.out_type != ElementType::kF16) return false;
   if (a.accumulate && a.out_type != ElementType::kF32) return false;
-  if (a.kind == QgemvKind::kW4A16) {
+  if (a.norm_residual) {
+    if (a.kind == QgemvKind::kW4A16 || !a.norm_weight || !(a.x_scale > 0.f) || a.k % 16 != 0 ||
+        static_cast<int64_t>(a.m) * a.k > kQgemvNormMaxBytes)
+      return false;
+  } else if (a.kind == QgemvKind::kW4A16) {
     if (!a.x_f16 || !aligned16(a.x_f16) || a.ldx < a.k || a.ldx % 8 != 0) return false;
   } else {
     if (!a.x_int8 || !aligned16(a.x_int8) || a.ldx < a.k || a.ldx % 16 != 0) return false;

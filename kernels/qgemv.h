@@ -48,10 +48,18 @@ struct QgemvArgs {
   int64_t ldout = 0;
   ElementType out_type = ElementType::kF32;
   bool accumulate = false;         // out += (fp32 out only)
+  // Optional prologue (int8 kinds): every block builds x itself, x = int8(rmsnorm(residual) ·
+  // norm_weight, x_scale), from the fp32 residual [m, k] (row stride k) into shared memory — the
+  // bits add_rmsnorm writes with out_type kS8 — so a decode layer needs no norm launch. x_int8 is
+  // then unused. m·k ≤ kQgemvNormMaxBytes.
+  const float* norm_residual = nullptr;
+  const float* norm_weight = nullptr;
+  float norm_eps = 1e-5f;
   QgemvSchedule schedule = QgemvSchedule::kAuto;
 };
 
 constexpr int kQgemvMaxRows = 16;
+constexpr int kQgemvNormMaxBytes = 96 * 1024;
 bool qgemv_supported(const QgemvArgs& args);
 cudaError_t launch_qgemv(const QgemvArgs& args, cudaStream_t stream);
 

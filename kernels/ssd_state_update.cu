@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/programmatic_launch.cuh"
 #include "kernels/quant_epilogue.cuh"
 
 namespace ssdq::kernels {
@@ -28,6 +29,8 @@ __global__ void __launch_bounds__(kWarps * 32) ssd_state_update_kernel(SsdStateU
   T* y_base = static_cast<T*>(a.y) + head * a.headdim;
   const float A = a.A[head], skip = a.D[head];
   const float bias = a.dt_bias ? a.dt_bias[head] : 0.f;
+  wait_for_previous_grid();
+  allow_next_grid();
   S* state = static_cast<S*>(a.state) + (static_cast<int64_t>(seq) * a.heads + head) * a.headdim * a.dstate;
   for (int p = row_begin + warp; p < row_end; p += kWarps) {
     S* row = state + static_cast<int64_t>(p) * a.dstate;
@@ -86,14 +89,14 @@ cudaError_t launch_typed(const SsdStateUpdateArgs& a, cudaStream_t stream) {
   const int splits = std::max(1, std::min((264 + blocks - 1) / blocks, a.headdim / kWarps));
   const dim3 grid(a.heads, a.batch, splits), block(kWarps * 32);
   switch (a.dstate / 32) {
-    case 1: ssd_state_update_kernel<T, S, 1><<<grid, block, 0, stream>>>(a); break;
-    case 2: ssd_state_update_kernel<T, S, 2><<<grid, block, 0, stream>>>(a); break;
-    case 3: ssd_state_update_kernel<T, S, 3><<<grid, block, 0, stream>>>(a); break;
-    case 4: ssd_state_update_kernel<T, S, 4><<<grid, block, 0, stream>>>(a); break;
-    case 5: ssd_state_update_kernel<T, S, 5><<<grid, block, 0, stream>>>(a); break;
-    case 6: ssd_state_update_kernel<T, S, 6><<<grid, block, 0, stream>>>(a); break;
-    case 7: ssd_state_update_kernel<T, S, 7><<<grid, block, 0, stream>>>(a); break;
-    case 8: ssd_state_update_kernel<T, S, 8><<<grid, block, 0, stream>>>(a); break;
+    case 1: return launch_kernel(ssd_state_update_kernel<T, S, 1>, LaunchShape{grid, block}, stream, a);
+    case 2: return launch_kernel(ssd_state_update_kernel<T, S, 2>, LaunchShape{grid, block}, stream, a);
+    case 3: return launch_kernel(ssd_state_update_kernel<T, S, 3>, LaunchShape{grid, block}, stream, a);
+    case 4: return launch_kernel(ssd_state_update_kernel<T, S, 4>, LaunchShape{grid, block}, stream, a);
+    case 5: return launch_kernel(ssd_state_update_kernel<T, S, 5>, LaunchShape{grid, block}, stream, a);
+    case 6: return launch_kernel(ssd_state_update_kernel<T, S, 6>, LaunchShape{grid, block}, stream, a);
+    case 7: return launch_kernel(ssd_state_update_kernel<T, S, 7>, LaunchShape{grid, block}, stream, a);
+    case 8: return launch_kernel(ssd_state_update_kernel<T, S, 8>, LaunchShape{grid, block}, stream, a);
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -370,34 +370,70 @@ struct QuantizedCudaBackend::Impl {
     cuda_ok(kernels::launch_activation_format(a, stream), what);
   }
 
-  // out[m, n] = x · wᵀ (+ bias[n] on the integer paths), x as enqueue_format left it.
-  void enqueue_linear(const DeviceLinear& L, int64_t m, float x_scale, const float* bias, float* out,
-                      const char* what) const {
+  // The decode GEMV of a projection at m rows, when it has one (qgemv_supported).
+  bool decode_gemv(const DeviceLinear& L, int64_t m, float x_scale, kernels::QgemvArgs& q) const {
     using Path = DeviceLinear::Path;
-    if (m <= kernels::kQgemvMaxRows && (L.path != Path::kFloat || L.bits == 4) &&
-        !(L.path == Path::kInt8Grouped && L.bits == 8)) {
-      kernels::QgemvArgs q;
-      q.kind = L.path == Path::kInt8PerChannel ? kernels::QgemvKind::kW8A8
-               : L.path == Path::kInt8Grouped  ? kernels::QgemvKind::kW4A8
-                                               : kernels::QgemvKind::kW4A16;
-      q.m = static_cast<int>(m);
-      q.n = static_cast<int>(L.n);
-      q.k = static_cast<int>(L.k);
-      q.x_int8 = work.x8;
-      q.x_f16 = work.x16;
-      q.ldx = L.k;
-      q.x_scale = x_scale;
-      q.w = L.values.at<void>(0);
-      q.w_scales = L.scales.at<float>(0);
-      q.group_size = L.group_size;
-      q.bias = L.folds_bias() ? bias : nullptr;
+    if (m > kernels::kQgemvMaxRows || (L.path == Path::kFloat && L.bits != 4) ||
+        (L.path == Path::kInt8Grouped && L.bits == 8))
+      return false;
+    q.kind = L.path == Path::kInt8PerChannel ? kernels::QgemvKind::kW8A8
+             : L.path == Path::kInt8Grouped  ? kernels::QgemvKind::kW4A8
+                                             : kernels::QgemvKind::kW4A16;
+    q.m = static_cast<int>(m);
+    q.n = static_cast<int>(L.n);
+    q.k = static_cast<int>(L.k);
+    q.x_int8 = work.x8;
+    q.x_f16 = work.x16;
+    q.ldx = L.k;
+    q.x_scale = x_scale;
+    q.w = L.values.at<void>(0);
+    q.w_scales = L.scales.at<float>(0);
+    q.group_size = L.group_size;
+    q.out = work.proj;  // the caller's output; the check only needs one
+    q.ldout = L.n;
+    return kernels::qgemv_supported(q);
+  }
+
+  // Whether the projection's epilogue (qgemv or scale_int32) can add bias and output into the fp32
+  // residual itself — the residual add of the next norm, with the same roundings.
+  bool adds_into_residual(const DeviceLinear& L, int64_t m) const {
+    kernels::QgemvArgs q;
+    return L.path != DeviceLinear::Path::kFloat || decode_gemv(L, m, 1.f, q);
+  }
+
+  // Whether in_proj's GEMV builds its int8 input from the residual itself (the norm prologue):
+  // one decode row only, where it saves the norm's launch; every block repeats the norm, which
+  // measured slower than the separate kernel from 4 rows (docs/kernels/quantized_projections.md).
+  bool norm_in_gemv(const DeviceLayer& d, int64_t m) const {
+    kernels::QgemvArgs q;
+    if (m != 1 || !d.in_proj.int8_input() || !decode_gemv(d.in_proj, m, d.in_proj_in.scale0, q)) return false;
+    q.norm_residual = work.residual;
+    q.norm_weight = d.norm.at<float>(0);
+    return kernels::qgemv_supported(q);
+  }
+
+  // out[m, n] = x · wᵀ (+ bias[n] on the integer paths), x as enqueue_format left it; with
+  // `residual_add` (adds_into_residual) out is the fp32 residual, and out += x · wᵀ + bias.
+  // `norm_weight`: in_proj's input is the RMSNorm of the residual, built inside the GEMV.
+  void enqueue_linear(const DeviceLinear& L, int64_t m, float x_scale, const float* bias, float* out, const char* what,
+                      bool residual_add = false, const float* norm_weight = nullptr) const {
+    using Path = DeviceLinear::Path;
+    kernels::QgemvArgs q;
+    if (decode_gemv(L, m, x_scale, q)) {
+      q.bias = L.folds_bias() || residual_add ? bias : nullptr;
       q.out = out;
       q.ldout = L.n;
-      if (kernels::qgemv_supported(q)) {
-        cuda_ok(kernels::launch_qgemv(q, stream), what);
-        return;
+      q.accumulate = residual_add;
+      if (norm_weight) {
+        q.norm_residual = work.residual;
+        q.norm_weight = norm_weight;
+        q.norm_eps = static_cast<float>(config.norm_eps);
       }
+      cuda_ok(kernels::launch_qgemv(q, stream), what);
+      return;
     }
+    if (norm_weight || (residual_add && L.path == Path::kFloat))
+      fail("internal: {} cannot fuse the norm or the residual add here", what);
     kernels::GemmArgs g;
     g.m = m;
     g.n = L.n;
@@ -455,6 +491,7 @@ struct QuantizedCudaBackend::Impl {
     s.bias = bias;
     s.out = out;
     s.ldout = L.n;
+    s.accumulate = residual_add;
     s.groups = L.groups;
     s.chain = work.chain;
     for (int group = 0; group < L.groups; ++group) {
@@ -473,27 +510,33 @@ struct QuantizedCudaBackend::Impl {
     const int64_t H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state, GN = G * N;
     const float eps = static_cast<float>(c.norm_eps);
 
-    kernels::AddRmsNormArgs norm;
-    norm.rows = M;
-    norm.dim = static_cast<int>(D);
-    norm.eps = eps;
-    norm.residual = work.residual;
-    norm.delta = previous ? work.proj : nullptr;
-    norm.delta_bias = previous && !previous->out_proj.folds_bias() && previous->out_bias.bytes()
-                          ? previous->out_bias.at<float>(0) : nullptr;
-    norm.weight = d.norm.at<float>(0);
-    if (d.in_proj.int8_input()) {  // the norm quantizes for the integer GEMM itself
-      norm.out = work.x8;
-      norm.out_type = ElementType::kS8;
-      norm.out_scale = d.in_proj_in.scale0;
-      cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
+    // The previous out_proj either added its output into the residual itself or left it in proj.
+    const bool pending_delta = previous && !adds_into_residual(previous->out_proj, M);
+    if (!pending_delta && norm_in_gemv(d, M)) {
+      enqueue_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj (with the RMSNorm)",
+                     /*residual_add=*/false, d.norm.at<float>(0));
     } else {
-      norm.out = work.normed;
-      norm.out_type = ElementType::kF32;
-      cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
-      enqueue_format(d.in_proj_in, work.normed, M, D, D, Reader::kFloat16, "in_proj input");
+      kernels::AddRmsNormArgs norm;
+      norm.rows = M;
+      norm.dim = static_cast<int>(D);
+      norm.eps = eps;
+      norm.residual = work.residual;
+      norm.delta = pending_delta ? work.proj : nullptr;
+      norm.delta_bias = pending_delta && previous->out_bias.bytes() ? previous->out_bias.at<float>(0) : nullptr;
+      norm.weight = d.norm.at<float>(0);
+      if (d.in_proj.int8_input()) {  // the norm quantizes for the integer GEMM itself
+        norm.out = work.x8;
+        norm.out_type = ElementType::kS8;
+        norm.out_scale = d.in_proj_in.scale0;
+        cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
+      } else {
+        norm.out = work.normed;
+        norm.out_type = ElementType::kF32;
+        cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
+        enqueue_format(d.in_proj_in, work.normed, M, D, D, Reader::kFloat16, "in_proj input");
+      }
+      enqueue_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj");
     }
-    enqueue_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj");
 
     kernels::CausalConv1dArgs conv;
     conv.batch = static_cast<int>(batch);
@@ -627,8 +670,9 @@ struct QuantizedCudaBackend::Impl {
       cuda_ok(kernels::launch_hadamard_quant(gated, stream), "gated norm + Hadamard");
       enqueue_format(d.out_proj_in, work.gated, M, E, E, reader, "out_proj input");
     }
+    const bool residual_add = adds_into_residual(d.out_proj, M);
     enqueue_linear(d.out_proj, M, d.out_proj_in.scale0, d.out_bias.bytes() ? d.out_bias.at<float>(0) : nullptr,
-                   work.proj, "out_proj");
+                   residual_add ? work.residual : work.proj, "out_proj", residual_add);
   }
 
   void enqueue_body(int64_t batch, int64_t length, QuantizedCudaState& state) const {
@@ -651,8 +695,9 @@ struct QuantizedCudaBackend::Impl {
     norm.dim = static_cast<int>(D);
     norm.eps = static_cast<float>(c.norm_eps);
     norm.residual = work.residual;
-    norm.delta = work.proj;
-    norm.delta_bias = !last.out_proj.folds_bias() && last.out_bias.bytes() ? last.out_bias.at<float>(0) : nullptr;
+    const bool pending_delta = !adds_into_residual(last.out_proj, M);
+    norm.delta = pending_delta ? work.proj : nullptr;
+    norm.delta_bias = pending_delta && last.out_bias.bytes() ? last.out_bias.at<float>(0) : nullptr;
     norm.weight = norm_f.at<float>(0);
     norm.out = work.normed;
     norm.out_type = ElementType::kF32;

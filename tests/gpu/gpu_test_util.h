@@ -81,4 +81,11 @@ inline void require_device() {
   ASSERT_GT(count, 0);
 }
 
+inline int compute_capability_major() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return 0;
+  return major;
+}
+
 }  // namespace ssdq::testing

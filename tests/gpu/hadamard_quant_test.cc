@@ -1,6 +1,7 @@
 // The rotated, quantized out_proj input against the quantized CPU layer's steps: without the gate
 // the Hadamard rotation and the int8 quantization are bit-identical (every supported K); with the
-// gated RMSNorm in front, int8 outputs are within one step, rarely off.
+// gated RMSNorm in front, int8 outputs are within one step, rarely off. Both schedules (one block a
+// row; a row over a cluster of blocks, on sm_90) are checked on every shape.
 #include "kernels/hadamard_quant.h"
 
 #include <gtest/gtest.h>
@@ -16,13 +17,22 @@
 namespace ssdq {
 namespace {
 
+using Schedule = kernels::HadamardQuantSchedule;
+
 struct Case {
   int rows, n, groups;
   bool gated;
+  Schedule schedule;
 };
 
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
-  return fmt::format("rows{}_n{}_g{}{}", info.param.rows, info.param.n, info.param.groups, info.param.gated ? "_gated" : "");
+  return fmt::format("rows{}_n{}_g{}{}_{}", info.param.rows, info.param.n, info.param.groups,
+                     info.param.gated ? "_gated" : "", info.param.schedule == Schedule::kCluster ? "cluster" : "rows");
+}
+
+// A cluster case on a device without clusters is skipped; on sm_90 it must run.
+bool schedule_available(Schedule schedule) {
+  return schedule != Schedule::kCluster || testing::compute_capability_major() >= 9;
 }
 
 class HadamardQuant : public ::testing::TestWithParam<Case> {};
@@ -30,6 +40,7 @@ class HadamardQuant : public ::testing::TestWithParam<Case> {};
 TEST_P(HadamardQuant, MatchesTheCpuSteps) {
   testing::require_device();
   const Case c = GetParam();
+  if (!schedule_available(c.schedule)) GTEST_SKIP() << "thread block clusters need sm_90";
   std::mt19937 rng(c.rows * 5 + c.n);
   const int64_t ldy = c.n + 8, z_stride = c.n + 40;
   auto y = testing::random_vector(size_t(c.rows) * ldy, -2.f, 2.f, rng);
@@ -65,6 +76,7 @@ TEST_P(HadamardQuant, MatchesTheCpuSteps) {
   a.normalize = static_cast<float>(1.0 / std::sqrt(double(c.n)));
   a.out = d_q.get();
   a.out_scale = scale;
+  a.schedule = c.schedule;
   ASSERT_TRUE(kernels::hadamard_quant_supported(a));
   ASSERT_EQ(kernels::launch_hadamard_quant(a, nullptr), cudaSuccess);
   a.out = d_f32.get();
@@ -87,8 +99,11 @@ TEST_P(HadamardQuant, MatchesTheCpuSteps) {
 }
 
 // rotate = false: the gated norm alone (the recipes without online Hadamard), any width.
-TEST(HadamardQuant, WithoutRotationIsTheGatedNorm) {
+class HadamardQuantWithoutRotation : public ::testing::TestWithParam<Schedule> {};
+
+TEST_P(HadamardQuantWithoutRotation, IsTheGatedNorm) {
   testing::require_device();
+  if (!schedule_available(GetParam())) GTEST_SKIP() << "thread block clusters need sm_90";
   const int rows = 6, n = 384, groups = 2;
   std::mt19937 rng(21);
   auto y = testing::random_vector(size_t(rows) * n, -2.f, 2.f, rng);
@@ -107,6 +122,7 @@ TEST(HadamardQuant, WithoutRotationIsTheGatedNorm) {
   a.norm_weight = d_w.get();
   a.group_size = n / groups;
   a.rotate = false;
+  a.schedule = GetParam();
   a.out = d_out.get();
   a.out_type = kernels::ElementType::kF32;
   ASSERT_TRUE(kernels::hadamard_quant_supported(a));  // 384 is no K·2^m of a rotation
@@ -117,12 +133,22 @@ TEST(HadamardQuant, WithoutRotationIsTheGatedNorm) {
   EXPECT_FALSE(kernels::hadamard_quant_supported(a));
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, HadamardQuant,
-                         ::testing::Values(Case{3, 256, 1, false}, Case{2, 768, 1, false}, Case{2, 1280, 1, false},
-                                           Case{2, 1792, 1, false}, Case{5, 5120, 1, false}, Case{1, 8192, 8, false},
-                                           Case{1, 20480, 1, false}, Case{4, 5120, 1, true}, Case{3, 8192, 8, true},
-                                           Case{2, 512, 2, true}),
-                         name_of);
+std::vector<Case> cases() {
+  const std::vector<Case> shapes = {{3, 256, 1, false},  {2, 768, 1, false}, {2, 1280, 1, false}, {2, 1792, 1, false},
+                                    {5, 5120, 1, false}, {1, 8192, 8, false}, {1, 20480, 1, false}, {4, 5120, 1, true},
+                                    {3, 8192, 8, true},  {2, 512, 2, true},   {40, 1280, 4, true}};
+  std::vector<Case> all;
+  for (Schedule schedule : {Schedule::kRowPerBlock, Schedule::kCluster})
+    for (Case c : shapes) {
+      c.schedule = schedule;
+      all.push_back(c);
+    }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, HadamardQuant, ::testing::ValuesIn(cases()), name_of);
+INSTANTIATE_TEST_SUITE_P(Schedules, HadamardQuantWithoutRotation,
+                         ::testing::Values(Schedule::kRowPerBlock, Schedule::kCluster));
 
 }  // namespace
 }  // namespace ssdq

@@ -15,6 +15,7 @@
 #include "kernels/causal_conv1d.h"
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
+#include "kernels/hadamard_quant.h"
 #include "kernels/qgemv.h"
 #include "kernels/scale_int32.h"
 #include "kernels/ssd_state_update.h"
@@ -346,6 +347,74 @@ void bench_conv_decode(int batch, double bandwidth) {
   (void)bandwidth;
 }
 
+// out_proj's input at decode: gated norm + Hadamard + int8, one block a row against a cluster.
+void bench_hadamard_quant(int rows, int n, int base_order, int groups) {
+  std::mt19937 rng(8);
+  kernels::HadamardQuantArgs a;
+  a.rows = rows;
+  a.n = n;
+  a.y = device_random(size_t(rows) * n, -1, 1, rng);
+  a.ldy = n;
+  a.z = device_random(size_t(rows) * n, -1, 1, rng);
+  a.z_stride = n;
+  a.norm_weight = device_random(n, 0.5f, 1.5f, rng);
+  a.group_size = n / groups;
+  a.base_order = base_order;
+  std::vector<int8_t> signs(size_t(base_order) * base_order);
+  for (size_t i = 0; i < signs.size(); ++i) signs[i] = (i * 7 + i / base_order) % 3 ? 1 : -1;
+  int8_t* d_signs = nullptr;
+  check_cuda(cudaMalloc(&d_signs, signs.size()), "cudaMalloc");
+  check_cuda(cudaMemcpy(d_signs, signs.data(), signs.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  a.base_matrix = base_order > 1 ? d_signs : nullptr;
+  a.normalize = 1.f / std::sqrt(float(n));
+  check_cuda(cudaMalloc(&a.out, size_t(rows) * n), "cudaMalloc");
+  a.out_scale = 0.02f;
+  std::string line = fmt::format("hadamard_quant    rows {:3d} n {:5d} (K {:2d}, {} groups):", rows, n, base_order, groups);
+  for (auto schedule : {kernels::HadamardQuantSchedule::kRowPerBlock, kernels::HadamardQuantSchedule::kCluster}) {
+    a.schedule = schedule;
+    const bool ok = kernels::hadamard_quant_supported(a);
+    const double us = ok ? time_us([&] { return kernels::launch_hadamard_quant(a, nullptr); }) : NAN;
+    line += fmt::format("  {} {:6.2f} us", schedule == kernels::HadamardQuantSchedule::kCluster ? "cluster" : "row", us);
+  }
+  fmt::print("{}\n", line);
+}
+
+// in_proj's input at decode: add_rmsnorm (int8 out) then the GEMV, against the GEMV's norm prologue.
+void bench_norm_qgemv(int m, kernels::QgemvKind kind) {
+  std::mt19937 rng(9);
+  const int n = 10576, k = 2560;
+  kernels::AddRmsNormArgs norm;
+  norm.rows = m;
+  norm.dim = k;
+  norm.residual = device_random(size_t(m) * k, -1, 1, rng);
+  norm.weight = device_random(k, 0.5f, 1.5f, rng);
+  check_cuda(cudaMalloc(&norm.out, size_t(m) * k), "cudaMalloc");
+  norm.out_type = kernels::ElementType::kS8;
+  norm.out_scale = 0.02f;
+  kernels::QgemvArgs a;
+  a.kind = kind;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.x_int8 = static_cast<int8_t*>(norm.out);
+  a.ldx = k;
+  a.x_scale = norm.out_scale;
+  a.w = device_random(size_t(n) * k / 4, -1, 1, rng);
+  a.w_scales = device_random(size_t(n) * (k / 128), 0.001f, 0.01f, rng);
+  a.group_size = 128;
+  a.out = device_random(size_t(m) * n, -1, 1, rng);
+  a.ldout = n;
+  const double separate = time_us([&] {
+    const cudaError_t status = kernels::launch_add_rmsnorm(norm, nullptr);
+    return status != cudaSuccess ? status : kernels::launch_qgemv(a, nullptr);
+  });
+  a.norm_residual = norm.residual;
+  a.norm_weight = norm.weight;
+  const double fused = time_us([&] { return kernels::launch_qgemv(a, nullptr); });
+  fmt::print("norm + {} in_proj m {:2d}: add_rmsnorm then qgemv {:6.2f} us, norm in the qgemv prologue {:6.2f} us\n",
+             kind == kernels::QgemvKind::kW8A8 ? "W8A8" : "W4A8", m, separate, fused);
+}
+
 }  // namespace
 }  // namespace ssdq
 
@@ -360,6 +429,10 @@ int main() {
   for (int rows : {1, 32, 2048, 16384}) ssdq::bench_add_rmsnorm(rows, 2560, bandwidth);
   for (int m : {1, 2, 4}) ssdq::bench_gemv(m, bandwidth);
   for (int m : {1, 4, 16}) ssdq::bench_qgemv(m, bandwidth);
+  for (int m : {1, 4, 16})
+    for (auto kind : {ssdq::kernels::QgemvKind::kW8A8, ssdq::kernels::QgemvKind::kW4A8}) ssdq::bench_norm_qgemv(m, kind);
+  for (int rows : {1, 4, 16, 32}) ssdq::bench_hadamard_quant(rows, 5120, 20, 1);  // mamba2-2.7b
+  for (int rows : {1, 16}) ssdq::bench_hadamard_quant(rows, 8192, 1, 8);         // 8B-like
   for (int64_t m : {2048, 16384}) {  // mamba2-2.7b prefill of 1 × 2048 and 8 × 2048 tokens
     ssdq::bench_gemm_s8(m, 10576, 2560, false);  // in_proj
     ssdq::bench_gemm_s8(m, 2560, 5120, true);    // out_proj

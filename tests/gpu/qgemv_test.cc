@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/add_rmsnorm.h"
+
 #include <cstring>
 
 #include "quant/quantizer.h"
@@ -161,6 +163,99 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Qgemv, ::testing::ValuesIn(cases()), name_of);
 
+// The norm prologue builds the int8 input add_rmsnorm would write (same bits), so the fused
+// projection equals add_rmsnorm → qgemv bit for bit, for every kernel that can take it.
+struct NormCase {
+  kernels::QgemvKind kind;
+  int m, n, k;
+  kernels::QgemvSchedule schedule;
+};
+
+class QgemvNormPrologue : public ::testing::TestWithParam<NormCase> {};
+
+TEST_P(QgemvNormPrologue, EqualsTheNormKernelThenTheGemv) {
+  testing::require_device();
+  const NormCase c = GetParam();
+  const int group_size = 128;
+  std::mt19937 rng(c.m * 17 + c.n + c.k);
+  std::vector<int8_t> w_bytes(c.kind == kernels::QgemvKind::kW8A8 ? size_t(c.n) * c.k : size_t(c.n) * c.k / 2);
+  std::uniform_int_distribution<int> byte(-128, 127);
+  for (int8_t& b : w_bytes) b = static_cast<int8_t>(byte(rng));
+  const int groups = c.kind == kernels::QgemvKind::kW8A8 ? 1 : c.k / group_size;
+  auto scales = testing::random_vector(size_t(c.n) * groups, 0.001f, 0.01f, rng);
+  auto residual = testing::random_vector(size_t(c.m) * c.k, -3.f, 3.f, rng);
+  auto weight = testing::random_vector(c.k, 0.5f, 1.5f, rng);
+  const float s_x = 0.021f;  // some values saturate
+  testing::DeviceBuffer<int8_t> d_w(w_bytes), d_x(std::vector<int8_t>(size_t(c.m) * c.k));
+  testing::DeviceBuffer<float> d_scales(scales), d_residual(residual), d_weight(weight),
+      d_unfused(std::vector<float>(size_t(c.m) * c.n)), d_fused(std::vector<float>(size_t(c.m) * c.n));
+
+  kernels::AddRmsNormArgs norm;
+  norm.rows = c.m;
+  norm.dim = c.k;
+  norm.eps = 1e-5f;
+  norm.residual = d_residual.get();
+  norm.weight = d_weight.get();
+  norm.out = d_x.get();
+  norm.out_type = kernels::ElementType::kS8;
+  norm.out_scale = s_x;
+  ASSERT_EQ(kernels::launch_add_rmsnorm(norm, nullptr), cudaSuccess);
+
+  kernels::QgemvArgs a;
+  a.kind = c.kind;
+  a.m = c.m;
+  a.n = c.n;
+  a.k = c.k;
+  a.x_int8 = d_x.get();
+  a.ldx = c.k;
+  a.x_scale = s_x;
+  a.w = d_w.get();
+  a.w_scales = d_scales.get();
+  a.group_size = group_size;
+  a.out = d_unfused.get();
+  a.ldout = c.n;
+  a.schedule = c.schedule;
+  ASSERT_TRUE(kernels::qgemv_supported(a));
+  ASSERT_EQ(kernels::launch_qgemv(a, nullptr), cudaSuccess);
+  a.x_int8 = nullptr;
+  a.norm_residual = d_residual.get();
+  a.norm_weight = d_weight.get();
+  a.norm_eps = 1e-5f;
+  a.out = d_fused.get();
+  ASSERT_TRUE(kernels::qgemv_supported(a));
+  ASSERT_EQ(kernels::launch_qgemv(a, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> unfused = d_unfused.to_host(), fused = d_fused.to_host();
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < fused.size(); ++i)
+    if (std::memcmp(&fused[i], &unfused[i], sizeof(float)) != 0 && mismatches++ < 5)
+      ADD_FAILURE() << "element " << i << ": fused " << fused[i] << " vs unfused " << unfused[i];
+  EXPECT_EQ(mismatches, 0);
+}
+
+std::vector<NormCase> norm_cases() {
+  using K = kernels::QgemvKind;
+  using S = kernels::QgemvSchedule;
+  std::vector<NormCase> out;
+  for (int m : {1, 3, 16}) {
+    out.push_back({K::kW8A8, m, 300, 2560, S::kSplitGroups});
+    out.push_back({K::kW8A8, m, 300, 2560, S::kSplitK});
+    out.push_back({K::kW4A8, m, 300, 2560, S::kSplitGroups});
+    out.push_back({K::kW4A8, m, 300, 2560, S::kQuad});
+  }
+  out.push_back({K::kW8A8, 16, 64, 4096, S::kAuto});  // 64 KB of shared input rows: the opt-in
+  out.push_back({K::kW4A8, 2, 70, 1152, S::kQuad});  // 9 groups: k not a multiple of 256
+  return out;
+}
+
+std::string norm_name(const ::testing::TestParamInfo<NormCase>& info) {
+  const NormCase& c = info.param;
+  return fmt::format("{}_m{}_n{}_k{}_s{}", c.kind == kernels::QgemvKind::kW8A8 ? "w8a8" : "w4a8", c.m, c.n, c.k,
+                     static_cast<int>(c.schedule));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, QgemvNormPrologue, ::testing::ValuesIn(norm_cases()), norm_name);
+
 TEST(Qgemv, RefusesWhatItCannotRun) {
   kernels::QgemvArgs a;
   a.kind = kernels::QgemvKind::kW4A8;
@@ -181,6 +276,13 @@ TEST(Qgemv, RefusesWhatItCannotRun) {
   EXPECT_TRUE(kernels::qgemv_supported(a));
   a.m = 17;
   EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.m = 16;
+  a.k = 8192;  // the norm prologue's input rows would not fit in shared memory
+  a.norm_residual = scales;
+  a.norm_weight = scales;
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.norm_residual = nullptr;
+  a.k = 256;
   a.m = 1;
   a.out_type = kernels::ElementType::kBF16;
   a.accumulate = true;

@@ -1,0 +1,87 @@
+// Programmatic dependent launch (sm_90): a kernel launched by launch_kernel may be scheduled while
+// the kernel before it in the stream is still running, so its launch latency and its independent
+// prologue (prefetching weights, loading constants) overlap the previous kernel's tail. Each such
+// kernel must call wait_for_previous_grid() before it reads anything an earlier kernel wrote or
+// writes anything at all: that returns once the previous grid has completed and its writes are
+// visible (and, because every kernel in the chain waits the same way, all grids before it too).
+// allow_next_grid() lets the next kernel be scheduled once every block of this one has called it.
+// On devices before sm_90, and for kernels launched without the attribute, both are no-ops.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <utility>
+
+namespace ssdq::kernels {
+
+__device__ inline void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ inline void allow_next_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Fetches the first min(bytes, kPrefetchBytesPerWarp) of [p, p + bytes) into L2 without waiting:
+// 128-byte lines spread over the warp's lanes. Bounded, because a whole first wave of GEMV blocks
+// prefetching whole weight rows asks for more than L2 holds.
+constexpr long long kPrefetchBytesPerWarp = 2048;
+__device__ inline void prefetch_l2(const void* p, long long bytes, int lane) {
+  const char* base = static_cast<const char*>(p);
+  bytes = bytes < kPrefetchBytesPerWarp ? bytes : kPrefetchBytesPerWarp;
+  for (long long offset = static_cast<long long>(lane) * 128; offset < bytes; offset += 32 * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + offset));
+}
+
+// Whether the current device can launch programmatically (compute capability 9.0 or newer),
+// asked once per device.
+inline bool programmatic_launch_supported() {
+  static std::atomic<signed char> known[64];  // 0 not asked yet, 1 no, 2 yes
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
+  signed char state = known[device].load(std::memory_order_relaxed);
+  if (state == 0) {
+    int major = 0;
+    state = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9 ? 2 : 1;
+    known[device].store(state, std::memory_order_relaxed);
+  }
+  return state == 2;
+}
+
+struct LaunchShape {
+  dim3 grid, block;
+  size_t shared = 0;
+  unsigned cluster = 1;  // blocks of a thread block cluster along x (sm_90), 1 for none
+};
+
+// kernel<<<grid, block, shared, stream>>>(args...), programmatic where the device allows it.
+// Only for kernels that call wait_for_previous_grid() as described above.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), const LaunchShape& shape, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = shape.grid;
+  config.blockDim = shape.block;
+  config.dynamicSmemBytes = shape.shared;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[2];
+  config.attrs = attribute;
+  if (programmatic_launch_supported()) {
+    attribute[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[config.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (shape.cluster > 1) {
+    attribute[config.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attribute[config.numAttrs].val.clusterDim.x = shape.cluster;
+    attribute[config.numAttrs].val.clusterDim.y = 1;
+    attribute[config.numAttrs++].val.clusterDim.z = 1;
+  }
+  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  return status != cudaSuccess ? status : cudaGetLastError();
+}
+
+}  // namespace ssdq::kernels

@@ -1,0 +1,37 @@
+// The RMSNorm scale of one fp32 row, 1/sqrt(mean(x²) + eps), computed with one summation order
+// for every block width: 256 lanes take elements i ≡ lane (mod 256), each warp's 32 lanes reduce
+// with an xor-shuffle tree, and the 8 warp sums add up in warp order. A block of kThreads (32, 64,
+// 128 or 256) plays 256 / kThreads lanes per thread, so add_rmsnorm (256 threads) and the norm
+// prologue of the quantized GEMV (128 or 256 threads) give the same bits.
+#pragma once
+
+namespace ssdq::kernels {
+
+template <int kThreads>
+__device__ inline float rmsnorm_row_scale(const float* row, int dim, float eps) {
+  constexpr int kLanes = 256, kPer = kLanes / kThreads, kWarpsPerPass = kThreads / 32;
+  static_assert(kThreads % 32 == 0 && kLanes % kThreads == 0, "whole warps dividing 256");
+  __shared__ float warp_sums[kLanes / 32];
+  float sum[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    sum[j] = 0.f;
+    for (int i = threadIdx.x + j * kThreads; i < dim; i += kLanes) sum[j] = __fmaf_rn(row[i], row[i], sum[j]);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) sum[j] += __shfl_xor_sync(0xffffffffu, sum[j], offset);
+  }
+  __syncthreads();  // a previous call's readers are done with warp_sums
+  if (threadIdx.x % 32 == 0)
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) warp_sums[j * kWarpsPerPass + threadIdx.x / 32] = sum[j];
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < kLanes / 32; ++w) total += warp_sums[w];
+  return rsqrtf(total / dim + eps);
+}
+
+// One normalized element, as the norm kernels round it: (x · scale) · weight.
+__device__ inline float rmsnorm_value(float x, float scale, float weight) { return __fmul_rn(__fmul_rn(x, scale), weight); }
+
+}  // namespace ssdq::kernels
