@@ -151,6 +151,17 @@ __global__ void __launch_bounds__(kClusterThreads) hadamard_quant_cluster_kernel
       }
     }
     for (int gi = 0; gi < groups; ++gi) {
+      // Skip (block-uniformly) the groups none of this block's columns fall in: at the 8B-like
+      // shape (one K block of 8192, 8 groups) each block's slice is one group.
+      bool touched = false;
+      for (int k = 0; k < segments && !touched; ++k) {
+        const int first = k * m + rank * span, last = first + span;  // [first, last)
+        touched = first < (gi + 1) * a.group_size && gi * a.group_size < last;
+      }
+      if (!touched) {
+        if (threadIdx.x == 0) group_partial[gi] = 0.f;
+        continue;
+      }
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < kClusterPerThread; ++j)
