@@ -243,13 +243,6 @@ __global__ void __launch_bounds__(kClusterThreads) hadamard_quant_cluster_kernel
 
 bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
-bool device_has_clusters() {
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
-  return major >= 9;
-}
-
 // The shapes kCluster splits: the row's K blocks of m divide into 8 slices, and with rotation
 // each slice again into 8 (m ≥ 64); a handful of norm groups.
 bool cluster_shape_ok(const HadamardQuantArgs& a) {
@@ -265,7 +258,7 @@ bool use_cluster(const HadamardQuantArgs& a) {
     case HadamardQuantSchedule::kCluster: return true;
     case HadamardQuantSchedule::kAuto: break;
   }
-  return a.rows <= kHadamardClusterMaxRows && cluster_shape_ok(a) && device_has_clusters();
+  return a.rows <= kHadamardClusterMaxRows && cluster_shape_ok(a) && device_is_sm90_or_newer();
 }
 
 bool common_supported(const HadamardQuantArgs& a) {
@@ -293,7 +286,7 @@ cudaError_t launch_cluster(const HadamardQuantArgs& a, cudaStream_t stream) {
 
 bool hadamard_quant_supported(const HadamardQuantArgs& a) {
   if (!common_supported(a)) return false;
-  if (a.schedule == HadamardQuantSchedule::kCluster) return cluster_shape_ok(a) && device_has_clusters();
+  if (a.schedule == HadamardQuantSchedule::kCluster) return cluster_shape_ok(a) && device_is_sm90_or_newer();
   return true;
 }
 

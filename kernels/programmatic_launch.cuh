@@ -38,20 +38,25 @@ __device__ inline void prefetch_l2(const void* p, long long bytes, int lane) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(base + offset));
 }
 
-// Whether the current device can launch programmatically (compute capability 9.0 or newer),
-// asked once per device.
-inline bool programmatic_launch_supported() {
-  static std::atomic<signed char> known[64];  // 0 not asked yet, 1 no, 2 yes
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
-  signed char state = known[device].load(std::memory_order_relaxed);
-  if (state == 0) {
-    int major = 0;
-    state = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9 ? 2 : 1;
-    known[device].store(state, std::memory_order_relaxed);
+// An attribute of the current device, asked once per (device, attribute) and cached; 0 when the
+// query fails.
+inline int current_device_attribute(cudaDeviceAttr attribute) {
+  constexpr int kDevices = 64, kAttributes = 2;
+  static std::atomic<int> known[kDevices][kAttributes];  // value + 1; 0: not asked yet
+  const int slot = attribute == cudaDevAttrComputeCapabilityMajor ? 0 : attribute == cudaDevAttrMultiProcessorCount ? 1 : -1;
+  int device = 0, value = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return 0;
+  if (slot >= 0) {
+    const int cached = known[device][slot].load(std::memory_order_relaxed);
+    if (cached > 0) return cached - 1;
   }
-  return state == 2;
+  if (cudaDeviceGetAttribute(&value, attribute, device) != cudaSuccess) value = 0;
+  if (slot >= 0) known[device][slot].store(value + 1, std::memory_order_relaxed);
+  return value;
 }
+
+// Programmatic dependent launch and thread block clusters: compute capability 9.0 or newer.
+inline bool device_is_sm90_or_newer() { return current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9; }
 
 struct LaunchShape {
   dim3 grid, block;
@@ -70,7 +75,7 @@ cudaError_t launch_kernel(void (*kernel)(Params...), const LaunchShape& shape, c
   config.stream = stream;
   cudaLaunchAttribute attribute[2];
   config.attrs = attribute;
-  if (programmatic_launch_supported()) {
+  if (device_is_sm90_or_newer()) {
     attribute[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute[config.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
   }

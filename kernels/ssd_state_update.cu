@@ -84,9 +84,11 @@ __global__ void __launch_bounds__(kWarps * 32) ssd_state_update_kernel(SsdStateU
 
 template <typename T, typename S>
 cudaError_t launch_typed(const SsdStateUpdateArgs& a, cudaStream_t stream) {
-  // Enough blocks for ~2 waves on a large GPU, but at least one row per warp in each block.
-  const int blocks = a.heads * a.batch;
-  const int splits = std::max(1, std::min((264 + blocks - 1) / blocks, a.headdim / kWarps));
+  // Small batches split each head's rows over several blocks, up to one row a warp, while the
+  // blocks fit the GPU at once (8 of 256 threads an SM): the per-row chain of dependent loads,
+  // not bandwidth, is what a decode step waits for.
+  const int blocks = a.heads * a.batch, resident = 8 * std::max(1, current_device_attribute(cudaDevAttrMultiProcessorCount));
+  const int splits = std::max(1, std::min(resident / blocks, a.headdim / kWarps));
   const dim3 grid(a.heads, a.batch, splits), block(kWarps * 32);
   switch (a.dstate / 32) {
     case 1: return launch_kernel(ssd_state_update_kernel<T, S, 1>, LaunchShape{grid, block}, stream, a);

@@ -34,6 +34,18 @@ std::string name_of(const ::testing::TestParamInfo<Case>& info) {
                                                                        : "");
 }
 
+// Expects got and expected to hold the same float bits, reporting the first few differences.
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& expected, const char* got_name,
+                      const char* expected_name) {
+  ASSERT_EQ(got.size(), expected.size());
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0 && mismatches++ < 5)
+      ADD_FAILURE() << "element " << i << ": " << got_name << " " << got[i] << " vs " << expected_name << " "
+                    << expected[i];
+  EXPECT_EQ(mismatches, 0);
+}
+
 class Qgemv : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Qgemv, MatchesTheCpuSpecification) {
@@ -120,11 +132,7 @@ TEST_P(Qgemv, MatchesTheCpuSpecification) {
     EXPECT_LT(diff / scale, 2e-6) << "max |Δ| " << diff << " of max " << scale;
     return;
   }
-  int64_t mismatches = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0 && mismatches++ < 5)
-      ADD_FAILURE() << "element " << i << ": GPU " << got[i] << " vs CPU " << expected[i];
-  EXPECT_EQ(mismatches, 0);
+  expect_same_bits(got, expected, "GPU", "CPU");
 }
 
 std::vector<Case> cases() {
@@ -225,12 +233,7 @@ TEST_P(QgemvNormPrologue, EqualsTheNormKernelThenTheGemv) {
   ASSERT_TRUE(kernels::qgemv_supported(a));
   ASSERT_EQ(kernels::launch_qgemv(a, nullptr), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<float> unfused = d_unfused.to_host(), fused = d_fused.to_host();
-  int64_t mismatches = 0;
-  for (size_t i = 0; i < fused.size(); ++i)
-    if (std::memcmp(&fused[i], &unfused[i], sizeof(float)) != 0 && mismatches++ < 5)
-      ADD_FAILURE() << "element " << i << ": fused " << fused[i] << " vs unfused " << unfused[i];
-  EXPECT_EQ(mismatches, 0);
+  expect_same_bits(d_fused.to_host(), d_unfused.to_host(), "fused", "unfused");
 }
 
 std::vector<NormCase> norm_cases() {
