@@ -198,6 +198,9 @@ struct QuantizedCudaBackend::Impl {
   std::vector<DeviceLayer> layers;
   int hadamard_order = 1;
   size_t expand_bytes = 0;
+  // Whether any projection runs an integer GEMM for prefill (then the int32 accumulators are
+  // reserved) and whether any has several weight groups (then the fp32 chain too).
+  bool integer_gemm = false, grouped_gemm = false;
 
   DeviceBlock gemm_workspace;
   std::unique_ptr<kernels::Gemm> gemm;
@@ -268,6 +271,10 @@ struct QuantizedCudaBackend::Impl {
       d.in_proj = upload_linear(q.in_proj, q.in_proj_in, &counter, at + " in_proj");
       d.out_proj = upload_linear(q.out_proj, q.out_proj_in, &counter, at + " out_proj");
       expand_bytes = std::max({expand_bytes, d.in_proj.expand_bytes(), d.out_proj.expand_bytes()});
+      for (const DeviceLinear* L : {&d.in_proj, &d.out_proj}) {
+        integer_gemm = integer_gemm || L->path != DeviceLinear::Path::kFloat;
+        grouped_gemm = grouped_gemm || (L->path != DeviceLinear::Path::kFloat && L->groups > 1);
+      }
       d.in_proj_in = upload_format(q.in_proj_in, &counter);
       std::vector<float> in_codes, out_codes;
       append_format_codes(q.conv_in, c.conv_dim(), in_codes);
@@ -323,10 +330,10 @@ struct QuantizedCudaBackend::Impl {
     const int64_t logits_rows = std::max<int64_t>(1, std::min<int64_t>(M, kLogitsBlockBytes / (c.vocab_size * 4)));
     Layout layout;
     const size_t tokens = layout.add(M * 4), targets = layout.add(M * 4), argmax = layout.add(M * 4),
-                 acc = layout.add(M * widest_out * 4);
+                 acc = layout.add(integer_gemm ? M * widest_out * 4 : 0);
     const size_t residual = layout.add(M * D * 4), normed = layout.add(M * D * 4), zxbcdt = layout.add(M * in_dim * 4),
                  xbc = layout.add(M * c.conv_dim() * 4), y = layout.add(M * E * 4), gated = layout.add(M * E * 4),
-                 proj = layout.add(M * D * 4), chain = layout.add(M * widest_out * 4),
+                 proj = layout.add(M * D * 4), chain = layout.add(grouped_gemm ? M * widest_out * 4 : 0),
                  logits = layout.add(logits_rows * c.vocab_size * 4), nll = layout.add(M * 4);
     const size_t x8 = layout.add(M * widest_in), x16 = layout.add(M * widest_in * 2), expanded = layout.add(expand_bytes);
     cuda_ok(cudaStreamSynchronize(stream), "synchronize before resizing the workspace");
