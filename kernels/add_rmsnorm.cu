@@ -50,14 +50,10 @@ bool add_rmsnorm_supported(const AddRmsNormArgs& a) {
 
 cudaError_t launch_add_rmsnorm(const AddRmsNormArgs& a, cudaStream_t stream) {
   if (!add_rmsnorm_supported(a)) return cudaErrorInvalidValue;
-  if (a.out_type == ElementType::kS8) {
-    return launch_kernel(add_rmsnorm_kernel<Int8Out>, LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads)}, stream, a);
-  } else if (a.out_type == ElementType::kBF16) {
-    return launch_kernel(add_rmsnorm_kernel<__nv_bfloat16>, LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads)}, stream, a);
-  } else {
-    return launch_kernel(add_rmsnorm_kernel<float>, LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads)}, stream, a);
-  }
-  return cudaGetLastError();
+  const auto kernel = a.out_type == ElementType::kS8     ? add_rmsnorm_kernel<Int8Out>
+                      : a.out_type == ElementType::kBF16 ? add_rmsnorm_kernel<__nv_bfloat16>
+                                                         : add_rmsnorm_kernel<float>;
+  return launch_kernel(kernel, LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads)}, stream, a);
 }
 
 }  // namespace ssdq::kernels

@@ -101,7 +101,6 @@ cudaError_t launch_typed(const SsdStateUpdateArgs& a, cudaStream_t stream) {
     case 8: return launch_kernel(ssd_state_update_kernel<T, S, 8>, LaunchShape{grid, block}, stream, a);
     default: return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace

@@ -531,17 +531,12 @@ struct QuantizedCudaBackend::Impl {
       norm.delta = pending_delta ? work.proj : nullptr;
       norm.delta_bias = pending_delta && previous->out_bias.bytes() ? previous->out_bias.at<float>(0) : nullptr;
       norm.weight = d.norm.at<float>(0);
-      if (d.in_proj.int8_input()) {  // the norm quantizes for the integer GEMM itself
-        norm.out = work.x8;
-        norm.out_type = ElementType::kS8;
-        norm.out_scale = d.in_proj_in.scale0;
-        cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
-      } else {
-        norm.out = work.normed;
-        norm.out_type = ElementType::kF32;
-        cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
-        enqueue_format(d.in_proj_in, work.normed, M, D, D, Reader::kFloat16, "in_proj input");
-      }
+      const bool int8_input = d.in_proj.int8_input();  // then the norm quantizes for the GEMM itself
+      norm.out = int8_input ? static_cast<void*>(work.x8) : work.normed;
+      norm.out_type = int8_input ? ElementType::kS8 : ElementType::kF32;
+      norm.out_scale = d.in_proj_in.scale0;
+      cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
+      if (!int8_input) enqueue_format(d.in_proj_in, work.normed, M, D, D, Reader::kFloat16, "in_proj input");
       enqueue_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj");
     }
 
