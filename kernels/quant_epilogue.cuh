@@ -28,6 +28,17 @@ __device__ inline int8_t quantize_int8(float value, float scale) {
   return r != r ? 0 : static_cast<int8_t>(fminf(fmaxf(r, -127.f), 127.f));
 }
 
+// quantize_int8 bit for bit, with a multiply by inv_scale = __frcp_rn(scale) instead of the
+// division where that cannot change the result: r = value·inv_scale is within 3·2⁻²⁴·|value/scale|
+// (2.3e-5 below 129) of the rounded quotient, so both round to the same integer unless a
+// half-integer lies within 1e-3 of r; those, |r| ≥ 129, NaN and infinities take the division.
+__device__ inline int8_t quantize_int8_by_reciprocal(float value, float scale, float inv_scale) {
+  const float r = __fmul_rn(value, inv_scale);
+  if (fabsf(r) < 129.f && fabsf(__fsub_rn(__fsub_rn(r, floorf(r)), 0.5f)) > 1e-3f)
+    return static_cast<int8_t>(fminf(fmaxf(rintf(r), -127.f), 127.f));
+  return quantize_int8(value, scale);
+}
+
 // An activation point's format applied to one fp32 value (runtime/quantized_ops.h
 // apply_activation_format): fp16 rounding, or int8 fake quantization q·s.
 __device__ inline float fake_quantize_int8(float value, float scale) {

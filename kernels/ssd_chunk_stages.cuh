@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/tensor_core.cuh"
 #include "kernels/ssd_chunk_scan.h"
 
 namespace ssdq::kernels::ssd_chunk {
@@ -72,48 +73,6 @@ StageLaunch output_stage(const Plan& plan);  // ChunkScan
 cudaError_t launch_stage(const StageLaunch& stage, const Plan& plan, cudaStream_t stream);
 
 #ifdef __CUDACC__
-__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_src) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
-// Tensor-core fragments of mma.sync.m16n8k16 (bf16 in, fp32 accumulate), lane = 4·g + q:
-//   A (16x16, 4 words): a0 = (row g, k 2q..2q+1), a1 = (g+8, 2q), a2 = (g, 2q+8), a3 = (g+8, 2q+8)
-//   B (16x8, 2 words):  b0 = (k 2q..2q+1, col g), b1 = (k 2q+8.., col g)
-//   C (16x8, 4 floats): c0, c1 = (row g, cols 2q, 2q+1), c2, c3 = (row g+8, same cols)
-// ldmatrix.x4 loads four 8x8 bf16 matrices whose row addresses come from lanes 8j..8j+7 (16 bytes
-// each, 32-bit shared addresses); without .trans lane l receives row l/4, elements 2(l%4), +1 of
-// matrix j in word j, with .trans the transposed matrix.
-__device__ __forceinline__ uint32_t shared_address(const void* smem_ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr));
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
-}
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// Offset (elements) of the row each lane addresses in ldmatrix_x4 for one 16x16 operand block at
-// the origin of a row-major shared tile with row stride ld (rows of 16 bytes at 16-byte multiples).
-// A, no .trans, tile [m][k]: matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15).
-__device__ __forceinline__ int a_lane_offset(int lane, int ld) { return (lane & 15) * ld + (lane >> 4) * 8; }
-// A, .trans, tile [k][m] (the operand's transpose as stored): same four matrices.
-__device__ __forceinline__ int at_lane_offset(int lane, int ld) {
-  return ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8;
-}
-// B, .trans, tile [k][n]: words (b0, b1) of n tile 0, then (b0, b1) of n tile 1.
-__device__ __forceinline__ int b_lane_offset(int lane, int ld) {
-  return ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8;
-}
-// B, no .trans, tile [n][k] (k contiguous): words (b0, b1) of n tile 0, then of n tile 1.
-__device__ __forceinline__ int bt_lane_offset(int lane, int ld) {
-  return ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8;
-}
 
 __device__ __forceinline__ void store_zero_16(void* smem_dst) {
   *reinterpret_cast<uint4*>(smem_dst) = make_uint4(0u, 0u, 0u, 0u);

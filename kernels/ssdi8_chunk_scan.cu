@@ -2,17 +2,19 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
+#include "kernels/tensor_core.cuh"
 #include "kernels/quant_epilogue.cuh"
 
 namespace ssdq::kernels {
 namespace {
 
-constexpr int kThreads = 512;  // 16 warps: four per SM sub-partition to hide the dp4a / LDS latencies
+constexpr int kThreads = 512;  // 16 warps: one 16-row tile of the chunk each in ChunkBMM/ChunkScan
 constexpr int kWarps = kThreads / 32;
-constexpr int kTile = 16;        // CB tiles are kTile × kTile; chunk rows are padded to a multiple
-constexpr int kLutStride = 20;   // floats per row of a warp's CB tile: conflict-free stores, 16-byte rows
-constexpr int kMaxSlice = 64;    // headdim columns per block: at most two per lane
-constexpr int kStateP = 4;       // state rows (headdim columns) per thread in ChunkState
+constexpr int kTile = 16;      // CB tiles are kTile × kTile (the m16 of the MMAs)
+constexpr int kMaxSlice = 64;  // headdim columns per block (a multiple of 16: n8 tile pairs)
+constexpr int kLoadBatch = 4;  // global loads a thread keeps in flight, in units of four floats
 
 // The row tile a warp takes in ChunkBMM/ChunkScan (a permutation of 0..15; a chunk has at most 16
 // tiles). Tile T costs T + 1 tile pairs; warps w, w + 4, w + 8, w + 12 share a sub-partition
@@ -26,37 +28,52 @@ static_assert(kWarps == 16 && kTile * kWarps >= 256, "one row tile per warp cove
 
 // One block per (sequence, head, slice of headdim columns), walking the chunks (kWhole), or per
 // (sequence, head, slice, chunk) (kLocal, kScan; see Phase); the slices of a head share nothing
-// but recompute dt, cs and CB. Shared memory, offsets in bytes (16-byte aligned):
+// but recompute dt, cs and CB. The four products run on tensor cores (mma.sync): CB = Cq·Bqᵀ,
+// C·S and Xqᵀ·Bq as int8 m16n8k32 (exact), diag = W·x16 as fp16 m16n8k16 with fp32 accumulation.
+// Every operand is stored with its k dimension contiguous, rows 16-byte aligned and an odd number
+// of 16-byte units long, so ldmatrix reads them without bank conflicts. Shared memory, offsets in
+// bytes (16-byte aligned):
 struct Layout {
-  int row_bytes;  // row of the int8 B, C and state tiles: dstate + 16 (16-byte loads at distinct banks)
-  int rows;       // chunk rounded up to kTile (padding rows hold zeros)
-  size_t B, C, S, Xq, x16, dt, cs, decay, lut_state, xs_scale, state_mult, off_scale, lut, decay_q7, total;
+  int nk;          // dstate rounded up to 32 (the MMA's k), the padding bytes zero
+  int row_bytes;   // nk + 16: rows of Bq, Cq [token][n] and S [p][n]
+  int rows;        // chunk rounded up to 32, the padding rows zero
+  int trow_bytes;  // rows + 16: rows of BqT [n][token] and XqT [p][token]
+  int x16_stride;  // slice + 8 halves: rows of x16 [token][p]
+  size_t B, C, BT, S, XT, x16, dt, cs, decay, lut_state, cs2, dt_cb, xs_scale, inv_xs_scale, state_mult, off_scale,
+      decay_q7, work_next, total;
 };
 
 __host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice) {
   Layout l{};
-  l.row_bytes = dstate + 16;
-  l.rows = (chunk + kTile - 1) / kTile * kTile;
+  l.nk = (dstate + 31) / 32 * 32;
+  l.row_bytes = l.nk + 16;
+  l.rows = (chunk + 31) / 32 * 32;
+  l.trow_bytes = l.rows + 16;
+  l.x16_stride = slice + 8;
   size_t at = 0;
   auto take = [&at](size_t bytes) {
     const size_t here = at;
     at = (at + bytes + 15) / 16 * 16;
     return here;
   };
-  l.B = take(size_t(l.rows) * l.row_bytes);                          // int8 [rows][row_bytes]
+  l.B = take(size_t(l.rows) * l.row_bytes);
   l.C = take(size_t(l.rows) * l.row_bytes);
-  l.S = take(size_t(slice) * l.row_bytes);                           // int8 [slice][row_bytes]
-  l.Xq = take(size_t(l.rows) * slice);                               // int32 [rows/4][slice], 4 tokens a word
-  l.x16 = take(size_t(l.rows) * slice * sizeof(__half));             // [rows][slice]
+  l.BT = take(size_t(dstate) * l.trow_bytes);
+  l.S = take(size_t(slice) * l.row_bytes);
+  l.XT = take(size_t(slice) * l.trow_bytes);
+  l.x16 = take(size_t(l.rows) * l.x16_stride * sizeof(__half));
   l.dt = take(sizeof(float) * l.rows);
   l.cs = take(sizeof(float) * l.rows);
   l.decay = take(sizeof(float) * l.rows);                            // exp(cs[t])
   l.lut_state = take(sizeof(float) * l.rows);                        // dt[t]·exp(cs[L-1] - cs[t])
+  l.cs2 = take(sizeof(float) * l.rows);                              // cs[t]·log2(e)
+  l.dt_cb = take(sizeof(float) * l.rows);                            // s_cb·dt[t]
   l.xs_scale = take(sizeof(float) * slice);
+  l.inv_xs_scale = take(sizeof(float) * slice);                      // __frcp_rn(s_xs)
   l.state_mult = take(sizeof(float) * slice);                        // (s_xs·s_B) / s_s
   l.off_scale = take(sizeof(float) * slice);                         // s_C·s_s
-  l.lut = take(sizeof(float) * kWarps * kTile * kLutStride);
   l.decay_q7 = take(sizeof(int));
+  l.work_next = take(sizeof(int));                                   // next batch of ChunkState operand items
   l.total = at;
   return l;
 }
@@ -76,16 +93,14 @@ __device__ inline int requantize(int acc, float multiplier) {
   return static_cast<int>(fminf(fmaxf(r, -127.f), 127.f));
 }
 
+// requantize's value as a float (no round trip through int).
+__device__ inline float requantize_to_float(int acc, float multiplier) {
+  return fminf(fmaxf(rintf(__fmul_rn(static_cast<float>(acc), multiplier)), -127.f), 127.f);
+}
+
 // runtime/quantized_ssd.cc pass_state: sat8(local + ((Qd·prev + 64) >> 7)), arithmetic shift.
 __device__ inline int pass_state(int local, int decay_q7, int prev) {
   return min(max(local + ((decay_q7 * prev + 64) >> 7), -127), 127);
-}
-
-__device__ inline int dot16(const int4& a, const int4& b, int acc) {
-  acc = __dp4a(a.x, b.x, acc);
-  acc = __dp4a(a.y, b.y, acc);
-  acc = __dp4a(a.z, b.z, acc);
-  return __dp4a(a.w, b.w, acc);
 }
 
 __device__ inline int pack4(int a, int b, int c, int d) {
@@ -94,6 +109,18 @@ __device__ inline int pack4(int a, int b, int c, int d) {
 }
 
 __device__ inline int8_t byte_of(int word, int i) { return static_cast<int8_t>(word >> (8 * i)); }
+
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ inline float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ inline uint32_t pack_half2(float lo, float hi) {
+  const __half2 pair = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&pair);
+}
 
 // The kernel's phases. kWhole walks all chunks of a (sequence, head, slice) in one block. With
 // enough chunks per block it splits in three launches that need no workspace:
@@ -115,37 +142,44 @@ __device__ inline float* scratch_word(const Ssdi8ChunkScanArgs& a, int b, int h,
   return a.y + (int64_t(b) * a.seqlen + start + i / slice) * a.y_stride + int64_t(h) * a.headdim + p0 + i % slice;
 }
 
-template <int kPerLane>  // headdim columns per lane: ceil(slice / 32)
-__global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8ChunkScanArgs a, int slice, int phase) {
+template <int kSlice>  // headdim columns per block: 16, 32 or 64
+__global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8ChunkScanArgs a, int phase) {
+  constexpr int kN8 = kSlice / 8;  // n8 tiles of the slice's columns
   extern __shared__ __align__(16) unsigned char smem[];
-  const Layout lay = make_layout(a.chunk, a.dstate, slice);
-  const int N = a.dstate, RB = lay.row_bytes;
+  const Layout lay = make_layout(a.chunk, a.dstate, kSlice);
+  const int N = a.dstate, NK = lay.nk, RB = lay.row_bytes, TRB = lay.trow_bytes, XS = lay.x16_stride;
   int8_t* Bq = reinterpret_cast<int8_t*>(smem + lay.B);
   int8_t* Cq = reinterpret_cast<int8_t*>(smem + lay.C);
+  int8_t* BT = reinterpret_cast<int8_t*>(smem + lay.BT);
   int8_t* S = reinterpret_cast<int8_t*>(smem + lay.S);
-  int* Xq = reinterpret_cast<int*>(smem + lay.Xq);
+  int8_t* XT = reinterpret_cast<int8_t*>(smem + lay.XT);
   __half* x16 = reinterpret_cast<__half*>(smem + lay.x16);
   float* dt = reinterpret_cast<float*>(smem + lay.dt);
   float* cs = reinterpret_cast<float*>(smem + lay.cs);
   float* decay = reinterpret_cast<float*>(smem + lay.decay);
   float* lut_state = reinterpret_cast<float*>(smem + lay.lut_state);
+  float* cs2 = reinterpret_cast<float*>(smem + lay.cs2);
+  float* dt_cb = reinterpret_cast<float*>(smem + lay.dt_cb);
   float* xs_scale = reinterpret_cast<float*>(smem + lay.xs_scale);
+  float* inv_xs_scale = reinterpret_cast<float*>(smem + lay.inv_xs_scale);
   float* state_mult = reinterpret_cast<float*>(smem + lay.state_mult);
   float* off_scale = reinterpret_cast<float*>(smem + lay.off_scale);
   int* decay_q7 = reinterpret_cast<int*>(smem + lay.decay_q7);
+  int* work_next = reinterpret_cast<int*>(smem + lay.work_next);
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int splits = a.headdim / slice;
-  const int h = blockIdx.x / splits, p0 = (blockIdx.x % splits) * slice, b = blockIdx.y;
-  const int g = h / (a.heads / a.groups);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+  const int splits = a.headdim / kSlice;
+  const int h = blockIdx.x / splits, p0 = (blockIdx.x % splits) * kSlice, b = blockIdx.y;
+  const int grp = h / (a.heads / a.groups);
   const int col0 = h * a.headdim + p0;  // first x / y column of the slice
-  const float s_B = a.B_scales[g], s_C = a.C_scales[g], s_cb = a.cb_scales[g];
+  const float s_B = a.B_scales[grp], s_C = a.C_scales[grp], s_cb = a.cb_scales[grp];
   const float cb_mult = __fdiv_rn(__fmul_rn(s_C, s_B), s_cb);
   const float A = a.A[h], Dh = a.D[h], bias = a.dt_bias[h];
 
-  for (int p = tid; p < slice; p += kThreads) {
+  for (int p = tid; p < kSlice; p += kThreads) {
     const float s_xs = a.x_scaled_scales[col0 + p], s_s = a.state_scales[col0 + p];
     xs_scale[p] = s_xs;
+    inv_xs_scale[p] = __frcp_rn(s_xs);
     state_mult[p] = __fdiv_rn(__fmul_rn(s_xs, s_B), s_s);
     off_scale[p] = __fmul_rn(s_C, s_s);
   }
@@ -153,247 +187,349 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
   const int chunks = (a.seqlen + a.chunk - 1) / a.chunk;
   const int c_begin = phase == kWhole ? 0 : blockIdx.z, c_end = phase == kWhole ? chunks : c_begin + 1;
   const bool last_chunk = c_end == chunks;  // this block produces the final state (not in kLocal)
-  const int words = slice * (N / 4);        // words of the slice's state in the scratch
+  const int nquads = N / 4, words = kSlice * nquads;  // words of the slice's state in the scratch
   int8_t* state = a.state + ((int64_t(b) * a.heads + h) * a.headdim + p0) * N;
-  const int vecs = N / 16;
+  // The state's padding bytes (n ≥ N) stay zero: the C·S product reads them.
+  for (int i = tid; i < kSlice * (NK - N) / 4; i += kThreads) {
+    const int p = i / ((NK - N) / 4), k = i % ((NK - N) / 4);
+    *reinterpret_cast<int*>(S + p * RB + N + 4 * k) = 0;
+  }
   if (phase == kWhole || (phase == kScan && last_chunk)) {
-    for (int i = tid; i < slice * vecs; i += kThreads) {
+    const int vecs = N / 16;
+    for (int i = tid; i < kSlice * vecs; i += kThreads) {
       const int p = i / vecs, k = i % vecs;
       *reinterpret_cast<int4*>(S + p * RB + 16 * k) = *reinterpret_cast<const int4*>(state + int64_t(p) * N + 16 * k);
     }
   } else if (phase == kScan) {  // the state entering the chunk, from the scratch this block overwrites
     for (int i = tid; i < words; i += kThreads) {
-      const int p = i / (N / 4), k = i % (N / 4);
+      const int p = i / nquads, k = i % nquads;
       *reinterpret_cast<int*>(S + p * RB + 4 * k) =
-          __float_as_int(*scratch_word(a, b, h, p0, slice, c_begin * a.chunk, words + i));
+          __float_as_int(*scratch_word(a, b, h, p0, kSlice, c_begin * a.chunk, words + i));
     }
   }
   const bool scan = phase != kLocal;  // ChunkBMM, ChunkScan and y
+  // Vector access where the pointers and strides allow it (a slice's first column is a multiple of 16).
+  const bool x_vec4 = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.x_stride % 4 == 0;
+  const bool xy_vec2 = reinterpret_cast<uintptr_t>(a.x) % 8 == 0 && a.x_stride % 2 == 0 &&
+                       reinterpret_cast<uintptr_t>(a.y) % 8 == 0 && a.y_stride % 2 == 0;
+  const uint32_t Bq_s = shared_address(Bq), Cq_s = shared_address(Cq), BT_s = shared_address(BT);
+  const uint32_t S_s = shared_address(S), XT_s = shared_address(XT), x16_s = shared_address(x16);
 
   for (int start = c_begin * a.chunk; start < a.seqlen && start < c_end * a.chunk; start += a.chunk) {
     const int L = min(a.chunk, a.seqlen - start);
     const bool state_step = phase != kScan || last_chunk;  // ChunkState (and StatePassing)
-    const int rows = (L + kTile - 1) / kTile * kTile;
+    const int rows = (L + 31) / 32 * 32;  // padded to the int8 MMA's k
     const int64_t row0 = int64_t(b) * a.seqlen + start;
 
-    // ChunkCumsum (warp 0) while the other warps quantize B and C and round x to fp16.
-    if (warp == 0) {
-      for (int t = lane; t < L; t += 32) {
-        const float raw = a.dt_raw[(row0 + t) * a.dt_stride + h];
-        dt[t] = fminf(fmaxf(softplus_like_cpu(__fadd_rn(raw, bias)), a.dt_min), a.dt_max);
+    // Bq and Cq rows of the chunk from the pre-quantized workspace (cp.async, in flight until the
+    // end of ChunkCumsum), zero past the chunk's end and past dstate.
+    {
+      const int vecs = N / 16, pad = (NK - N) / 16;
+      const int8_t* bq_rows = a.bc_q + row0 * a.groups * N + grp * N;
+      const int8_t* cq_rows = bq_rows + int64_t(a.batch) * a.seqlen * a.groups * N;
+      for (int i = tid; i < rows * vecs; i += kThreads) {
+        const int t = i / vecs, k = i % vecs;
+        if (t < L) {
+          cp_async_16(Bq + t * RB + 16 * k, bq_rows + int64_t(t) * a.groups * N + 16 * k);
+          if (scan) cp_async_16(Cq + t * RB + 16 * k, cq_rows + int64_t(t) * a.groups * N + 16 * k);
+        } else {
+          *reinterpret_cast<int4*>(Bq + t * RB + 16 * k) = make_int4(0, 0, 0, 0);
+          *reinterpret_cast<int4*>(Cq + t * RB + 16 * k) = make_int4(0, 0, 0, 0);
+        }
       }
-      __syncwarp();
+      for (int i = tid; i < rows * pad; i += kThreads) {
+        const int t = i / pad, k = i % pad;
+        *reinterpret_cast<int4*>(Bq + t * RB + N + 16 * k) = make_int4(0, 0, 0, 0);
+        *reinterpret_cast<int4*>(Cq + t * RB + N + 16 * k) = make_int4(0, 0, 0, 0);
+      }
+      cp_async_commit();
+      if (tid == 0) *work_next = 0;
+    }
+    // ChunkCumsum: dt by every thread, the sequential cumsum (the CPU's order) by one, meanwhile
+    // the other warps round x to fp16; then the per-token exps by every thread.
+    for (int t = tid; t < L; t += kThreads) {
+      const float raw = a.dt_raw[(row0 + t) * a.dt_stride + h];
+      dt[t] = fminf(fmaxf(softplus_like_cpu(__fadd_rn(raw, bias)), a.dt_min), a.dt_max);
+    }
+    __syncthreads();
+    if (warp == 0) {
       if (lane == 0) {
-        float running = 0.f;  // the CPU's `running += dt·A`, contracted to an FMA by gcc
-        for (int t = 0; t < L; ++t) {
-          running = __fmaf_rn(dt[t], A, running);
-          cs[t] = running;
+        // The CPU's `running += dt·A` (contracted to an FMA by gcc), eight tokens a step so that the
+        // loads and stores leave the chain of FMAs alone; dt past the chunk's end is not read.
+        float running = 0.f;
+        for (int t0 = 0; t0 < L; t0 += 8) {
+          float d[8];
+#pragma unroll
+          for (int r = 0; r < 8; ++r) d[r] = dt[min(t0 + r, L - 1)];
+#pragma unroll
+          for (int r = 0; r < 8; ++r) {
+            running = t0 + r < L ? __fmaf_rn(d[r], A, running) : running;
+            d[r] = running;
+          }
+#pragma unroll
+          for (int r = 0; r < 8; ++r)
+            if (t0 + r < L) cs[t0 + r] = d[r];
         }
         *decay_q7 = static_cast<int>(rintf(__fmul_rn(exp_like_cpu(running), 128.f)));
       }
-      __syncwarp();
-      const float last = cs[L - 1];
-      for (int t = lane; t < L; t += 32) {
-        decay[t] = exp_like_cpu(cs[t]);
-        lut_state[t] = __fmul_rn(dt[t], exp_like_cpu(__fsub_rn(last, cs[t])));
-      }
-    } else {
-      const int quads = N / 4;
-      for (int i = tid - 32; i < rows * quads; i += kThreads - 32) {
-        const int t = i / quads, n = 4 * (i % quads);
-        int packed_b = 0, packed_c = 0;
-        if (t < L) {
-          const float* bt = a.B + (row0 + t) * a.bc_stride + g * N + n;
-          const float* ct = a.C + (row0 + t) * a.bc_stride + g * N + n;
-          packed_b = pack4(quantize_int8(bt[0], s_B), quantize_int8(bt[1], s_B), quantize_int8(bt[2], s_B),
-                           quantize_int8(bt[3], s_B));
-          if (scan)
-            packed_c = pack4(quantize_int8(ct[0], s_C), quantize_int8(ct[1], s_C), quantize_int8(ct[2], s_C),
-                             quantize_int8(ct[3], s_C));
+    } else if (scan) {
+      // Four columns an item (one float4 load where x allows), 2·kLoadBatch items loaded before any
+      // is converted: the L2 latency is paid once a batch.
+      const int producers = kThreads - 32, quads = kSlice / 4, items = rows * quads;
+      for (int i0 = tid - 32; i0 < items; i0 += 2 * kLoadBatch * producers) {
+        float4 v[2 * kLoadBatch];
+#pragma unroll
+        for (int k = 0; k < 2 * kLoadBatch; ++k) {
+          const int i = i0 + k * producers, t = i / quads, p = 4 * (i % quads);
+          v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (i < items && t < L) {
+            const float* src = a.x + (row0 + t) * a.x_stride + col0 + p;
+            v[k] = x_vec4 ? __ldg(reinterpret_cast<const float4*>(src))
+                          : make_float4(__ldg(src), __ldg(src + 1), __ldg(src + 2), __ldg(src + 3));
+          }
         }
-        *reinterpret_cast<int*>(Bq + t * RB + n) = packed_b;
-        *reinterpret_cast<int*>(Cq + t * RB + n) = packed_c;
-      }
-      for (int i = tid - 32; scan && i < rows * slice; i += kThreads - 32) {
-        const int t = i / slice, p = i % slice;
-        x16[i] = __float2half_rn(t < L ? a.x[(row0 + t) * a.x_stride + col0 + p] : 0.f);
+#pragma unroll
+        for (int k = 0; k < 2 * kLoadBatch; ++k) {
+          const int i = i0 + k * producers, t = i / quads, p = 4 * (i % quads);
+          if (i < items)
+            *reinterpret_cast<uint2*>(x16 + t * XS + p) = make_uint2(pack_half2(v[k].x, v[k].y), pack_half2(v[k].z, v[k].w));
+        }
       }
     }
     __syncthreads();
-
-    // ChunkState's operand: Xq[t,p] packed four tokens to a word (Xq word (t/4, p), byte t%4).
-    const int quads_t = (L + 3) / 4;
-    for (int i = tid; state_step && i < quads_t * slice; i += kThreads) {
-      const int tq = i / slice, p = i % slice;
-      int q[4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int t = 4 * tq + r;
-        q[r] = t < L ? quantize_int8(__fmul_rn(lut_state[t], a.x[(row0 + t) * a.x_stride + col0 + p]), xs_scale[p]) : 0;
+    {
+      const float last = cs[L - 1];
+      for (int t = tid; t < L; t += kThreads) {
+        decay[t] = exp_like_cpu(cs[t]);
+        lut_state[t] = __fmul_rn(dt[t], exp_like_cpu(__fsub_rn(last, cs[t])));
+        cs2[t] = __fmul_rn(cs[t], kLog2e);
+        dt_cb[t] = __fmul_rn(s_cb, dt[t]);
       }
-      Xq[i] = pack4(q[0], q[1], q[2], q[3]);
     }
+    cp_async_wait_all();
+    __syncthreads();
 
-    // ChunkBMM + ChunkScan: a warp owns a tile of kTile rows (tile_of_warp balances the triangle).
-    // Lane owns columns p = lane + 32k of the slice for the diag and off sums.
-    float* lut = reinterpret_cast<float*>(smem + lay.lut) + warp * kTile * kLutStride;
-    const int tiles = rows / kTile;
+    // ChunkState's operands with the token dimension contiguous, built by the warps that finish
+    // their ChunkScan tile first (below): XqT[p][t] = Q8(lut_state[t]·x[t,p]), a lane quantizing 16
+    // tokens of one column p into one 16-byte row piece, and BqT[n][t], transposed from Bq four
+    // tokens × four n a lane, eight consecutive token quads a lane group (Bq reads 4-way, BqT writes
+    // 2-way bank conflicts rather than 16-way for consecutive n quads).
+    const int xq_items = rows / 16 * kSlice, bt_items = rows / 4 * nquads;
+    auto build_xq = [&](int i) {
+      if (i >= xq_items) return;
+      const int t16 = 16 * (i / kSlice), p = i % kSlice;
+      float v[16];
+#pragma unroll
+      for (int r = 0; r < 16; ++r)
+        v[r] = t16 + r < L ? __ldg(a.x + (row0 + t16 + r) * a.x_stride + col0 + p) : 0.f;
+      const float s_xs = xs_scale[p], inv = inv_xs_scale[p];
+      int qv[16];
+#pragma unroll
+      for (int r = 0; r < 16; ++r)
+        qv[r] = t16 + r < L ? quantize_int8_by_reciprocal(__fmul_rn(lut_state[t16 + r], v[r]), s_xs, inv) : 0;
+      *reinterpret_cast<int4*>(XT + p * TRB + t16) =
+          make_int4(pack4(qv[0], qv[1], qv[2], qv[3]), pack4(qv[4], qv[5], qv[6], qv[7]),
+                    pack4(qv[8], qv[9], qv[10], qv[11]), pack4(qv[12], qv[13], qv[14], qv[15]));
+    };
+    auto build_bt = [&](int i) {
+      if (i >= bt_items) return;
+      const int tq = i / (8 * nquads) * 8 + i % 8, nq = i / 8 % nquads;
+      const int8_t* bt = Bq + 4 * tq * RB + 4 * nq;
+      const unsigned b0 = *reinterpret_cast<const unsigned*>(bt), b1 = *reinterpret_cast<const unsigned*>(bt + RB);
+      const unsigned b2 = *reinterpret_cast<const unsigned*>(bt + 2 * RB);
+      const unsigned b3 = *reinterpret_cast<const unsigned*>(bt + 3 * RB);
+      const unsigned lo01 = __byte_perm(b0, b1, 0x5140), hi01 = __byte_perm(b0, b1, 0x7362);
+      const unsigned lo23 = __byte_perm(b2, b3, 0x5140), hi23 = __byte_perm(b2, b3, 0x7362);
+      int8_t* out = BT + 4 * nq * TRB + 4 * tq;
+      *reinterpret_cast<unsigned*>(out) = __byte_perm(lo01, lo23, 0x5410);
+      *reinterpret_cast<unsigned*>(out + TRB) = __byte_perm(lo01, lo23, 0x7632);
+      *reinterpret_cast<unsigned*>(out + 2 * TRB) = __byte_perm(hi01, hi23, 0x5410);
+      *reinterpret_cast<unsigned*>(out + 3 * TRB) = __byte_perm(hi01, hi23, 0x7632);
+    };
+
+    // ChunkBMM + ChunkScan: a warp owns a tile of kTile rows t0.. (tile_of_warp balances the
+    // triangle) and all kSlice columns; lane (g, q) holds rows t0 + g, t0 + g + 8 and columns
+    // 8j + 2q, +1 of every n8 tile j.
+    const int tiles = (L + kTile - 1) / kTile;
     const int T = tile_of_warp(warp);
     if (scan && T < tiles) {
       const int t0 = T * kTile;
-      float diag[kTile][kPerLane];
+      const uint32_t c_rows = Cq_s + (t0 + (lane & 15)) * RB + (lane >> 4) * 16;
+      float yacc[kN8][4];
+      {  // ChunkScan1: int32 C·S with the state entering the chunk, scaled: float(acc)·(s_C·s_s)·exp(cs[t])
+        int acc[kN8][4] = {};
+        const uint32_t s_rows = S_s + ((lane & 7) + (lane >> 4) * 8) * RB + ((lane >> 3) & 1) * 16;
+        for (int k = 0; k < NK; k += 32) {
+          uint32_t af[4];
+          ldmatrix_x4(af, c_rows + k);
 #pragma unroll
-      for (int r = 0; r < kTile; ++r)
-#pragma unroll
-        for (int k = 0; k < kPerLane; ++k) diag[r][k] = 0.f;
-
-      for (int s0 = 0; s0 <= t0; s0 += kTile) {
-        // CB of rows t0 + lane/4 + 8i, columns s0 + lane%4 + 4j.
-        int acc[2][4] = {};
-        const int8_t* c_rows = Cq + (t0 + lane / 4) * RB;
-        const int8_t* b_rows = Bq + (s0 + lane % 4) * RB;
-        for (int n = 0; n < N; n += 16) {
-          int4 c[2], bv[4];
-#pragma unroll
-          for (int i = 0; i < 2; ++i) c[i] = *reinterpret_cast<const int4*>(c_rows + 8 * i * RB + n);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) bv[j] = *reinterpret_cast<const int4*>(b_rows + 4 * j * RB + n);
-#pragma unroll
-          for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) acc[i][j] = dot16(c[i], bv[j], acc[i][j]);
-        }
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const int tl = lane / 4 + 8 * i, sl = lane % 4 + 4 * j, t = t0 + tl, s = s0 + sl;
-            float w = 0.f;
-            if (s <= t && t < L) {
-              // float(CBq)·(s_cb·dt[s]·exp(cs[t] - cs[s])), rounded to fp16
-              const float factor = __fmul_rn(__fmul_rn(s_cb, dt[s]), expf(__fsub_rn(cs[t], cs[s])));
-              w = __half2float(__float2half_rn(__fmul_rn(static_cast<float>(requantize(acc[i][j], cb_mult)), factor)));
-            }
-            lut[tl * kLutStride + sl] = w;
-          }
-        __syncwarp();
-        // diag += lut (fp16 values) · x16; the products are exact in fp32, so an FMA is the fp32 sum.
-#pragma unroll
-        for (int sq = 0; sq < kTile / 4; ++sq) {
-          float xv[kPerLane][4];
-#pragma unroll
-          for (int k = 0; k < kPerLane; ++k) {
-            const int p = lane + 32 * k;
-#pragma unroll
-            for (int r = 0; r < 4; ++r)
-              xv[k][r] = p < slice ? __half2float(x16[(s0 + 4 * sq + r) * slice + p]) : 0.f;
-          }
-#pragma unroll
-          for (int r = 0; r < kTile; ++r) {
-            const float4 w = *reinterpret_cast<const float4*>(lut + r * kLutStride + 4 * sq);
-#pragma unroll
-            for (int k = 0; k < kPerLane; ++k) {
-              diag[r][k] = fmaf(w.x, xv[k][0], diag[r][k]);
-              diag[r][k] = fmaf(w.y, xv[k][1], diag[r][k]);
-              diag[r][k] = fmaf(w.z, xv[k][2], diag[r][k]);
-              diag[r][k] = fmaf(w.w, xv[k][3], diag[r][k]);
-            }
+          for (int j = 0; j < kN8; j += 2) {
+            uint32_t bf[4];
+            ldmatrix_x4(bf, s_rows + 8 * j * RB + k);
+            mma_s8_16832(acc[j], af, bf[0], bf[1]);
+            mma_s8_16832(acc[j + 1], af, bf[2], bf[3]);
           }
         }
-        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < kN8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int t = t0 + g + 8 * (e / 2), p = 8 * j + 2 * q + (e & 1);
+            yacc[j][e] = t < L ? __fmul_rn(__fmul_rn(static_cast<float>(acc[j][e]), off_scale[p]), decay[t]) : 0.f;
+          }
       }
+      const uint32_t b_rows = Bq_s + ((lane & 7) + (lane >> 4) * 8) * RB + ((lane >> 3) & 1) * 16;
+      const float cs2_t0 = cs2[t0 + g], cs2_t1 = cs2[t0 + g + 8];
+      const uint32_t x_rows = x16_s + (((lane & 7) + ((lane >> 3) & 1) * 8) * XS + (lane >> 4) * 8) * 2;
+      for (int s0 = 0; s0 <= t0; s0 += kTile) {
+        // CB of rows t0.. and columns s0..: two n8 tiles, exact in int32.
+        int cb[2][4] = {};
+        for (int k = 0; k < NK; k += 32) {
+          uint32_t af[4], bf[4];
+          ldmatrix_x4(af, c_rows + k);
+          ldmatrix_x4(bf, b_rows + s0 * RB + k);
+          mma_s8_16832(cb[0], af, bf[0], bf[1]);
+          mma_s8_16832(cb[1], af, bf[2], bf[3]);
+        }
+        // W = f16(float(CBq)·(s_cb·dt[s]·2^(cs2[t] - cs2[s]))) for s ≤ t, else 0 (rows t ≥ L are not
+        // stored): the accumulator layout of the two n8 tiles is the A fragment of the m16n8k16
+        // below. exp through ex2.approx is a float part of the specification (within tolerance).
+        uint32_t w[4];
+        const bool diagonal = s0 == t0;
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int s = s0 + 8 * u + 2 * q;
+          const float2 cs2_s = *reinterpret_cast<const float2*>(cs2 + s), dtcb_s = *reinterpret_cast<const float2*>(dt_cb + s);
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int t = t0 + g + 8 * half;
+            const float ct = half ? cs2_t1 : cs2_t0;
+            float v0 = __fmul_rn(requantize_to_float(cb[u][2 * half], cb_mult), __fmul_rn(dtcb_s.x, exp2_approx(ct - cs2_s.x)));
+            float v1 = __fmul_rn(requantize_to_float(cb[u][2 * half + 1], cb_mult), __fmul_rn(dtcb_s.y, exp2_approx(ct - cs2_s.y)));
+            if (diagonal) {
+              v0 = s <= t ? v0 : 0.f;
+              v1 = s + 1 <= t ? v1 : 0.f;
+            }
+            w[2 * u + half] = pack_half2(v0, v1);
+          }
+        }
+        // diag += W · x16[s0.., :] (fp16 products, exact in fp32; fp32 accumulation).
+#pragma unroll
+        for (int j = 0; j < kN8; j += 2) {
+          uint32_t bf[4];
+          ldmatrix_x4_trans(bf, x_rows + (s0 * XS + 8 * j) * 2);
+          mma_f16_16816(yacc[j], w, bf[0], bf[1]);
+          mma_f16_16816(yacc[j + 1], w, bf[2], bf[3]);
+        }
+      }
+      // y = D·x + (C·S term + diag), the CPU's fma(D, x, ·): columns 2q, 2q + 1 of each n8 tile as
+      // one float2 where x and y allow it; x of half the tiles loaded at a time.
+#pragma unroll
+      for (int j0 = 0; j0 < kN8; j0 += kN8 / 2) {
+        float2 xv[kN8 / 2][2];
+#pragma unroll
+        for (int j = 0; j < kN8 / 2; ++j)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int t = t0 + g + 8 * half, p = 8 * (j0 + j) + 2 * q;
+            const float* src = a.x + (row0 + t) * a.x_stride + col0 + p;
+            xv[j][half] = t >= L ? make_float2(0.f, 0.f)
+                          : xy_vec2 ? __ldg(reinterpret_cast<const float2*>(src))
+                                    : make_float2(__ldg(src), __ldg(src + 1));
+          }
+#pragma unroll
+        for (int j = 0; j < kN8 / 2; ++j)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int t = t0 + g + 8 * half, p = 8 * (j0 + j) + 2 * q;
+            if (t >= L) continue;
+            const float2 out = make_float2(__fmaf_rn(Dh, xv[j][half].x, yacc[j0 + j][2 * half]),
+                                           __fmaf_rn(Dh, xv[j][half].y, yacc[j0 + j][2 * half + 1]));
+            float* dst = a.y + (row0 + t) * a.y_stride + col0 + p;
+            if (xy_vec2) {
+              *reinterpret_cast<float2*>(dst) = out;
+            } else {
+              dst[0] = out.x;
+              dst[1] = out.y;
+            }
+          }
+      }
+    }
 
-      // ChunkScan1 (int32 C·S with the state entering the chunk) and y, eight rows at a time.
-#pragma unroll
-      for (int half = 0; half < kTile / 8; ++half) {
-        int off[8][kPerLane] = {};
-        for (int n = 0; n < N; n += 16) {
-          int4 sv[kPerLane];
-#pragma unroll
-          for (int k = 0; k < kPerLane; ++k) {
-            const int p = lane + 32 * k;
-            sv[k] = p < slice ? *reinterpret_cast<const int4*>(S + p * RB + n) : make_int4(0, 0, 0, 0);
-          }
-#pragma unroll
-          for (int r = 0; r < 8; ++r) {
-            const int4 c = *reinterpret_cast<const int4*>(Cq + (t0 + 8 * half + r) * RB + n);
-#pragma unroll
-            for (int k = 0; k < kPerLane; ++k) off[r][k] = dot16(c, sv[k], off[r][k]);
-          }
-        }
-#pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const int t = t0 + 8 * half + r;
-          if (t >= L) continue;
-#pragma unroll
-          for (int k = 0; k < kPerLane; ++k) {
-            const int p = lane + 32 * k;
-            if (p >= slice) continue;
-            // gcc's code for `off + diag + D·x` with off = float(acc)·(s_C·s_s)·exp(cs[t]):
-            // fma(D, x, fma(float(acc)·(s_C·s_s), exp(cs[t]), diag)).
-            const float xv = a.x[(row0 + t) * a.x_stride + col0 + p];
-            const float scaled = __fmul_rn(static_cast<float>(off[r][k]), off_scale[p]);
-            a.y[(row0 + t) * a.y_stride + col0 + p] =
-                __fmaf_rn(Dh, xv, __fmaf_rn(scaled, decay[t], diag[8 * half + r][k]));
-          }
-        }
+    // Warps take batches of 32 operand items from a shared counter until none are left: those with
+    // short (or no) ChunkScan tiles do the most, filling the time the long tiles take.
+    if (state_step) {
+      const int xq_batches = (xq_items + 31) / 32, batches = xq_batches + (bt_items + 31) / 32;
+      for (;;) {
+        int batch = 0;
+        if (lane == 0) batch = atomicAdd(work_next, 1);
+        batch = __shfl_sync(0xffffffffu, batch, 0);
+        if (batch >= batches) break;
+        if (batch < xq_batches)
+          build_xq(32 * batch + lane);
+        else
+          build_bt(32 * (batch - xq_batches) + lane);
       }
     }
     __syncthreads();
 
-    // ChunkState + StatePassing: thread owns 4 consecutive n × kStateP consecutive p of the state.
-    // B is read four tokens × four n at a time and transposed in registers to match Xq's packing.
-    const int nquads = N / 4, pgroups = (slice + kStateP - 1) / kStateP;
+    // ChunkState + StatePassing: Σ_t XqT[p][t]·BqT[n][t] as int8 MMAs, a warp per 16 p × 16 n
+    // unit, two units at once (four independent accumulators); lane (g, q) holds p = pm + g (+8)
+    // and n = n0 + 8u + 2q, +1 of each.
     const int qd = *decay_q7;
-    for (int u = tid; state_step && u < nquads * pgroups; u += kThreads) {
-      const int nq = u % nquads, pg = u / nquads;
-      int acc[kStateP][4] = {};
-      for (int tq = 0; tq < quads_t; ++tq) {
-        const int8_t* bt = Bq + 4 * tq * RB + 4 * nq;
-        const unsigned b0 = *reinterpret_cast<const unsigned*>(bt), b1 = *reinterpret_cast<const unsigned*>(bt + RB);
-        const unsigned b2 = *reinterpret_cast<const unsigned*>(bt + 2 * RB);
-        const unsigned b3 = *reinterpret_cast<const unsigned*>(bt + 3 * RB);
-        const unsigned lo01 = __byte_perm(b0, b1, 0x5140), hi01 = __byte_perm(b0, b1, 0x7362);
-        const unsigned lo23 = __byte_perm(b2, b3, 0x5140), hi23 = __byte_perm(b2, b3, 0x7362);
-        const int col[4] = {static_cast<int>(__byte_perm(lo01, lo23, 0x5410)), static_cast<int>(__byte_perm(lo01, lo23, 0x7632)),
-                            static_cast<int>(__byte_perm(hi01, hi23, 0x5410)), static_cast<int>(__byte_perm(hi01, hi23, 0x7632))};
+    const int m_units = kSlice / 16, units = m_units * (N / 16);
+    for (int first = warp; state_step && first < units; first += 2 * kWarps) {
+      const int count = first + kWarps < units ? 2 : 1;
+      uint32_t x_rows[2], b_rows[2];
 #pragma unroll
-        for (int i = 0; i < kStateP; ++i) {
-          const int xq = Xq[tq * slice + min(kStateP * pg + i, slice - 1)];
+      for (int v = 0; v < 2; ++v) {
+        const int unit = v < count ? first + v * kWarps : first;
+        const int pm = 16 * (unit % m_units), n0 = 16 * (unit / m_units);
+        x_rows[v] = XT_s + (pm + (lane & 15)) * TRB + (lane >> 4) * 16;
+        b_rows[v] = BT_s + (n0 + (lane & 7) + (lane >> 4) * 8) * TRB + ((lane >> 3) & 1) * 16;
+      }
+      int acc[2][2][4] = {};
+      for (int k = 0; k < rows; k += 32) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) acc[i][j] = __dp4a(xq, col[j], acc[i][j]);
+        for (int v = 0; v < 2; ++v) {
+          uint32_t af[4], bf[4];
+          ldmatrix_x4(af, x_rows[v] + k);
+          ldmatrix_x4(bf, b_rows[v] + k);
+          mma_s8_16832(acc[v][0], af, bf[0], bf[1]);
+          mma_s8_16832(acc[v][1], af, bf[2], bf[3]);
         }
       }
-      if (phase == kLocal) {  // Sloc to the scratch; StatePassing is state_pass_kernel's
 #pragma unroll
-        for (int i = 0; i < kStateP; ++i) {
-          const int p = kStateP * pg + i;
-          if (p >= slice) break;
-          int local[4];
+      for (int v = 0; v < 2; ++v) {
+        if (v >= count) break;
+        const int unit = first + v * kWarps;
+        const int pm = 16 * (unit % m_units), n0 = 16 * (unit / m_units);
 #pragma unroll
-          for (int j = 0; j < 4; ++j) local[j] = requantize(acc[i][j], state_mult[p]);
-          *scratch_word(a, b, h, p0, slice, start, p * nquads + nq) = __int_as_float(pack4(local[0], local[1], local[2], local[3]));
-        }
-        if (u == 0) *scratch_word(a, b, h, p0, slice, start, 2 * words) = __int_as_float(qd);
-        continue;
-      }
+        for (int u = 0; u < 2; ++u)
 #pragma unroll
-      for (int i = 0; i < kStateP; ++i) {
-        const int p = kStateP * pg + i;
-        if (p >= slice) break;
-        int* at = reinterpret_cast<int*>(S + p * RB + 4 * nq);
-        const int prev = *at;
-        int next[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) next[j] = pass_state(requantize(acc[i][j], state_mult[p]), qd, byte_of(prev, j));
-        *at = pack4(next[0], next[1], next[2], next[3]);
+          for (int half = 0; half < 2; ++half) {
+            const int p = pm + g + 8 * half, n = n0 + 8 * u + 2 * q;
+            const int lo = requantize(acc[v][u][2 * half], state_mult[p]);
+            const int hi = requantize(acc[v][u][2 * half + 1], state_mult[p]);
+            if (phase == kLocal) {  // Sloc to the scratch (two bytes of word p·N/4 + n/4); StatePassing is state_pass_kernel's
+              int16_t* word = reinterpret_cast<int16_t*>(scratch_word(a, b, h, p0, kSlice, start, p * nquads + n / 4));
+              word[(n % 4) / 2] = static_cast<int16_t>((lo & 0xff) | (hi << 8));
+            } else {
+              int16_t* at = reinterpret_cast<int16_t*>(S + p * RB + n);
+              const int prev = *at;
+              const int next_lo = pass_state(lo, qd, byte_of(prev, 0)), next_hi = pass_state(hi, qd, byte_of(prev, 1));
+              *at = static_cast<int16_t>((next_lo & 0xff) | (next_hi << 8));
+            }
+          }
       }
     }
+    if (phase == kLocal && tid == 0) *scratch_word(a, b, h, p0, kSlice, start, 2 * words) = __int_as_float(qd);
     __syncthreads();
   }
 
   if (phase == kWhole || (phase == kScan && last_chunk)) {
-    for (int i = tid; i < slice * vecs; i += kThreads) {
+    const int vecs = N / 16;
+    for (int i = tid; i < kSlice * vecs; i += kThreads) {
       const int p = i / vecs, k = i % vecs;
       *reinterpret_cast<int4*>(state + int64_t(p) * N + 16 * k) = *reinterpret_cast<const int4*>(S + p * RB + 16 * k);
     }
@@ -423,21 +559,36 @@ __global__ void __launch_bounds__(kPassThreads) state_pass_kernel(Ssdi8ChunkScan
   *at = S;
 }
 
+// B and C of every token to int8 (the scales of their group), once for all heads:
+// bc_q[which][row][g·dstate + n], which 0 for B and 1 for C.
+constexpr int kQuantizeThreads = 256;
+__global__ void __launch_bounds__(kQuantizeThreads) quantize_bc_kernel(Ssdi8ChunkScanArgs a) {
+  const int64_t width = int64_t(a.groups) * a.dstate, values = int64_t(a.batch) * a.seqlen * width;
+  const int64_t i = int64_t(blockIdx.x) * kQuantizeThreads + threadIdx.x;
+  if (i >= 2 * values) return;
+  const bool is_c = i >= values;
+  const int64_t j = is_c ? i - values : i, row = j / width;
+  const int col = static_cast<int>(j - row * width), g = col / a.dstate;
+  const float value = (is_c ? a.C : a.B)[row * a.bc_stride + col], scale = is_c ? a.C_scales[g] : a.B_scales[g];
+  a.bc_q[i] = quantize_int8_by_reciprocal(value, scale, __frcp_rn(scale));
+}
+
 bool shape_supported(const Ssdi8ChunkScanArgs& a) {
   if (a.batch < 1 || a.batch > 65535 || a.seqlen < 1 || a.heads < 1 || a.groups < 1) return false;
   if (a.heads % a.groups != 0) return false;
-  if (a.headdim < 1 || a.headdim > 2 * kMaxSlice || (a.headdim > kMaxSlice && a.headdim % 2 != 0)) return false;
+  if (a.headdim < 16 || a.headdim > 2 * kMaxSlice || a.headdim % 16 != 0) return false;
   if (a.dstate < 16 || a.dstate > 256 || a.dstate % 16 != 0) return false;
   if (a.chunk < 1 || a.chunk > 256) return false;
   if (int64_t(a.heads) * 2 * a.headdim > INT32_MAX || int64_t(a.batch) * a.seqlen > INT32_MAX) return false;
+  if (2 * int64_t(a.batch) * a.seqlen * a.groups * a.dstate / kQuantizeThreads >= INT32_MAX) return false;
   return true;
 }
 
 bool pointers_supported(const Ssdi8ChunkScanArgs& a) {
   if (!a.x || !a.B || !a.C || !a.dt_raw || !a.dt_bias || !a.A || !a.D || !a.B_scales || !a.C_scales ||
-      !a.x_scaled_scales || !a.state_scales || !a.cb_scales || !a.state || !a.y)
+      !a.x_scaled_scales || !a.state_scales || !a.cb_scales || !a.state || !a.y || !a.bc_q)
     return false;
-  if (reinterpret_cast<uintptr_t>(a.state) % 16 != 0) return false;
+  if (reinterpret_cast<uintptr_t>(a.state) % 16 != 0 || reinterpret_cast<uintptr_t>(a.bc_q) % 16 != 0) return false;
   const int64_t row = int64_t(a.heads) * a.headdim;
   return a.x_stride >= row && a.y_stride >= row && a.bc_stride >= int64_t(a.groups) * a.dstate &&
          a.dt_stride >= a.heads;
@@ -451,21 +602,19 @@ struct Plan {
 };
 
 // Splits the work by chunk (three launches) when blocks per (sequence, head) leave the GPU short of
-// blocks (batch ≤ 2 or so at 80 heads on 132 SMs) and the scratch fits in a chunk. Then splits
-// headdim into the fewest slices of at most kMaxSlice columns, halves them (down to 32 columns)
-// while all blocks still fit in one wave of one block per SM, and (down to 8) while the shared
-// memory does not fit.
+// blocks (batch ≤ 2 or so at 80 heads on 132 SMs) and the scratch fits in a chunk. Then takes the
+// widest slice of 64, 32 or 16 columns that divides headdim, halves it (down to 32 columns) while
+// all blocks still fit in one wave of one block per SM, and (down to 16) while the shared memory
+// does not fit.
 bool make_plan(const Ssdi8ChunkScanArgs& a, Plan* plan) {
   if (!shape_supported(a) || !pointers_supported(a)) return false;
   int device = 0, sms = 0, max_smem = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return false;
   if (cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return false;
-  auto can_halve = [&a](int splits, int min_slice) {
-    return a.headdim % (2 * splits) == 0 && a.headdim / (2 * splits) >= min_slice;
-  };
-  auto smem_of = [&a](int splits) { return make_layout(a.chunk, a.dstate, a.headdim / splits).total; };
-  int splits = a.headdim > kMaxSlice ? 2 : 1;
+  int slice = kMaxSlice;
+  while (a.headdim % slice != 0) slice /= 2;
+  const int64_t splits = a.headdim / slice;
   plan->chunks = (a.seqlen + a.chunk - 1) / a.chunk;
   {
     // In units of a quarter chunk per SM: kWhole takes ceil(blocks / SMs) waves of all chunks; the
@@ -476,33 +625,38 @@ bool make_plan(const Ssdi8ChunkScanArgs& a, Plan* plan) {
     plan->split = nc >= 2 && nc <= 65535 && a.heads <= 65535 && a.chunk >= a.dstate / 2 + 1 && split < whole;
   }
   const int64_t per_slice = int64_t(a.batch) * a.heads * (plan->split ? plan->chunks : 1);
-  while (can_halve(splits, 32) && per_slice * 2 * splits <= sms) splits *= 2;
-  while (smem_of(splits) > static_cast<size_t>(max_smem) && can_halve(splits, 8)) splits *= 2;
-  plan->slice = a.headdim / splits;
-  plan->smem = smem_of(splits);
+  while (slice > 32 && per_slice * 2 * (a.headdim / slice) <= sms) slice /= 2;
+  while (make_layout(a.chunk, a.dstate, slice).total > static_cast<size_t>(max_smem) && slice > 16) slice /= 2;
+  plan->slice = slice;
+  plan->smem = make_layout(a.chunk, a.dstate, slice).total;
   return plan->smem <= static_cast<size_t>(max_smem);
 }
 
-template <int kPerLane>
+template <int kSlice>
 cudaError_t launch_with(const Ssdi8ChunkScanArgs& a, const Plan& plan, cudaStream_t stream) {
-  const cudaError_t status = cudaFuncSetAttribute(ssdi8_chunk_scan_kernel<kPerLane>,
+  const cudaError_t status = cudaFuncSetAttribute(ssdi8_chunk_scan_kernel<kSlice>,
                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem));
   if (status != cudaSuccess) return status;
-  const int blocks_x = a.heads * (a.headdim / plan.slice);
+  const int blocks_x = a.heads * (a.headdim / kSlice);
+  const int64_t bc_values = 2 * int64_t(a.batch) * a.seqlen * a.groups * a.dstate;
+  quantize_bc_kernel<<<static_cast<unsigned>((bc_values + kQuantizeThreads - 1) / kQuantizeThreads), kQuantizeThreads, 0,
+                       stream>>>(a);
   if (!plan.split) {
-    ssdi8_chunk_scan_kernel<kPerLane><<<dim3(blocks_x, a.batch), kThreads, plan.smem, stream>>>(a, plan.slice, kWhole);
+    ssdi8_chunk_scan_kernel<kSlice><<<dim3(blocks_x, a.batch), kThreads, plan.smem, stream>>>(a, kWhole);
     return cudaGetLastError();
   }
-  ssdi8_chunk_scan_kernel<kPerLane>
-      <<<dim3(blocks_x, a.batch, plan.chunks - 1), kThreads, plan.smem, stream>>>(a, plan.slice, kLocal);
+  ssdi8_chunk_scan_kernel<kSlice><<<dim3(blocks_x, a.batch, plan.chunks - 1), kThreads, plan.smem, stream>>>(a, kLocal);
   const int pass_blocks = (a.headdim * (a.dstate / 4) + kPassThreads - 1) / kPassThreads;
-  state_pass_kernel<<<dim3(pass_blocks, a.heads, a.batch), kPassThreads, 0, stream>>>(a, plan.slice);
-  ssdi8_chunk_scan_kernel<kPerLane>
-      <<<dim3(blocks_x, a.batch, plan.chunks), kThreads, plan.smem, stream>>>(a, plan.slice, kScan);
+  state_pass_kernel<<<dim3(pass_blocks, a.heads, a.batch), kPassThreads, 0, stream>>>(a, kSlice);
+  ssdi8_chunk_scan_kernel<kSlice><<<dim3(blocks_x, a.batch, plan.chunks), kThreads, plan.smem, stream>>>(a, kScan);
   return cudaGetLastError();
 }
 
 }  // namespace
+
+size_t ssdi8_chunk_scan_workspace_bytes(const Ssdi8ChunkScanArgs& a) {
+  return 2 * size_t(std::max(a.batch, 0)) * std::max(a.seqlen, 0) * std::max(a.groups, 0) * std::max(a.dstate, 0);
+}
 
 bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& a) {
   Plan plan;
@@ -512,7 +666,11 @@ bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& a) {
 cudaError_t launch_ssdi8_chunk_scan(const Ssdi8ChunkScanArgs& a, cudaStream_t stream) {
   Plan plan;
   if (!make_plan(a, &plan)) return cudaErrorInvalidValue;
-  return plan.slice > 32 ? launch_with<2>(a, plan, stream) : launch_with<1>(a, plan, stream);
+  switch (plan.slice) {
+    case 64: return launch_with<64>(a, plan, stream);
+    case 32: return launch_with<32>(a, plan, stream);
+    default: return launch_with<16>(a, plan, stream);
+  }
 }
 
 }  // namespace ssdq::kernels

@@ -39,20 +39,26 @@ struct Ssdi8ChunkScanArgs {
   const float* cb_scales = nullptr;       // [groups]  s_cb[g]
   int8_t* state = nullptr;                // [batch, heads, headdim, dstate] the int8 state q (value q·s_s[h,p]): initial in, final out
   float* y = nullptr; int64_t y_stride = 0;  // y[row * y_stride + h*headdim + p]; must not overlap the inputs
+  // Workspace of ssdi8_chunk_scan_workspace_bytes, 16-byte aligned: B, then C, as int8
+  // [batch·seqlen][groups·dstate], quantized once for all heads by the first launch.
+  int8_t* bc_q = nullptr;
 };
 
-// Shapes handled: dstate a multiple of 16 up to 256; headdim up to 64, or even up to 128; chunk
-// 1..256; heads divisible by groups; batch ≤ 65535; every pointer set, state 16-byte aligned;
+size_t ssdi8_chunk_scan_workspace_bytes(const Ssdi8ChunkScanArgs& args);
+
+// Shapes handled: dstate a multiple of 16 up to 256; headdim a multiple of 16 up to 128; chunk
+// 1..256; heads divisible by groups; batch ≤ 65535; every pointer set, state and bc_q 16-byte aligned;
 // row strides at least a row; and the shared memory within the current device's per-block limit:
-// (2·chunk + c)·(dstate + 16) + 3·chunk·c + 16·chunk + 20 KB for the c ≤ 64 headdim columns a block
-// takes (154 KB at chunk 256, dstate 128, c = 64; 125 KB at c = 32; c goes down to 8 to fit).
+// (2·R + c)·(K + 16) + (dstate + c)·(R + 16) + 2·R·(c + 8) + 24·R + 16·c bytes, R = chunk and
+// K = dstate rounded up to 32, for the c = 64, 32 or 16 headdim columns a block takes (173 KB at
+// chunk 256, dstate 128, c = 64; dstate 256 needs chunk ≤ 224).
 bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& args);
 
-// One launch on `stream`, or three when too few (sequence, head) pairs to fill the GPU and chunk ≥
-// dstate/2 + 1 (the chunks then run in parallel: chunk-local states, a pass over the chunks, then y;
-// same results bit for bit). No allocation: y serves as scratch between the launches, so it must not
-// be read or written by others until the launches complete. cudaErrorInvalidValue for unsupported
-// arguments.
+// Two launches on `stream` (B and C to int8 in bc_q, then the chunked scan), or four when too few
+// (sequence, head) pairs to fill the GPU and chunk ≥ dstate/2 + 1 (the chunks then run in
+// parallel: chunk-local states, a pass over the chunks, then y; same results bit for bit). No
+// allocation: besides bc_q, y serves as scratch between the launches, so it must not be read or
+// written by others until the launches complete. cudaErrorInvalidValue for unsupported arguments.
 cudaError_t launch_ssdi8_chunk_scan(const Ssdi8ChunkScanArgs& args, cudaStream_t stream);
 
 }  // namespace ssdq::kernels

@@ -138,6 +138,7 @@ SsdModuleTiming time_ssdi8(const Mamba2Config& c, int64_t batch, int64_t length,
   a.state = scratch.alloc<int8_t>(batch * H * P * N);
   a.y = scratch.alloc<float>(M * H * P);
   a.y_stride = H * P;
+  a.bc_q = scratch.alloc<int8_t>(kernels::ssdi8_chunk_scan_workspace_bytes(a));
   if (!kernels::ssdi8_chunk_scan_supported(a)) fail("the SSDi8 kernel does not support this shape");
   SsdModuleTiming t;
   t.batch = batch;

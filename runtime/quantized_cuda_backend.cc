@@ -201,6 +201,7 @@ struct QuantizedCudaBackend::Impl {
   // Whether any projection runs an integer GEMM for prefill (then the int32 accumulators are
   // reserved) and whether any has several weight groups (then the fp32 chain too).
   bool integer_gemm = false, grouped_gemm = false;
+  bool any_ssdi8 = false;  // a layer runs the SSDi8 prefill kernel (its workspace is reserved)
 
   DeviceBlock gemm_workspace;
   std::unique_ptr<kernels::Gemm> gemm;
@@ -208,7 +209,7 @@ struct QuantizedCudaBackend::Impl {
   struct Work {
     int32_t *tokens, *targets, *argmax, *acc;
     float *residual, *normed, *zxbcdt, *xbc, *y, *gated, *proj, *chain, *logits, *nll;
-    int8_t* x8;
+    int8_t *x8, *ssd_bc;
     __half* x16;
     void* expanded;
     int64_t logits_rows;
@@ -300,6 +301,7 @@ struct QuantizedCudaBackend::Impl {
         d.state_format = upload_format(q.ssm_state, &counter);
       }
       d.ssdi8 = q.ssd_mode == SsdMode::kSsdi8;
+      any_ssdi8 = any_ssdi8 || d.ssdi8;
       if (d.ssdi8) {
         const Ssdi8Scales scales{q.ssd_B, q.ssd_C, q.x_scaled, q.ssm_state, q.cb};
         if (!ssdi8_all_int8(scales))
@@ -336,6 +338,7 @@ struct QuantizedCudaBackend::Impl {
                  proj = layout.add(M * D * 4), chain = layout.add(grouped_gemm ? M * widest_out * 4 : 0),
                  logits = layout.add(logits_rows * c.vocab_size * 4), nll = layout.add(M * 4);
     const size_t x8 = layout.add(M * widest_in), x16 = layout.add(M * widest_in * 2), expanded = layout.add(expand_bytes);
+    const size_t ssd_bc = layout.add(any_ssdi8 ? M * 2 * c.ngroups * c.d_state : 0);  // the SSDi8 kernel's int8 B and C
     cuda_ok(cudaStreamSynchronize(stream), "synchronize before resizing the workspace");
     work_block = DeviceBlock();
     work_block = DeviceBlock(layout.total(), "activations", &counter);
@@ -343,8 +346,8 @@ struct QuantizedCudaBackend::Impl {
     work = {b.at<int32_t>(tokens), b.at<int32_t>(targets), b.at<int32_t>(argmax), b.at<int32_t>(acc),
             b.at<float>(residual), b.at<float>(normed),    b.at<float>(zxbcdt),    b.at<float>(xbc),
             b.at<float>(y),        b.at<float>(gated),     b.at<float>(proj),      b.at<float>(chain),
-            b.at<float>(logits),   b.at<float>(nll),       b.at<int8_t>(x8),       b.at<__half>(x16),
-            b.at<void>(expanded),  logits_rows};
+            b.at<float>(logits),   b.at<float>(nll),       b.at<int8_t>(x8),       b.at<int8_t>(ssd_bc),
+            b.at<__half>(x16),     b.at<void>(expanded),   logits_rows};
     work_batch = batch;
     work_length = length;
     ++work_generation;
@@ -591,6 +594,7 @@ struct QuantizedCudaBackend::Impl {
       s.state = static_cast<int8_t*>(state.ssm(l));
       s.y = work.y;
       s.y_stride = E;
+      s.bc_q = work.ssd_bc;
       if (!kernels::ssdi8_chunk_scan_supported(s))
         fail("CUDA: the SSDi8 kernel does not support heads {} × headdim {}, d_state {}, chunk {} on this device", H, P,
              N, c.chunk_size);

@@ -30,6 +30,7 @@ struct Case {
   float a_lo = -8.f, a_hi = -0.5f;  // A range: strong decay forgets the entering state within a chunk
   bool zero_state = false;
   float dt_min = 0.f, dt_max = 3.4e38f;
+  bool aligned_rows = false;  // row strides multiples of 4 floats (the kernel's vector loads) rather than odd
 };
 
 // Token rows [x | B | C | dt_raw | pad] as the conv output and in_proj lay them out, y rows padded.
@@ -74,7 +75,7 @@ Problem make_problem(const Case& c, unsigned seed) {
   const int H = c.heads, P = c.headdim, G = c.groups, N = c.dstate;
   pr.E = int64_t(H) * P;
   pr.GN = int64_t(G) * N;
-  pr.row = pr.E + 2 * pr.GN + H + 3;
+  pr.row = c.aligned_rows ? (pr.E + 2 * pr.GN + H + 3) / 4 * 4 + 4 : pr.E + 2 * pr.GN + H + 3;
   pr.y_stride = pr.E + 8;
   const int64_t rows = int64_t(c.batch) * c.seqlen;
   pr.inputs = testing::random_vector(rows * pr.row, -1.f, 1.f, rng);
@@ -200,7 +201,7 @@ struct DeviceProblem {
 
 // Arguments for rows [first_row, first_row + batch·seqlen) of the problem.
 kernels::Ssdi8ChunkScanArgs make_args(const Problem& pr, const DeviceProblem& d, int batch, int seqlen,
-                                      int64_t first_row, int8_t* state, float* y) {
+                                      int64_t first_row, int8_t* state, float* y, int8_t* bc_q) {
   const Case& c = pr.c;
   kernels::Ssdi8ChunkScanArgs a;
   a.batch = batch;
@@ -229,6 +230,7 @@ kernels::Ssdi8ChunkScanArgs make_args(const Problem& pr, const DeviceProblem& d,
   a.state = state;
   a.y = y + first_row * pr.y_stride;
   a.y_stride = pr.y_stride;
+  a.bc_q = bc_q;
   return a;
 }
 
@@ -239,13 +241,28 @@ Outputs run_gpu(const Problem& pr) {
   // NaN everywhere: an element the kernel fails to write fails the comparison.
   testing::DeviceBuffer<float> y(std::vector<float>(int64_t(c.batch) * c.seqlen * pr.y_stride,
                                                     std::numeric_limits<float>::quiet_NaN()));
-  const kernels::Ssdi8ChunkScanArgs a = make_args(pr, d, c.batch, c.seqlen, 0, state.get(), y.get());
+  kernels::Ssdi8ChunkScanArgs a = make_args(pr, d, c.batch, c.seqlen, 0, state.get(), y.get(), nullptr);
+  // Garbage in the workspace: the kernel must write every byte it reads.
+  testing::DeviceBuffer<int8_t> bc_q(std::vector<int8_t>(kernels::ssdi8_chunk_scan_workspace_bytes(a), 0x55));
+  a.bc_q = bc_q.get();
   Outputs out;
   EXPECT_TRUE(kernels::ssdi8_chunk_scan_supported(a));
   EXPECT_EQ(kernels::launch_ssdi8_chunk_scan(a, nullptr), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   out.state = state.to_host();
   out.y = y.to_host();
+  // The workspace holds B and C quantized (by a reciprocal with a division fallback): equal to
+  // the CPU's quantizer on every value.
+  const std::vector<int8_t> bc = bc_q.to_host();
+  const int64_t rows = int64_t(c.batch) * c.seqlen, width = pr.GN;
+  int64_t differ = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j) {
+      const int g = static_cast<int>(j / c.dstate);
+      differ += bc[r * width + j] != quantize_value(pr.B(r)[j], pr.s_B[g], QuantBits::kInt8);
+      differ += bc[(rows + r) * width + j] != quantize_value(pr.C(r)[j], pr.s_C[g], QuantBits::kInt8);
+    }
+  EXPECT_EQ(differ, 0) << "int8 B and C in the workspace";
   return out;
 }
 
@@ -318,7 +335,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"headdim128_dstate256_chunk128", 1, 300, 4, 128, 1, 256, 128, -0.5f, -0.02f},
         Case{"b3_h16_g4_len1030_weak_decay", 3, 1030, 16, 64, 4, 128, 256, -0.1f, -0.005f},
         Case{"dt_clamped", 2, 300, 8, 64, 1, 128, 128, -1.f, -0.05f, false, 0.01f, 0.1f},
-        Case{"mamba2_2p7b_heads_len300", 1, 300, 80, 64, 1, 128, 256}),
+        Case{"mamba2_2p7b_heads_len300", 1, 300, 80, 64, 1, 128, 256},
+        Case{"aligned_rows_b2_len700", 2, 700, 8, 64, 1, 128, 256, -1.f, -0.05f, false, 0.f, 3.4e38f, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 // Two launches that split a sequence at a chunk boundary equal one launch exactly: the second
@@ -333,8 +351,9 @@ TEST(Ssdi8ChunkScanCarry, TwoLaunchesEqualOneExactly) {
   testing::DeviceBuffer<float> y(std::vector<float>(int64_t(c.seqlen) * pr.y_stride, std::numeric_limits<float>::quiet_NaN()));
   const int first = 384;
   const int parts[2][2] = {{0, first}, {first, c.seqlen - first}};  // {first row, length}
+  testing::DeviceBuffer<int8_t> bc_q(std::vector<int8_t>(2 * int64_t(c.seqlen) * c.groups * c.dstate));
   for (const auto& part : parts) {
-    const kernels::Ssdi8ChunkScanArgs a = make_args(pr, d, 1, part[1], part[0], state.get(), y.get());
+    const kernels::Ssdi8ChunkScanArgs a = make_args(pr, d, 1, part[1], part[0], state.get(), y.get(), bc_q.get());
     ASSERT_EQ(kernels::launch_ssdi8_chunk_scan(a, nullptr), cudaSuccess);
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -362,6 +381,7 @@ TEST(Ssdi8ChunkScanArgs, RejectsUnsupportedArguments) {
   good.B_scales = good.C_scales = good.x_scaled_scales = good.state_scales = good.cb_scales = fp;
   good.state = reinterpret_cast<int8_t*>(fp);
   good.y = fp;
+  good.bc_q = reinterpret_cast<int8_t*>(fp);
   good.x_stride = good.y_stride = 2048;
   good.bc_stride = 1024;
   good.dt_stride = 16;
@@ -376,6 +396,7 @@ TEST(Ssdi8ChunkScanArgs, RejectsUnsupportedArguments) {
       {"dstate 272", [](kernels::Ssdi8ChunkScanArgs& a) { a.dstate = 272; }},
       {"headdim 0", [](kernels::Ssdi8ChunkScanArgs& a) { a.headdim = 0; }},
       {"headdim 97 (odd, above 64)", [](kernels::Ssdi8ChunkScanArgs& a) { a.headdim = 97; }},
+      {"headdim 40 (not a multiple of 16)", [](kernels::Ssdi8ChunkScanArgs& a) { a.headdim = 40; }},
       {"headdim 130", [](kernels::Ssdi8ChunkScanArgs& a) { a.headdim = 130; }},
       {"chunk 0", [](kernels::Ssdi8ChunkScanArgs& a) { a.chunk = 0; }},
       {"chunk 257", [](kernels::Ssdi8ChunkScanArgs& a) { a.chunk = 257; }},
@@ -386,6 +407,8 @@ TEST(Ssdi8ChunkScanArgs, RejectsUnsupportedArguments) {
       {"no cb scales", [](kernels::Ssdi8ChunkScanArgs& a) { a.cb_scales = nullptr; }},
       {"no dt_bias", [](kernels::Ssdi8ChunkScanArgs& a) { a.dt_bias = nullptr; }},
       {"state not 16-byte aligned", [](kernels::Ssdi8ChunkScanArgs& a) { a.state += 4; }},
+      {"no workspace", [](kernels::Ssdi8ChunkScanArgs& a) { a.bc_q = nullptr; }},
+      {"workspace not 16-byte aligned", [](kernels::Ssdi8ChunkScanArgs& a) { a.bc_q += 8; }},
       {"x_stride below a row", [](kernels::Ssdi8ChunkScanArgs& a) { a.x_stride = 8 * 64 - 1; }},
       {"bc_stride below a row", [](kernels::Ssdi8ChunkScanArgs& a) { a.bc_stride = 2 * 128 - 1; }},
       {"dt_stride below a row", [](kernels::Ssdi8ChunkScanArgs& a) { a.dt_stride = 7; }},
