@@ -310,30 +310,37 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
     __syncthreads();
 
     // ChunkState's operands with the token dimension contiguous, built by the warps that finish
-    // their ChunkScan tile first (below): XqT[p][t] = Q8(lut_state[t]·x[t,p]), a lane quantizing 16
-    // tokens of one column p into one 16-byte row piece, and BqT[n][t], transposed from Bq four
-    // tokens × four n a lane, eight consecutive token quads a lane group (Bq reads 4-way, BqT writes
-    // 2-way bank conflicts rather than 16-way for consecutive n quads).
-    const int xq_items = rows / 16 * kSlice, bt_items = rows / 4 * nquads;
-    auto build_xq = [&](int i) {
-      if (i >= xq_items) return;
-      const int t16 = 16 * (i / kSlice), p = i % kSlice;
+    // their ChunkScan tile first (below), 32 items a batch, a lane an item:
+    // - XqT[p][t] = Q8(lut_state[t]·x[t,p]): a lane quantizes 16 tokens of one column p into one
+    //   16-byte row piece (the rare values a division must settle in one branch for all 16);
+    // - BqT[n][t], transposed from Bq four tokens × four n a lane, the batch 8 token quads × 4 n
+    //   quads (Bq reads 4-way, BqT writes 2-way bank conflicts).
+    const int xq_batches = rows / 16 * kSlice / 32, n_quad_groups = N / 16;
+    const int batches = xq_batches + rows / 32 * n_quad_groups;
+    auto build_xq = [&](int batch) {
+      const int i = 32 * batch + lane, t16 = 16 * (i / kSlice), p = i % kSlice;
       float v[16];
 #pragma unroll
       for (int r = 0; r < 16; ++r)
-        v[r] = t16 + r < L ? __ldg(a.x + (row0 + t16 + r) * a.x_stride + col0 + p) : 0.f;
-      const float s_xs = xs_scale[p], inv = inv_xs_scale[p];
+        v[r] = t16 + r < L ? __fmul_rn(lut_state[t16 + r], __ldg(a.x + (row0 + t16 + r) * a.x_stride + col0 + p)) : 0.f;
+      const float inv = inv_xs_scale[p];
       int qv[16];
+      unsigned slow = 0;
 #pragma unroll
-      for (int r = 0; r < 16; ++r)
-        qv[r] = t16 + r < L ? quantize_int8_by_reciprocal(__fmul_rn(lut_state[t16 + r], v[r]), s_xs, inv) : 0;
+      for (int r = 0; r < 16; ++r) slow |= unsigned(!quantize_int8_by_reciprocal(v[r], inv, &qv[r])) << r;
+      if (slow) {
+        const float s_xs = xs_scale[p];
+#pragma unroll
+        for (int r = 0; r < 16; ++r)
+          if (slow >> r & 1u) qv[r] = quantize_int8(v[r], s_xs);
+      }
       *reinterpret_cast<int4*>(XT + p * TRB + t16) =
           make_int4(pack4(qv[0], qv[1], qv[2], qv[3]), pack4(qv[4], qv[5], qv[6], qv[7]),
                     pack4(qv[8], qv[9], qv[10], qv[11]), pack4(qv[12], qv[13], qv[14], qv[15]));
     };
-    auto build_bt = [&](int i) {
-      if (i >= bt_items) return;
-      const int tq = i / (8 * nquads) * 8 + i % 8, nq = i / 8 % nquads;
+    auto build_bt = [&](int batch) {
+      const int group = batch / n_quad_groups, nq_group = batch - group * n_quad_groups;
+      const int tq = 8 * group + lane % 8, nq = 4 * nq_group + lane / 8;
       const int8_t* bt = Bq + 4 * tq * RB + 4 * nq;
       const unsigned b0 = *reinterpret_cast<const unsigned*>(bt), b1 = *reinterpret_cast<const unsigned*>(bt + RB);
       const unsigned b2 = *reinterpret_cast<const unsigned*>(bt + 2 * RB);
@@ -459,16 +466,15 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
     // Warps take batches of 32 operand items from a shared counter until none are left: those with
     // short (or no) ChunkScan tiles do the most, filling the time the long tiles take.
     if (state_step) {
-      const int xq_batches = (xq_items + 31) / 32, batches = xq_batches + (bt_items + 31) / 32;
       for (;;) {
         int batch = 0;
         if (lane == 0) batch = atomicAdd(work_next, 1);
         batch = __shfl_sync(0xffffffffu, batch, 0);
         if (batch >= batches) break;
         if (batch < xq_batches)
-          build_xq(32 * batch + lane);
+          build_xq(batch);
         else
-          build_bt(32 * (batch - xq_batches) + lane);
+          build_bt(batch - xq_batches);
       }
     }
     __syncthreads();
@@ -570,7 +576,9 @@ __global__ void __launch_bounds__(kQuantizeThreads) quantize_bc_kernel(Ssdi8Chun
   const int64_t j = is_c ? i - values : i, row = j / width;
   const int col = static_cast<int>(j - row * width), g = col / a.dstate;
   const float value = (is_c ? a.C : a.B)[row * a.bc_stride + col], scale = is_c ? a.C_scales[g] : a.B_scales[g];
-  a.bc_q[i] = quantize_int8_by_reciprocal(value, scale, __frcp_rn(scale));
+  int q;
+  if (!quantize_int8_by_reciprocal(value, __frcp_rn(scale), &q)) q = quantize_int8(value, scale);
+  a.bc_q[i] = static_cast<int8_t>(q);
 }
 
 bool shape_supported(const Ssdi8ChunkScanArgs& a) {
