@@ -10,11 +10,11 @@
 namespace ssdq::kernels {
 namespace {
 
-// The normalization and the output format of one rotated value.
-__device__ inline void store_output(const HadamardQuantArgs& a, int64_t at, float rotated) {
+// The normalization and the output format of one rotated value; inv_out_scale = __frcp_rn(out_scale).
+__device__ inline void store_output(const HadamardQuantArgs& a, float inv_out_scale, int64_t at, float rotated) {
   const float v = __fmul_rn(rotated, a.normalize);
   if (a.out_type == ElementType::kS8) {
-    static_cast<int8_t*>(a.out)[at] = quantize_int8(v, a.out_scale);
+    static_cast<int8_t*>(a.out)[at] = quantize_int8_fast(v, a.out_scale, inv_out_scale);
   } else if (a.out_type == ElementType::kF16) {
     static_cast<__half*>(a.out)[at] = __float2half_rn(v);
   } else {
@@ -22,17 +22,18 @@ __device__ inline void store_output(const HadamardQuantArgs& a, int64_t at, floa
   }
 }
 
-// kRowPerBlock (prefill rows, and decode rows before sm_90). A lone row is issue-bound, so the
-// block is as wide as allowed (2.7b decode row: 31 µs under ncu with 512 threads, 20 µs with 1,024).
-constexpr int kThreads = 1024;
+// kRowPerBlock (prefill rows, and decode rows before sm_90): 512 threads and two blocks an SM, so
+// the H_K mix keeps a column's K values in registers (64 a thread) and one block's barriers overlap
+// the other's work. kernels_bench, H100, 2,048 rows: n = 5120 (K 20) 202 µs, n = 8192 (K 1) 244 µs;
+// 1,024 threads and one block an SM 296 / 341 µs; a lone row 18.4 µs against 17.1 µs with 1,024.
+constexpr int kThreads = 512;
+constexpr int kMaxBaseOrder = 28;  // the largest H_K the artifacts use (hadamard_quant_supported)
 
-// One block per row; the row lives in shared memory (two buffers of n floats for the H_K mix).
-__global__ void __launch_bounds__(kThreads) hadamard_quant_kernel(HadamardQuantArgs a) {
+// One block per row; the row lives in shared memory.
+__global__ void __launch_bounds__(kThreads, 2) hadamard_quant_kernel(HadamardQuantArgs a) {
   wait_for_previous_grid();
   allow_next_grid();
-  extern __shared__ float buffer[];
-  float* x = buffer;
-  float* mixed = buffer + a.n;
+  extern __shared__ float x[];
   const int64_t row = blockIdx.x;
   const float* y = a.y + row * a.ldy;
   if (a.z) {
@@ -51,38 +52,58 @@ __global__ void __launch_bounds__(kThreads) hadamard_quant_kernel(HadamardQuantA
   } else {
     for (int i = threadIdx.x; i < a.n; i += kThreads) x[i] = y[i];
   }
-  const int m = a.n / a.base_order, half = a.n / 2;
-  const int log_half_m = __ffs(max(m / 2, 1)) - 1;  // m is a power of two
-  for (int h = 1, log_h = 0; a.rotate && h < m; h *= 2, ++log_h) {
+  // Butterfly stages h = 1, 2, 4, … < m within each block of m, two at a time where possible: a
+  // thread takes the quad (i, i+h, i+2h, i+3h) through stage h and then 2h — the same additions in
+  // the same order as one stage at a time, with half the shared-memory round trips and barriers.
+  const int m = a.n / a.base_order, log_m = __ffs(m) - 1;
+  int h = 1, log_h = 0;
+  for (; a.rotate && 4 * h <= m; h *= 4, log_h += 2) {
     __syncthreads();
-    for (int p = threadIdx.x; p < half; p += kThreads) {
-      const int block = p >> log_half_m, q = p & (m / 2 - 1);
-      const int i = block * m + ((q >> log_h) << (log_h + 1)) + (q & (h - 1)), j = i + h;
+    for (int p = threadIdx.x; p < a.n / 4; p += kThreads) {
+      const int block = p >> (log_m - 2), r = p & (m / 4 - 1);
+      const int i = block * m + ((r >> log_h) << (log_h + 2)) + (r & (h - 1));
+      const float x0 = x[i], x1 = x[i + h], x2 = x[i + 2 * h], x3 = x[i + 3 * h];
+      const float s01 = __fadd_rn(x0, x1), d01 = __fsub_rn(x0, x1), s23 = __fadd_rn(x2, x3), d23 = __fsub_rn(x2, x3);
+      x[i] = __fadd_rn(s01, s23);
+      x[i + 2 * h] = __fsub_rn(s01, s23);
+      x[i + h] = __fadd_rn(d01, d23);
+      x[i + 3 * h] = __fsub_rn(d01, d23);
+    }
+  }
+  if (a.rotate && h < m) {  // one stage left when log2(m) is odd
+    __syncthreads();
+    for (int p = threadIdx.x; p < a.n / 2; p += kThreads) {
+      const int block = p >> (log_m - 1), r = p & (m / 2 - 1);
+      const int i = block * m + ((r >> log_h) << (log_h + 1)) + (r & (h - 1)), j = i + h;
       const float u = x[i], v = x[j];
       x[i] = __fadd_rn(u, v);
       x[j] = __fsub_rn(u, v);
     }
   }
   __syncthreads();
-  const float* result = x;
+  const float inv_out_scale = __frcp_rn(a.out_scale);
   if (a.rotate && a.base_order > 1) {
-    __shared__ int8_t signs[28 * 28];
+    // The H_K mix: a thread takes column b of the K blocks, reads its K values once and stores the
+    // K outputs, each summed over k in order.
+    __shared__ int8_t signs[kMaxBaseOrder * kMaxBaseOrder];
     for (int i = threadIdx.x; i < a.base_order * a.base_order; i += kThreads) signs[i] = a.base_matrix[i];
     __syncthreads();
-    const int log_m = __ffs(m) - 1;
-    for (int idx = threadIdx.x; idx < a.n; idx += kThreads) {
-      const int a2 = idx >> log_m, b = idx & (m - 1);
-      float acc = 0.f;
-      for (int k = 0; k < a.base_order; ++k) {
-        const float v = x[k * m + b];
-        acc = __fadd_rn(acc, signs[k * a.base_order + a2] > 0 ? v : -v);
+    const int K = a.base_order;
+    for (int b = threadIdx.x; b < m; b += kThreads) {
+      float v[kMaxBaseOrder];  // registers: every index below is a constant after unrolling
+#pragma unroll
+      for (int k = 0; k < kMaxBaseOrder; ++k) v[k] = k < K ? x[k * m + b] : 0.f;
+      for (int a2 = 0; a2 < K; ++a2) {
+        float acc = 0.f;
+#pragma unroll
+        for (int k = 0; k < kMaxBaseOrder; ++k)
+          if (k < K) acc = __fadd_rn(acc, signs[k * K + a2] > 0 ? v[k] : -v[k]);
+        store_output(a, inv_out_scale, row * a.n + a2 * m + b, acc);
       }
-      mixed[idx] = acc;
     }
-    __syncthreads();
-    result = mixed;
+    return;
   }
-  for (int i = threadIdx.x; i < a.n; i += kThreads) store_output(a, row * a.n + i, result[i]);
+  for (int i = threadIdx.x; i < a.n; i += kThreads) store_output(a, inv_out_scale, row * a.n + i, x[i]);
 }
 
 // kCluster: kClusterBlocks blocks share a row. With n = K·m, block r owns positions
@@ -116,7 +137,7 @@ __global__ void __launch_bounds__(kClusterThreads) hadamard_quant_cluster_kernel
   float* finished = slices + owned; // [segments][C][tw]
   __shared__ float group_partial[kClusterMaxGroups];
   __shared__ float group_scale[kClusterMaxGroups];
-  __shared__ int8_t signs[28 * 28];
+  __shared__ int8_t signs[kMaxBaseOrder * kMaxBaseOrder];
   // Element e of this block is column (e / span)·m + rank·span + e % span of the row.
   auto column = [&](int e) {
     return a.rotate ? ((e >> log_span) * m) + rank * span + (e & (span - 1)) : rank * span + e;
@@ -130,6 +151,7 @@ __global__ void __launch_bounds__(kClusterThreads) hadamard_quant_cluster_kernel
     const int e = threadIdx.x + j * T;
     norm_weight[j] = a.z && e < owned ? a.norm_weight[column(e)] : 0.f;
   }
+  const float inv_out_scale = __frcp_rn(a.out_scale);
   wait_for_previous_grid();
   allow_next_grid();
 
@@ -187,7 +209,7 @@ __global__ void __launch_bounds__(kClusterThreads) hadamard_quant_cluster_kernel
   }
 
   if (!a.rotate) {
-    for (int e = threadIdx.x; e < owned; e += T) store_output(a, row * a.n + column(e), local[e]);
+    for (int e = threadIdx.x; e < owned; e += T) store_output(a, inv_out_scale, row * a.n + column(e), local[e]);
   } else {
     const int half_span = span / 2, log_half_span = log_span - 1;
     for (int h = 1, log_h = 0; h < span; h *= 2, ++log_h) {
@@ -234,7 +256,7 @@ __global__ void __launch_bounds__(kClusterThreads) hadamard_quant_cluster_kernel
         acc = finished[ct];
       }
       const int c = ct >> log_tw, t = ct & (tw - 1);
-      store_output(a, row * a.n + a2 * m + c * span + (rank << log_tw) + t, acc);
+      store_output(a, inv_out_scale, row * a.n + a2 * m + c * span + (rank << log_tw) + t, acc);
     }
   }
   cluster.sync();  // no block leaves while another may still read its shared memory
@@ -264,7 +286,7 @@ bool use_cluster(const HadamardQuantArgs& a) {
 bool common_supported(const HadamardQuantArgs& a) {
   const int k = a.base_order;
   if (a.rotate) {
-    if (!(k == 1 || k == 12 || k == 20 || k == 28) || a.n <= 0 || a.n % k != 0 || !power_of_two(a.n / k)) return false;
+    if (!(k == 1 || k == 12 || k == 20 || k == kMaxBaseOrder) || a.n <= 0 || a.n % k != 0 || !power_of_two(a.n / k)) return false;
     if (k > 1 && !a.base_matrix) return false;
   } else if (a.n <= 0 || k != 1) {
     return false;
@@ -293,7 +315,7 @@ bool hadamard_quant_supported(const HadamardQuantArgs& a) {
 cudaError_t launch_hadamard_quant(const HadamardQuantArgs& a, cudaStream_t stream) {
   if (!hadamard_quant_supported(a)) return cudaErrorInvalidValue;
   if (use_cluster(a)) return launch_cluster(a, stream);
-  const size_t shared = 2 * sizeof(float) * a.n;
+  const size_t shared = sizeof(float) * a.n;
   if (shared > 48 * 1024) {
     const cudaError_t status =
         cudaFuncSetAttribute(hadamard_quant_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));

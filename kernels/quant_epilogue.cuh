@@ -52,6 +52,13 @@ __device__ inline float apply_format_code(float value, float code) {
   return code > 0.f ? fake_quantize_int8(value, code) : code < 0.f ? round_to_fp16(value) : value;
 }
 
+// quantize_int8 bit for bit, dividing only where the reciprocal could differ (inv_scale =
+// __frcp_rn(scale)); for kernels that quantize many values with one scale.
+__device__ inline int8_t quantize_int8_fast(float value, float scale, float inv_scale) {
+  int q;
+  return quantize_int8_by_reciprocal(value, inv_scale, &q) ? static_cast<int8_t>(q) : quantize_int8(value, scale);
+}
+
 __device__ inline void store_projection(void* out, ElementType out_type, int64_t at, float y, const float* bias,
                                         int64_t col, bool accumulate) {
   if (bias) y = __fadd_rn(y, bias[col]);

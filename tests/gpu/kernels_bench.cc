@@ -347,7 +347,32 @@ void bench_conv_decode(int batch, double bandwidth) {
   (void)bandwidth;
 }
 
-// out_proj's input at decode: gated norm + Hadamard + int8, one block a row against a cluster.
+// The W8A8 prefill conv of mamba2-2.7b: fp32 in and out, int8 formats on both (as the quantized
+// backend runs it), against the bytes it must move.
+void bench_conv_prefill(int seqlen, double bandwidth) {
+  std::mt19937 rng(6);
+  const int channels = 5376, in_dim = 10576;
+  kernels::CausalConv1dArgs a;
+  a.batch = 1;
+  a.seqlen = seqlen;
+  a.channels = channels;
+  a.width = 4;
+  a.in_type = a.out_type = kernels::ElementType::kF32;
+  a.in = device_random(size_t(seqlen) * in_dim, -1, 1, rng);
+  a.in_stride = in_dim;
+  a.weight = device_random(size_t(channels) * 4, -1, 1, rng);
+  a.bias = device_random(channels, -1, 1, rng);
+  a.state = device_random(size_t(channels) * 3, -1, 1, rng);
+  a.out = device_random(size_t(seqlen) * channels, -1, 1, rng);
+  a.in_formats = device_random(channels, 0.01f, 0.02f, rng);
+  a.out_formats = device_random(channels, 0.01f, 0.02f, rng);
+  const double us = time_us([&] { return kernels::launch_causal_conv1d(a, nullptr); });
+  const double bytes = 2.0 * seqlen * channels * sizeof(float);
+  fmt::print("causal_conv1d     {:5d} tokens fp32, int8 formats: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n",
+             seqlen, us, bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth);
+}
+
+// out_proj's input: gated norm + Hadamard + int8, one block a row against a cluster.
 void bench_hadamard_quant(int rows, int n, int base_order, int groups) {
   std::mt19937 rng(8);
   kernels::HadamardQuantArgs a;
@@ -431,13 +456,14 @@ int main() {
   for (int m : {1, 4, 16}) ssdq::bench_qgemv(m, bandwidth);
   for (int m : {1, 4, 16})
     for (auto kind : {ssdq::kernels::QgemvKind::kW8A8, ssdq::kernels::QgemvKind::kW4A8}) ssdq::bench_norm_qgemv(m, kind);
-  for (int rows : {1, 4, 16, 32}) ssdq::bench_hadamard_quant(rows, 5120, 20, 1);  // mamba2-2.7b
-  for (int rows : {1, 16}) ssdq::bench_hadamard_quant(rows, 8192, 1, 8);         // 8B-like
+  for (int rows : {1, 4, 16, 32, 2048}) ssdq::bench_hadamard_quant(rows, 5120, 20, 1);  // mamba2-2.7b
+  for (int rows : {1, 16, 2048}) ssdq::bench_hadamard_quant(rows, 8192, 1, 8);         // 8B-like
   for (int64_t m : {2048, 16384}) {  // mamba2-2.7b prefill of 1 × 2048 and 8 × 2048 tokens
     ssdq::bench_gemm_s8(m, 10576, 2560, false);  // in_proj
     ssdq::bench_gemm_s8(m, 2560, 5120, true);    // out_proj
   }
   for (int b : {1, 8}) ssdq::bench_conv_decode(b, bandwidth);
+  ssdq::bench_conv_prefill(2048, bandwidth);
   for (int m : {1, 8, 32}) {  // one decode step's projections of mamba2-2.7b (per layer) and its lm_head
     double total = 0;
     ssdq::bench_gemm(m, 10576, 2560, bandwidth, &total);
