@@ -28,6 +28,97 @@ __device__ inline void store_output(const HadamardQuantArgs& a, float inv_out_sc
 // 1,024 threads and one block an SM 296 / 341 µs; a lone row 18.4 µs against 17.1 µs with 1,024.
 constexpr int kThreads = 512;
 constexpr int kMaxBaseOrder = 28;  // the largest H_K the artifacts use (hadamard_quant_supported)
+constexpr int kGatedBatch = 8;     // elements of y and z a thread loads before computing
+
+// The butterfly stages h = 1, 2, 4, … < m of every block of m (the row x in shared memory, n = K·m),
+// each element through the same additions in the same order as the CPU's stage-by-stage loop.
+// Two implementations: in registers for m ≥ kWarpSpan, and in shared memory for any m.
+constexpr int kWarpSpan = 256;        // elements a warp transforms in registers: 8 a lane
+constexpr int kMaxColumnStages = 32;  // m / kWarpSpan values a thread holds for the stages h ≥ 256
+
+// Stages h < 256: a warp takes 256 consecutive elements, 8 a lane (stages 1, 2, 4 in registers,
+// 8 … 128 with the partner lane's value through a shuffle); stages 256 … m/2: a thread takes the
+// m/256 elements j0 + 256·r of one block of m and runs them in registers. Needs 256 ≤ m ≤ 8192.
+__device__ inline void butterfly_in_registers(float* x, int n, int m) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  for (int c = warp; c < n / kWarpSpan; c += kThreads / 32) {
+    float4* at = reinterpret_cast<float4*>(x + c * kWarpSpan + 8 * lane);
+    const float4 lo = at[0], hi = at[1];
+    float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int h = 1; h < 8; h *= 2)
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (!(e & h)) {
+          const float u = v[e], w = v[e + h];
+          v[e] = __fadd_rn(u, w);
+          v[e + h] = __fsub_rn(u, w);
+        }
+#pragma unroll
+    for (int s = 1; s < 32; s *= 2) {  // h = 8·s: element 8·lane + e pairs with lane ^ s
+      const bool upper = lane & s;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float partner = __shfl_xor_sync(0xffffffffu, v[e], s);
+        v[e] = upper ? __fsub_rn(partner, v[e]) : __fadd_rn(v[e], partner);
+      }
+    }
+    at[0] = make_float4(v[0], v[1], v[2], v[3]);
+    at[1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+  const int columns = m / kWarpSpan;
+  if (columns == 1) return;
+  __syncthreads();
+  for (int item = threadIdx.x; item < n / columns; item += kThreads) {
+    float* at = x + item / kWarpSpan * m + item % kWarpSpan;  // block item / 256, column j0 = item % 256
+    float v[kMaxColumnStages];
+#pragma unroll
+    for (int r = 0; r < kMaxColumnStages; ++r) v[r] = r < columns ? at[r * kWarpSpan] : 0.f;
+#pragma unroll
+    for (int s = 1; s < kMaxColumnStages; s *= 2)
+#pragma unroll
+      for (int r = 0; r < kMaxColumnStages; ++r)
+        if (s < columns && r < columns && !(r & s)) {
+          const float u = v[r], w = v[r + s];
+          v[r] = __fadd_rn(u, w);
+          v[r + s] = __fsub_rn(u, w);
+        }
+#pragma unroll
+    for (int r = 0; r < kMaxColumnStages; ++r)
+      if (r < columns) at[r * kWarpSpan] = v[r];
+  }
+}
+
+// Any m: two stages per pass where possible, a thread taking the quad (i, i+h, i+2h, i+3h) through
+// stage h and then 2h.
+__device__ inline void butterfly_in_shared_memory(float* x, int n, int m) {
+  const int log_m = __ffs(m) - 1;
+  int h = 1, log_h = 0;
+  for (; 4 * h <= m; h *= 4, log_h += 2) {
+    __syncthreads();
+    for (int p = threadIdx.x; p < n / 4; p += kThreads) {
+      const int block = p >> (log_m - 2), r = p & (m / 4 - 1);
+      const int i = block * m + ((r >> log_h) << (log_h + 2)) + (r & (h - 1));
+      const float x0 = x[i], x1 = x[i + h], x2 = x[i + 2 * h], x3 = x[i + 3 * h];
+      const float s01 = __fadd_rn(x0, x1), d01 = __fsub_rn(x0, x1), s23 = __fadd_rn(x2, x3), d23 = __fsub_rn(x2, x3);
+      x[i] = __fadd_rn(s01, s23);
+      x[i + 2 * h] = __fsub_rn(s01, s23);
+      x[i + h] = __fadd_rn(d01, d23);
+      x[i + 3 * h] = __fsub_rn(d01, d23);
+    }
+  }
+  if (h < m) {  // one stage left when log2(m) is odd
+    __syncthreads();
+    for (int p = threadIdx.x; p < n / 2; p += kThreads) {
+      const int block = p >> (log_m - 1), r = p & (m / 2 - 1);
+      const int i = block * m + ((r >> log_h) << (log_h + 1)) + (r & (h - 1)), j = i + h;
+      const float u = x[i], v = x[j];
+      x[i] = __fadd_rn(u, v);
+      x[j] = __fsub_rn(u, v);
+    }
+  }
+}
 
 // One block per row; the row lives in shared memory.
 __global__ void __launch_bounds__(kThreads, 2) hadamard_quant_kernel(HadamardQuantArgs a) {
@@ -39,61 +130,67 @@ __global__ void __launch_bounds__(kThreads, 2) hadamard_quant_kernel(HadamardQua
   if (a.z) {
     const float* z = a.z + row * a.z_stride;
     for (int g0 = 0; g0 < a.n; g0 += a.group_size) {
+      // kGatedBatch elements' y and z are loaded before any is used: the loads are in flight
+      // together rather than each behind the previous element's silu (its division branches).
       float sum = 0.f;
-      for (int i = threadIdx.x; i < a.group_size; i += kThreads) {
-        const float g = __fmul_rn(y[g0 + i], silu(z[g0 + i]));
-        x[g0 + i] = g;
-        sum += g * g;
+      for (int i0 = threadIdx.x; i0 < a.group_size; i0 += kGatedBatch * kThreads) {
+        float yv[kGatedBatch], zv[kGatedBatch];
+#pragma unroll
+        for (int u = 0; u < kGatedBatch; ++u) {
+          const int i = i0 + u * kThreads;
+          yv[u] = i < a.group_size ? y[g0 + i] : 0.f;
+          zv[u] = i < a.group_size ? z[g0 + i] : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < kGatedBatch; ++u) {
+          const int i = i0 + u * kThreads;
+          if (i >= a.group_size) break;
+          const float g = __fmul_rn(yv[u], silu(zv[u]));
+          x[g0 + i] = g;
+          sum += g * g;
+        }
       }
       const float scale = rsqrtf(block_sum<kThreads>(sum) / a.group_size + a.eps);
-      for (int i = threadIdx.x; i < a.group_size; i += kThreads)
-        x[g0 + i] = __fmul_rn(__fmul_rn(x[g0 + i], scale), a.norm_weight[g0 + i]);
+      for (int i0 = threadIdx.x; i0 < a.group_size; i0 += kGatedBatch * kThreads) {
+        float wv[kGatedBatch];
+#pragma unroll
+        for (int u = 0; u < kGatedBatch; ++u) {
+          const int i = i0 + u * kThreads;
+          wv[u] = i < a.group_size ? a.norm_weight[g0 + i] : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < kGatedBatch; ++u) {
+          const int i = i0 + u * kThreads;
+          if (i < a.group_size) x[g0 + i] = __fmul_rn(__fmul_rn(x[g0 + i], scale), wv[u]);
+        }
+      }
     }
   } else {
     for (int i = threadIdx.x; i < a.n; i += kThreads) x[i] = y[i];
   }
-  // Butterfly stages h = 1, 2, 4, … < m within each block of m, two at a time where possible: a
-  // thread takes the quad (i, i+h, i+2h, i+3h) through stage h and then 2h — the same additions in
-  // the same order as one stage at a time, with half the shared-memory round trips and barriers.
-  const int m = a.n / a.base_order, log_m = __ffs(m) - 1;
-  int h = 1, log_h = 0;
-  for (; a.rotate && 4 * h <= m; h *= 4, log_h += 2) {
-    __syncthreads();
-    for (int p = threadIdx.x; p < a.n / 4; p += kThreads) {
-      const int block = p >> (log_m - 2), r = p & (m / 4 - 1);
-      const int i = block * m + ((r >> log_h) << (log_h + 2)) + (r & (h - 1));
-      const float x0 = x[i], x1 = x[i + h], x2 = x[i + 2 * h], x3 = x[i + 3 * h];
-      const float s01 = __fadd_rn(x0, x1), d01 = __fsub_rn(x0, x1), s23 = __fadd_rn(x2, x3), d23 = __fsub_rn(x2, x3);
-      x[i] = __fadd_rn(s01, s23);
-      x[i + 2 * h] = __fsub_rn(s01, s23);
-      x[i + h] = __fadd_rn(d01, d23);
-      x[i + 3 * h] = __fsub_rn(d01, d23);
-    }
-  }
-  if (a.rotate && h < m) {  // one stage left when log2(m) is odd
-    __syncthreads();
-    for (int p = threadIdx.x; p < a.n / 2; p += kThreads) {
-      const int block = p >> (log_m - 1), r = p & (m / 2 - 1);
-      const int i = block * m + ((r >> log_h) << (log_h + 1)) + (r & (h - 1)), j = i + h;
-      const float u = x[i], v = x[j];
-      x[i] = __fadd_rn(u, v);
-      x[j] = __fsub_rn(u, v);
-    }
+  const int m = a.n / a.base_order;
+  if (a.rotate && m >= kWarpSpan && m <= kWarpSpan * kMaxColumnStages) {
+    butterfly_in_registers(x, a.n, m);
+  } else if (a.rotate) {
+    butterfly_in_shared_memory(x, a.n, m);
   }
   __syncthreads();
   const float inv_out_scale = __frcp_rn(a.out_scale);
   if (a.rotate && a.base_order > 1) {
-    // The H_K mix: a thread takes column b of the K blocks, reads its K values once and stores the
-    // K outputs, each summed over k in order.
+    // The H_K mix: a thread takes column b of the K blocks, reads its K values once and stores
+    // the outputs, each summed over k in order.
     __shared__ int8_t signs[kMaxBaseOrder * kMaxBaseOrder];
     for (int i = threadIdx.x; i < a.base_order * a.base_order; i += kThreads) signs[i] = a.base_matrix[i];
     __syncthreads();
-    const int K = a.base_order;
-    for (int b = threadIdx.x; b < m; b += kThreads) {
+    // With fewer columns than threads, two threads share a column, each storing half of its K
+    // outputs (K is even: 12, 20 or 28).
+    const int K = a.base_order, split = m < kThreads ? 2 : 1, per_thread = K / split;
+    for (int t = threadIdx.x; t < m * split; t += kThreads) {
+      const int b = t % m, first = t / m * per_thread;
       float v[kMaxBaseOrder];  // registers: every index below is a constant after unrolling
 #pragma unroll
       for (int k = 0; k < kMaxBaseOrder; ++k) v[k] = k < K ? x[k * m + b] : 0.f;
-      for (int a2 = 0; a2 < K; ++a2) {
+      for (int a2 = first; a2 < first + per_thread; ++a2) {
         float acc = 0.f;
 #pragma unroll
         for (int k = 0; k < kMaxBaseOrder; ++k)
