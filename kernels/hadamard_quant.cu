@@ -22,11 +22,11 @@ __device__ inline void store_output(const HadamardQuantArgs& a, float inv_out_sc
   }
 }
 
-// kRowPerBlock (prefill rows, and decode rows before sm_90): 512 threads and two blocks an SM, so
-// the H_K mix keeps a column's K values in registers (64 a thread) and one block's barriers overlap
-// the other's work. kernels_bench, H100, 2,048 rows: n = 5120 (K 20) 202 µs, n = 8192 (K 1) 244 µs;
-// 1,024 threads and one block an SM 296 / 341 µs; a lone row 18.4 µs against 17.1 µs with 1,024.
-constexpr int kThreads = 512;
+// kRowPerBlock (prefill rows, and decode rows before sm_90), one block a row: 256 threads and
+// four blocks an SM for many rows (2,048 rows, H100: 134 µs at n = 5120, K 20; 112 µs at n = 8192,
+// K 1 — 144 / 159 µs with 512 threads), 512 threads for a few rows, where a lone row is
+// latency-bound (12.4 µs against 17.6 µs with 256).
+constexpr int kManyRowsThreads = 256, kFewRowsThreads = 512;
 constexpr int kMaxBaseOrder = 28;  // the largest H_K the artifacts use (hadamard_quant_supported)
 constexpr int kGatedBatch = 8;     // elements of y and z a thread loads before computing
 
@@ -39,6 +39,7 @@ constexpr int kMaxColumnStages = 32;  // m / kWarpSpan values a thread holds for
 // Stages h < 256: a warp takes 256 consecutive elements, 8 a lane (stages 1, 2, 4 in registers,
 // 8 … 128 with the partner lane's value through a shuffle); stages 256 … m/2: a thread takes the
 // m/256 elements j0 + 256·r of one block of m and runs them in registers. Needs 256 ≤ m ≤ 8192.
+template <int kThreads>
 __device__ inline void butterfly_in_registers(float* x, int n, int m) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncthreads();
@@ -92,6 +93,7 @@ __device__ inline void butterfly_in_registers(float* x, int n, int m) {
 
 // Any m: two stages per pass where possible, a thread taking the quad (i, i+h, i+2h, i+3h) through
 // stage h and then 2h.
+template <int kThreads>
 __device__ inline void butterfly_in_shared_memory(float* x, int n, int m) {
   const int log_m = __ffs(m) - 1;
   int h = 1, log_h = 0;
@@ -121,7 +123,8 @@ __device__ inline void butterfly_in_shared_memory(float* x, int n, int m) {
 }
 
 // One block per row; the row lives in shared memory.
-__global__ void __launch_bounds__(kThreads, 2) hadamard_quant_kernel(HadamardQuantArgs a) {
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads) hadamard_quant_kernel(HadamardQuantArgs a) {
   wait_for_previous_grid();
   allow_next_grid();
   extern __shared__ float x[];
@@ -170,9 +173,9 @@ __global__ void __launch_bounds__(kThreads, 2) hadamard_quant_kernel(HadamardQua
   }
   const int m = a.n / a.base_order;
   if (a.rotate && m >= kWarpSpan && m <= kWarpSpan * kMaxColumnStages) {
-    butterfly_in_registers(x, a.n, m);
+    butterfly_in_registers<kThreads>(x, a.n, m);
   } else if (a.rotate) {
-    butterfly_in_shared_memory(x, a.n, m);
+    butterfly_in_shared_memory<kThreads>(x, a.n, m);
   }
   __syncthreads();
   const float inv_out_scale = __frcp_rn(a.out_scale);
@@ -401,6 +404,17 @@ cudaError_t launch_cluster(const HadamardQuantArgs& a, cudaStream_t stream) {
   return launch_kernel(hadamard_quant_cluster_kernel, shape, stream, a);
 }
 
+template <int kThreads>
+cudaError_t launch_rows(const HadamardQuantArgs& a, size_t shared, cudaStream_t stream) {
+  if (shared > 48 * 1024) {
+    const cudaError_t status = cudaFuncSetAttribute(hadamard_quant_kernel<kThreads>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+    if (status != cudaSuccess) return status;
+  }
+  return launch_kernel(hadamard_quant_kernel<kThreads>,
+                       LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads), shared}, stream, a);
+}
+
 }  // namespace
 
 bool hadamard_quant_supported(const HadamardQuantArgs& a) {
@@ -413,13 +427,10 @@ cudaError_t launch_hadamard_quant(const HadamardQuantArgs& a, cudaStream_t strea
   if (!hadamard_quant_supported(a)) return cudaErrorInvalidValue;
   if (use_cluster(a)) return launch_cluster(a, stream);
   const size_t shared = sizeof(float) * a.n;
-  if (shared > 48 * 1024) {
-    const cudaError_t status =
-        cudaFuncSetAttribute(hadamard_quant_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
-    if (status != cudaSuccess) return status;
-  }
-  return launch_kernel(hadamard_quant_kernel, LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads), shared}, stream,
-                       a);
+  // The wide block while the rows leave SMs idle (decode batches), the narrow one for prefill.
+  const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
+  return int64_t(a.rows) * kManyRowsThreads < int64_t(sms) * 1024 ? launch_rows<kFewRowsThreads>(a, shared, stream)
+                                                          : launch_rows<kManyRowsThreads>(a, shared, stream);
 }
 
 }  // namespace ssdq::kernels

@@ -136,7 +136,9 @@ TEST_P(HadamardQuantWithoutRotation, IsTheGatedNorm) {
 std::vector<Case> cases() {
   const std::vector<Case> shapes = {{3, 256, 1, false},  {2, 768, 1, false}, {2, 1280, 1, false}, {2, 1792, 1, false},
                                     {5, 5120, 1, false}, {1, 8192, 8, false}, {1, 20480, 1, false}, {4, 5120, 1, true},
-                                    {3, 8192, 8, true},  {2, 512, 2, true},   {40, 1280, 4, true}};
+                                    {3, 8192, 8, true},  {2, 512, 2, true},   {40, 1280, 4, true},
+                                    // enough rows for the narrow one-block-a-row kernel (prefill)
+                                    {600, 5120, 1, true}, {600, 8192, 8, false}};
   std::vector<Case> all;
   for (Schedule schedule : {Schedule::kRowPerBlock, Schedule::kCluster})
     for (Case c : shapes) {
