@@ -32,6 +32,9 @@ namespace {
 using kernels::ElementType;
 using Format = kernels::ActivationFormatArgs::Format;
 
+// Rows up to which a W8A8 projection runs the GEMV rather than the int8 GEMM + scaling pass.
+constexpr int64_t kW8A8GemvMaxRows = 4;
+
 std::vector<uint16_t> to_fp16_bits(const std::vector<float>& values) {
   std::vector<uint16_t> bits(values.size());
   for (size_t i = 0; i < values.size(); ++i) bits[i] = float_to_half(values[i]);
@@ -383,8 +386,9 @@ struct QuantizedCudaBackend::Impl {
   // The decode GEMV of a projection at m rows, when it has one (qgemv_supported).
   bool decode_gemv(const DeviceLinear& L, int64_t m, float x_scale, kernels::QgemvArgs& q) const {
     using Path = DeviceLinear::Path;
-    if (m > kernels::kQgemvMaxRows || (L.path == Path::kFloat && L.bits != 4) ||
-        (L.path == Path::kInt8Grouped && L.bits == 8))
+    // W8A8's GEMV does not scale with rows; from kW8A8GemvMaxRows the int8 GEMM + scaling wins.
+    const int64_t max_rows = L.path == Path::kInt8PerChannel ? kW8A8GemvMaxRows : kernels::kQgemvMaxRows;
+    if (m > max_rows || (L.path == Path::kFloat && L.bits != 4) || (L.path == Path::kInt8Grouped && L.bits == 8))
       return false;
     q.kind = L.path == Path::kInt8PerChannel ? kernels::QgemvKind::kW8A8
              : L.path == Path::kInt8Grouped  ? kernels::QgemvKind::kW4A8

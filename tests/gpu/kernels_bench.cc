@@ -458,7 +458,7 @@ int main() {
     for (auto kind : {ssdq::kernels::QgemvKind::kW8A8, ssdq::kernels::QgemvKind::kW4A8}) ssdq::bench_norm_qgemv(m, kind);
   for (int rows : {1, 4, 16, 32, 2048}) ssdq::bench_hadamard_quant(rows, 5120, 20, 1);  // mamba2-2.7b
   for (int rows : {1, 16, 2048}) ssdq::bench_hadamard_quant(rows, 8192, 1, 8);         // 8B-like
-  for (int64_t m : {2048, 16384}) {  // mamba2-2.7b prefill of 1 × 2048 and 8 × 2048 tokens
+  for (int64_t m : {4, 8, 16, 2048, 16384}) {  // few rows (against qgemv above); prefill of 1 × 2048 and 8 × 2048 tokens
     ssdq::bench_gemm_s8(m, 10576, 2560, false);  // in_proj
     ssdq::bench_gemm_s8(m, 2560, 5120, true);    // out_proj
   }
