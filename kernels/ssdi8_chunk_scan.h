@@ -8,12 +8,13 @@
 //   S ← sat8(sat8(rne(Σ_t Xq[t,p]·Bq[t,n] · (s_xs·s_B)/s_s)) + ((Qd·S + 64) >> 7)),
 //       Qd = rne(exp(cs[L-1])·128)
 // with S the int8 state [headdim, dstate] entering the chunk (value S·s_s[h,p]).
-// The integer parts are exact; the float parts follow the CPU's evaluation order, including the
-// FMAs gcc forms in the -c opt build (the cumsum, and y). The per-token exps (softplus, exp(cs[t]),
-// the LUT_state decay, Qd) are evaluated in double and rounded once, which glibc's expf matches in
-// all but ~0.06 % of inputs (its log1pf, not correctly rounded, in ~96 %: dt can differ in the last
-// bit); CB's exp(cs[t] - cs[s]) uses expf, whose last bits the fp16 rounding mostly hides. Such
-// differences can move an int8 value (Xq, the state) by one step, rarely.
+// The integer parts are exact (int8 tensor-core MMAs accumulate in int32). The float parts that
+// feed an integer follow the CPU's evaluation order, including the FMA gcc forms in the cumsum;
+// the per-token exps (softplus, exp(cs[t]), the LUT_state decay, Qd) are evaluated in double and
+// rounded once, which glibc's expf matches in all but ~0.06 % of inputs (its log1pf, not correctly
+// rounded, in ~96 %: dt can differ in the last bit), so an int8 value (Xq, the state) can move by
+// one step, rarely. The float parts that reach y alone are within tolerance, not bit-equal: CB's
+// exp(cs[t] - cs[s]) through ex2.approx, and the diag sum in the tensor core's order.
 // CPU reference: runtime/quantized_ssd.h `ssdi8_chunked` (its header states the specification).
 #pragma once
 
