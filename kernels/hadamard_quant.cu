@@ -34,7 +34,7 @@ constexpr int kGatedBatch = 8;     // elements of y and z a thread loads before 
 // each element through the same additions in the same order as the CPU's stage-by-stage loop.
 // Two implementations: in registers for m ≥ kWarpSpan, and in shared memory for any m.
 constexpr int kWarpSpan = 256;        // elements a warp transforms in registers: 8 a lane
-constexpr int kMaxColumnStages = 32;  // m / kWarpSpan values a thread holds for the stages h ≥ 256
+constexpr int kMaxColumns = 32;  // m / kWarpSpan: the values a thread holds for the stages h ≥ 256
 
 // Stages h < 256: a warp takes 256 consecutive elements, 8 a lane (stages 1, 2, 4 in registers,
 // 8 … 128 with the partner lane's value through a shuffle); stages 256 … m/2: a thread takes the
@@ -73,20 +73,20 @@ __device__ inline void butterfly_in_registers(float* x, int n, int m) {
   __syncthreads();
   for (int item = threadIdx.x; item < n / columns; item += kThreads) {
     float* at = x + item / kWarpSpan * m + item % kWarpSpan;  // block item / 256, column j0 = item % 256
-    float v[kMaxColumnStages];
+    float v[kMaxColumns];
 #pragma unroll
-    for (int r = 0; r < kMaxColumnStages; ++r) v[r] = r < columns ? at[r * kWarpSpan] : 0.f;
+    for (int r = 0; r < kMaxColumns; ++r) v[r] = r < columns ? at[r * kWarpSpan] : 0.f;
 #pragma unroll
-    for (int s = 1; s < kMaxColumnStages; s *= 2)
+    for (int s = 1; s < kMaxColumns; s *= 2)
 #pragma unroll
-      for (int r = 0; r < kMaxColumnStages; ++r)
+      for (int r = 0; r < kMaxColumns; ++r)
         if (s < columns && r < columns && !(r & s)) {
           const float u = v[r], w = v[r + s];
           v[r] = __fadd_rn(u, w);
           v[r + s] = __fsub_rn(u, w);
         }
 #pragma unroll
-    for (int r = 0; r < kMaxColumnStages; ++r)
+    for (int r = 0; r < kMaxColumns; ++r)
       if (r < columns) at[r * kWarpSpan] = v[r];
   }
 }
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) hadamard_quant_kern
     for (int i = threadIdx.x; i < a.n; i += kThreads) x[i] = y[i];
   }
   const int m = a.n / a.base_order;
-  if (a.rotate && m >= kWarpSpan && m <= kWarpSpan * kMaxColumnStages) {
+  if (a.rotate && m >= kWarpSpan && m <= kWarpSpan * kMaxColumns) {
     butterfly_in_registers<kThreads>(x, a.n, m);
   } else if (a.rotate) {
     butterfly_in_shared_memory<kThreads>(x, a.n, m);

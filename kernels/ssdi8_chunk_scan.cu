@@ -14,7 +14,7 @@ constexpr int kThreads = 512;  // 16 warps: one 16-row tile of the chunk each in
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 16;      // CB tiles are kTile × kTile (the m16 of the MMAs)
 constexpr int kMaxSlice = 64;  // headdim columns per block (a multiple of 16: n8 tile pairs)
-constexpr int kLoadBatch = 4;  // global loads a thread keeps in flight, in units of four floats
+constexpr int kLoadBatch = 4;  // x → fp16: a thread keeps 2·kLoadBatch float4 loads in flight
 
 // The row tile a warp takes in ChunkBMM/ChunkScan (a permutation of 0..15; a chunk has at most 16
 // tiles). Tile T costs T + 1 tile pairs; warps w, w + 4, w + 8, w + 12 share a sub-partition
@@ -30,8 +30,9 @@ static_assert(kWarps == 16 && kTile * kWarps >= 256, "one row tile per warp cove
 // (sequence, head, slice, chunk) (kLocal, kScan; see Phase); the slices of a head share nothing
 // but recompute dt, cs and CB. The four products run on tensor cores (mma.sync): CB = Cq·Bqᵀ,
 // C·S and Xqᵀ·Bq as int8 m16n8k32 (exact), diag = W·x16 as fp16 m16n8k16 with fp32 accumulation.
-// Every operand is stored with its k dimension contiguous, rows 16-byte aligned and an odd number
-// of 16-byte units long, so ldmatrix reads them without bank conflicts. Shared memory, offsets in
+// Every operand but x16 (read transposed by ldmatrix.trans) is stored with its k dimension
+// contiguous; all rows are 16-byte aligned and an odd number of 16-byte units long, so ldmatrix
+// reads them without bank conflicts. Shared memory, offsets in
 // bytes (16-byte aligned):
 struct Layout {
   int nk;          // dstate rounded up to 32 (the MMA's k), the padding bytes zero
@@ -123,7 +124,8 @@ __device__ inline uint32_t pack_half2(float lo, float hi) {
 }
 
 // The kernel's phases. kWhole walks all chunks of a (sequence, head, slice) in one block. With
-// enough chunks per block it splits in three launches that need no workspace:
+// enough chunks per block it splits in three launches (after quantize_bc_kernel) that need no
+// workspace beyond bc_q:
 //   kLocal (one block per chunk but the last): dt, cs, Xq and ChunkState: Sloc and Qd to the scratch;
 //   state_pass_kernel (per state word, sequential over chunks): the state entering each chunk but
 //       the last to the scratch, the one entering the last chunk to `state`;
@@ -361,11 +363,12 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
     const int T = tile_of_warp(warp);
     if (scan && T < tiles) {
       const int t0 = T * kTile;
-      const uint32_t c_rows = Cq_s + (t0 + (lane & 15)) * RB + (lane >> 4) * 16;
+      // Per-lane ldmatrix addresses (tensor_core.cuh offsets count 16-bit elements: 2 bytes each).
+      const uint32_t c_rows = Cq_s + t0 * RB + 2 * a_lane_offset(lane, RB / 2);
       float yacc[kN8][4];
       {  // ChunkScan1: int32 C·S with the state entering the chunk, scaled: float(acc)·(s_C·s_s)·exp(cs[t])
         int acc[kN8][4] = {};
-        const uint32_t s_rows = S_s + ((lane & 7) + (lane >> 4) * 8) * RB + ((lane >> 3) & 1) * 16;
+        const uint32_t s_rows = S_s + 2 * bt_lane_offset(lane, RB / 2);
         for (int k = 0; k < NK; k += 32) {
           uint32_t af[4];
           ldmatrix_x4(af, c_rows + k);
@@ -385,9 +388,9 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
             yacc[j][e] = t < L ? __fmul_rn(__fmul_rn(static_cast<float>(acc[j][e]), off_scale[p]), decay[t]) : 0.f;
           }
       }
-      const uint32_t b_rows = Bq_s + ((lane & 7) + (lane >> 4) * 8) * RB + ((lane >> 3) & 1) * 16;
+      const uint32_t b_rows = Bq_s + 2 * bt_lane_offset(lane, RB / 2);
       const float cs2_t0 = cs2[t0 + g], cs2_t1 = cs2[t0 + g + 8];
-      const uint32_t x_rows = x16_s + (((lane & 7) + ((lane >> 3) & 1) * 8) * XS + (lane >> 4) * 8) * 2;
+      const uint32_t x_rows = x16_s + 2 * b_lane_offset(lane, XS);
       for (int s0 = 0; s0 <= t0; s0 += kTile) {
         // CB of rows t0.. and columns s0..: two n8 tiles, exact in int32.
         int cb[2][4] = {};
@@ -491,8 +494,8 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
       for (int v = 0; v < 2; ++v) {
         const int unit = v < count ? first + v * kWarps : first;
         const int pm = 16 * (unit % m_units), n0 = 16 * (unit / m_units);
-        x_rows[v] = XT_s + (pm + (lane & 15)) * TRB + (lane >> 4) * 16;
-        b_rows[v] = BT_s + (n0 + (lane & 7) + (lane >> 4) * 8) * TRB + ((lane >> 3) & 1) * 16;
+        x_rows[v] = XT_s + pm * TRB + 2 * a_lane_offset(lane, TRB / 2);
+        b_rows[v] = BT_s + n0 * TRB + 2 * bt_lane_offset(lane, TRB / 2);
       }
       int acc[2][2][4] = {};
       for (int k = 0; k < rows; k += 32) {
@@ -519,12 +522,12 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
             const int hi = requantize(acc[v][u][2 * half + 1], state_mult[p]);
             if (phase == kLocal) {  // Sloc to the scratch (two bytes of word p·N/4 + n/4); StatePassing is state_pass_kernel's
               int16_t* word = reinterpret_cast<int16_t*>(scratch_word(a, b, h, p0, kSlice, start, p * nquads + n / 4));
-              word[(n % 4) / 2] = static_cast<int16_t>((lo & 0xff) | (hi << 8));
+              word[(n % 4) / 2] = static_cast<int16_t>((unsigned(lo) & 0xffu) | ((unsigned(hi) & 0xffu) << 8));
             } else {
               int16_t* at = reinterpret_cast<int16_t*>(S + p * RB + n);
               const int prev = *at;
               const int next_lo = pass_state(lo, qd, byte_of(prev, 0)), next_hi = pass_state(hi, qd, byte_of(prev, 1));
-              *at = static_cast<int16_t>((next_lo & 0xff) | (next_hi << 8));
+              *at = static_cast<int16_t>((unsigned(next_lo) & 0xffu) | ((unsigned(next_hi) & 0xffu) << 8));
             }
           }
       }

@@ -50,9 +50,9 @@ size_t ssdi8_chunk_scan_workspace_bytes(const Ssdi8ChunkScanArgs& args);
 // Shapes handled: dstate a multiple of 16 up to 256; headdim a multiple of 16 up to 128; chunk
 // 1..256; heads divisible by groups; batch ≤ 65535; every pointer set, state and bc_q 16-byte aligned;
 // row strides at least a row; and the shared memory within the current device's per-block limit:
-// (2·R + c)·(K + 16) + (dstate + c)·(R + 16) + 2·R·(c + 8) + 24·R + 16·c bytes, R = chunk and
-// K = dstate rounded up to 32, for the c = 64, 32 or 16 headdim columns a block takes (173 KB at
-// chunk 256, dstate 128, c = 64; dstate 256 needs chunk ≤ 224).
+// (2·R + c)·(K + 16) + (dstate + c)·(R + 16) + 2·R·(c + 8) + 24·R + 16·c + 32 bytes, R = chunk and
+// K = dstate each rounded up to 32, for the c = 64, 32 or 16 headdim columns a block takes
+// (179,232 B at chunk 256, dstate 128, c = 64; dstate 256 needs chunk ≤ 224).
 bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& args);
 
 // Two launches on `stream` (B and C to int8 in bc_q, then the chunked scan), or four when too few

@@ -13,11 +13,11 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_s
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-// Tensor-core fragments of mma.sync.m16n8k16 (bf16 in, fp32 accumulate), lane = 4·g + q:
+// Tensor-core fragments of mma.sync.m16n8k16 (16-bit elements in, fp32 accumulate), lane = 4·g + q:
 //   A (16x16, 4 words): a0 = (row g, k 2q..2q+1), a1 = (g+8, 2q), a2 = (g, 2q+8), a3 = (g+8, 2q+8)
 //   B (16x8, 2 words):  b0 = (k 2q..2q+1, col g), b1 = (k 2q+8.., col g)
 //   C (16x8, 4 floats): c0, c1 = (row g, cols 2q, 2q+1), c2, c3 = (row g+8, same cols)
-// ldmatrix.x4 loads four 8x8 bf16 matrices whose row addresses come from lanes 8j..8j+7 (16 bytes
+// ldmatrix.x4 loads four 8x8 matrices of 16-bit elements whose row addresses come from lanes 8j..8j+7 (16 bytes
 // each, 32-bit shared addresses); without .trans lane l receives row l/4, elements 2(l%4), +1 of
 // matrix j in word j, with .trans the transposed matrix.
 __device__ __forceinline__ uint32_t shared_address(const void* smem_ptr) {

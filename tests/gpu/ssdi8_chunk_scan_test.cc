@@ -395,7 +395,7 @@ TEST(Ssdi8ChunkScanArgs, RejectsUnsupportedArguments) {
       {"dstate 100", [](kernels::Ssdi8ChunkScanArgs& a) { a.dstate = 100; }},
       {"dstate 272", [](kernels::Ssdi8ChunkScanArgs& a) { a.dstate = 272; }},
       {"headdim 0", [](kernels::Ssdi8ChunkScanArgs& a) { a.headdim = 0; }},
-      {"headdim 97 (odd, above 64)", [](kernels::Ssdi8ChunkScanArgs& a) { a.headdim = 97; }},
+      {"headdim 97 (not a multiple of 16)", [](kernels::Ssdi8ChunkScanArgs& a) { a.headdim = 97; }},
       {"headdim 40 (not a multiple of 16)", [](kernels::Ssdi8ChunkScanArgs& a) { a.headdim = 40; }},
       {"headdim 130", [](kernels::Ssdi8ChunkScanArgs& a) { a.headdim = 130; }},
       {"chunk 0", [](kernels::Ssdi8ChunkScanArgs& a) { a.chunk = 0; }},
