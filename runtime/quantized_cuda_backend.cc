@@ -386,7 +386,7 @@ struct QuantizedCudaBackend::Impl {
   // The decode GEMV of a projection at m rows, when it has one (qgemv_supported).
   bool decode_gemv(const DeviceLinear& L, int64_t m, float x_scale, kernels::QgemvArgs& q) const {
     using Path = DeviceLinear::Path;
-    // W8A8's GEMV does not scale with rows; from kW8A8GemvMaxRows the int8 GEMM + scaling wins.
+    // W8A8's GEMV does not scale with rows: above kW8A8GemvMaxRows the int8 GEMM + scaling wins.
     const int64_t max_rows = L.path == Path::kInt8PerChannel ? kW8A8GemvMaxRows : kernels::kQgemvMaxRows;
     if (m > max_rows || (L.path == Path::kFloat && L.bits != 4) || (L.path == Path::kInt8Grouped && L.bits == 8))
       return false;
