@@ -30,6 +30,21 @@ constexpr int kManyRowsThreads = 256, kFewRowsThreads = 512;
 constexpr int kMaxBaseOrder = 28;  // the largest H_K the artifacts use (hadamard_quant_supported)
 constexpr int kGatedBatch = 8;     // elements of y and z a thread loads before computing
 
+// The butterfly stages h = 1, 2, 4, … < count over the first count values of v (a power of two
+// ≤ kSize), in place and in the CPU's order; every index is a constant after unrolling.
+template <int kSize>
+__device__ inline void butterfly_stages(float (&v)[kSize], int count = kSize) {
+#pragma unroll
+  for (int h = 1; h < kSize; h *= 2)
+#pragma unroll
+    for (int e = 0; e < kSize; ++e)
+      if (h < count && e < count && !(e & h)) {
+        const float u = v[e], w = v[e + h];
+        v[e] = __fadd_rn(u, w);
+        v[e + h] = __fsub_rn(u, w);
+      }
+}
+
 // The butterfly stages h = 1, 2, 4, … < m of every block of m (the row x in shared memory, n = K·m),
 // each element through the same additions in the same order as the CPU's stage-by-stage loop.
 // Two implementations: in registers for m ≥ kWarpSpan, and in shared memory for any m.
@@ -47,15 +62,7 @@ __device__ inline void butterfly_in_registers(float* x, int n, int m) {
     float4* at = reinterpret_cast<float4*>(x + c * kWarpSpan + 8 * lane);
     const float4 lo = at[0], hi = at[1];
     float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-    for (int h = 1; h < 8; h *= 2)
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        if (!(e & h)) {
-          const float u = v[e], w = v[e + h];
-          v[e] = __fadd_rn(u, w);
-          v[e + h] = __fsub_rn(u, w);
-        }
+    butterfly_stages(v);
 #pragma unroll
     for (int s = 1; s < 32; s *= 2) {  // h = 8·s: element 8·lane + e pairs with lane ^ s
       const bool upper = lane & s;
@@ -76,15 +83,7 @@ __device__ inline void butterfly_in_registers(float* x, int n, int m) {
     float v[kMaxColumns];
 #pragma unroll
     for (int r = 0; r < kMaxColumns; ++r) v[r] = r < columns ? at[r * kWarpSpan] : 0.f;
-#pragma unroll
-    for (int s = 1; s < kMaxColumns; s *= 2)
-#pragma unroll
-      for (int r = 0; r < kMaxColumns; ++r)
-        if (s < columns && r < columns && !(r & s)) {
-          const float u = v[r], w = v[r + s];
-          v[r] = __fadd_rn(u, w);
-          v[r + s] = __fsub_rn(u, w);
-        }
+    butterfly_stages(v, columns);
 #pragma unroll
     for (int r = 0; r < kMaxColumns; ++r)
       if (r < columns) at[r * kWarpSpan] = v[r];
@@ -329,16 +328,7 @@ __global__ void __launch_bounds__(kClusterThreads) hadamard_quant_cluster_kernel
       float v[C];
 #pragma unroll
       for (int c = 0; c < C; ++c) v[c] = *cluster.map_shared_rank(&local[(k << log_span) + (rank << log_tw) + t], c);
-#pragma unroll
-      for (int s = 1; s < C; s *= 2) {
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-          if (c & s) continue;
-          const float u = v[c], w = v[c + s];
-          v[c] = __fadd_rn(u, w);
-          v[c + s] = __fsub_rn(u, w);
-        }
-      }
+      butterfly_stages(v);
 #pragma unroll
       for (int c = 0; c < C; ++c) finished[(((k << kLogClusterBlocks) + c) << log_tw) + t] = v[c];
     }

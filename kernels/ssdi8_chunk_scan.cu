@@ -579,9 +579,7 @@ __global__ void __launch_bounds__(kQuantizeThreads) quantize_bc_kernel(Ssdi8Chun
   const int64_t j = is_c ? i - values : i, row = j / width;
   const int col = static_cast<int>(j - row * width), g = col / a.dstate;
   const float value = (is_c ? a.C : a.B)[row * a.bc_stride + col], scale = is_c ? a.C_scales[g] : a.B_scales[g];
-  int q;
-  if (!quantize_int8_by_reciprocal(value, __frcp_rn(scale), &q)) q = quantize_int8(value, scale);
-  a.bc_q[i] = static_cast<int8_t>(q);
+  a.bc_q[i] = quantize_int8_fast(value, scale, __frcp_rn(scale));
 }
 
 bool shape_supported(const Ssdi8ChunkScanArgs& a) {
