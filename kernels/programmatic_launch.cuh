@@ -41,9 +41,12 @@ __device__ inline void prefetch_l2(const void* p, long long bytes, int lane) {
 // An attribute of the current device, asked once per (device, attribute) and cached; 0 when the
 // query fails.
 inline int current_device_attribute(cudaDeviceAttr attribute) {
-  constexpr int kDevices = 64, kAttributes = 2;
+  constexpr int kDevices = 64, kAttributes = 3;
   static std::atomic<int> known[kDevices][kAttributes];  // value + 1; 0: not asked yet
-  const int slot = attribute == cudaDevAttrComputeCapabilityMajor ? 0 : attribute == cudaDevAttrMultiProcessorCount ? 1 : -1;
+  const int slot = attribute == cudaDevAttrComputeCapabilityMajor   ? 0
+                   : attribute == cudaDevAttrMultiProcessorCount    ? 1
+                   : attribute == cudaDevAttrComputeCapabilityMinor ? 2
+                                                                    : -1;
   int device = 0, value = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return 0;
   if (slot >= 0) {

@@ -1,6 +1,7 @@
 // The W8A8 prefill projection: cuBLASLt's int8 GEMM (kernels/gemm.h, kS8) gives exactly the int32
 // products of runtime/quantized_ops.h gemm_s8s8_s32, and the scaling epilogue (kernels/scale_int32.h)
 // gives linear_forward's output bit for bit, with the mean-correction bias and the residual add.
+// On sm_90, kernels/gemm_s8_scaled.h does both in one CUTLASS kernel, bit for bit the same.
 // The W4A8 prefill: int4 weights unpacked to int8 on the device (kernels/weight_unpack.h), one
 // int8 GEMM per weight group and the epilogue's chain across the groups — linear_forward again.
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/gemm.h"
+#include "kernels/gemm_s8_scaled.h"
 #include "kernels/scale_int32.h"
 #include "kernels/weight_unpack.h"
 #include "quant/quantizer.h"
@@ -23,41 +25,64 @@ struct Case {
   bool bias_and_accumulate;
 };
 
+// One W8A8 projection: int8 rows (row stride k + 16), int8 weights, the CPU's int32 products and
+// its linear_forward output (+ bias, added into a random residual with bias_and_accumulate).
+struct Problem {
+  explicit Problem(const Case& c) : c(c) {
+    std::mt19937 rng(c.m + 3 * c.n + 7 * c.k);
+    wm = rtn_weight(testing::random_vector(size_t(c.n) * c.k, -1.f, 1.f, rng), c.n, c.k, QuantBits::kInt8,
+                    /*group_size=*/0);
+    xq.assign(size_t(c.m) * ldx, 0);
+    std::vector<float> x(size_t(c.m) * c.k);
+    std::uniform_int_distribution<int> q_dist(-127, 127);
+    for (int r = 0; r < c.m; ++r)
+      for (int i = 0; i < c.k; ++i) {
+        xq[r * ldx + i] = static_cast<int8_t>(q_dist(rng));
+        x[r * c.k + i] = dequantize_value(xq[r * ldx + i], s_x);
+      }
+    acc.resize(size_t(c.m) * c.n);
+    gemm_s8s8_s32(xq.data(), ldx, wm.quantized.values.data(), c.k, acc.data(), c.m, c.k, c.n);
+    expected.resize(size_t(c.m) * c.n);
+    linear_forward(wm, ActQuant{ActFormat::kInt8, {s_x}, {}, 1}, x.data(), c.m, expected.data());
+    bias = testing::random_vector(c.n, -0.5f, 0.5f, rng);
+    base = testing::random_vector(size_t(c.m) * c.n, -2.f, 2.f, rng);
+    if (c.bias_and_accumulate)
+      for (size_t i = 0; i < expected.size(); ++i) {
+        float v = expected[i];
+        v += bias[i % c.n];
+        expected[i] = base[i] + v;
+      }
+  }
+  // What the output buffer holds before the projection.
+  std::vector<float> initial_out() const { return c.bias_and_accumulate ? base : std::vector<float>(expected.size(), 0.f); }
+
+  Case c;
+  int64_t ldx = c.k + 16;
+  float s_x = 0.0291f;
+  WeightMatrix wm;
+  std::vector<int8_t> xq;
+  std::vector<int32_t> acc;
+  std::vector<float> expected, bias, base;
+};
+
+void expect_bit_identical(const std::vector<float>& got, const std::vector<float>& expected) {
+  ASSERT_EQ(got.size(), expected.size());
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0 && mismatches++ < 5)
+      ADD_FAILURE() << "element " << i << ": GPU " << got[i] << " vs CPU " << expected[i];
+  EXPECT_EQ(mismatches, 0);
+}
+
 class GemmS8 : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GemmS8, IntegerProductsAndScaledOutputMatchTheCpu) {
   testing::require_device();
   const Case c = GetParam();
-  std::mt19937 rng(c.m + 3 * c.n + 7 * c.k);
-  auto w = testing::random_vector(size_t(c.n) * c.k, -1.f, 1.f, rng);
-  const WeightMatrix wm = rtn_weight(w, c.n, c.k, QuantBits::kInt8, /*group_size=*/0);
-  const int64_t ldx = c.k + 16;
-  const float s_x = 0.0291f;
-  std::vector<int8_t> xq(size_t(c.m) * ldx, 0);
-  std::vector<float> x(size_t(c.m) * c.k);
-  std::uniform_int_distribution<int> q_dist(-127, 127);
-  for (int r = 0; r < c.m; ++r)
-    for (int i = 0; i < c.k; ++i) {
-      xq[r * ldx + i] = static_cast<int8_t>(q_dist(rng));
-      x[r * c.k + i] = dequantize_value(xq[r * ldx + i], s_x);
-    }
-  std::vector<int32_t> expected_acc(size_t(c.m) * c.n);
-  gemm_s8s8_s32(xq.data(), ldx, wm.quantized.values.data(), c.k, expected_acc.data(), c.m, c.k, c.n);
-  std::vector<float> expected(size_t(c.m) * c.n);
-  linear_forward(wm, ActQuant{ActFormat::kInt8, {s_x}, {}, 1}, x.data(), c.m, expected.data());
-  auto bias = testing::random_vector(c.n, -0.5f, 0.5f, rng);
-  auto base = testing::random_vector(size_t(c.m) * c.n, -2.f, 2.f, rng);
-  if (c.bias_and_accumulate)
-    for (size_t i = 0; i < expected.size(); ++i) {
-      float v = expected[i];
-      v += bias[i % c.n];
-      expected[i] = base[i] + v;
-    }
-
-  testing::DeviceBuffer<int8_t> d_x(xq), d_w(wm.quantized.values);
-  testing::DeviceBuffer<int32_t> d_acc(std::vector<int32_t>(expected_acc.size()));
-  testing::DeviceBuffer<float> d_scales(wm.quantized.scales), d_bias(bias),
-      d_out(c.bias_and_accumulate ? base : std::vector<float>(expected.size(), 0.f));
+  const Problem p(c);
+  testing::DeviceBuffer<int8_t> d_x(p.xq), d_w(p.wm.quantized.values);
+  testing::DeviceBuffer<int32_t> d_acc(std::vector<int32_t>(p.acc.size()));
+  testing::DeviceBuffer<float> d_scales(p.wm.quantized.scales), d_bias(p.bias), d_out(p.initial_out());
   void* workspace = nullptr;
   ASSERT_EQ(cudaMalloc(&workspace, 32 << 20), cudaSuccess);
   {
@@ -68,7 +93,7 @@ TEST_P(GemmS8, IntegerProductsAndScaledOutputMatchTheCpu) {
     g.k = c.k;
     g.in_type = kernels::ElementType::kS8;
     g.x = d_x.get();
-    g.ldx = ldx;
+    g.ldx = p.ldx;
     g.w = d_w.get();
     g.out = d_acc.get();
     g.ldout = c.n;
@@ -81,7 +106,7 @@ TEST_P(GemmS8, IntegerProductsAndScaledOutputMatchTheCpu) {
     s.acc = d_acc.get();
     s.ld_acc = c.n;
     s.w_scales = d_scales.get();
-    s.x_scale = s_x;
+    s.x_scale = p.s_x;
     s.bias = c.bias_and_accumulate ? d_bias.get() : nullptr;
     s.out = d_out.get();
     s.ldout = c.n;
@@ -90,18 +115,88 @@ TEST_P(GemmS8, IntegerProductsAndScaledOutputMatchTheCpu) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   cudaFree(workspace);
-  EXPECT_EQ(d_acc.to_host(), expected_acc);
-  const std::vector<float> got = d_out.to_host();
-  int64_t mismatches = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0 && mismatches++ < 5)
-      ADD_FAILURE() << "element " << i << ": GPU " << got[i] << " vs CPU " << expected[i];
-  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(d_acc.to_host(), p.acc);
+  expect_bit_identical(d_out.to_host(), p.expected);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmS8,
                          ::testing::Values(Case{1, 64, 256, false}, Case{17, 300, 512, true}, Case{256, 1000, 2560, true},
                                            Case{2048, 512, 5120, true}, Case{100, 37, 4, false}));
+
+// The fused kernel (kernels/gemm_s8_scaled.h) on the same problems: sm_90 devices only.
+class GemmS8Scaled : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GemmS8Scaled, FusedEpilogueMatchesTheCpu) {
+  testing::require_device();
+  const Case c = GetParam();
+  const Problem p(c);
+  testing::DeviceBuffer<int8_t> d_x(p.xq), d_w(p.wm.quantized.values);
+  testing::DeviceBuffer<float> d_scales(p.wm.quantized.scales), d_bias(p.bias), d_out(p.initial_out());
+  kernels::GemmS8ScaledArgs a;
+  a.m = c.m;
+  a.n = c.n;
+  a.k = c.k;
+  a.x = d_x.get();
+  a.ldx = p.ldx;
+  a.w = d_w.get();
+  a.ldw = c.k;
+  a.w_scales = d_scales.get();
+  a.x_scale = p.s_x;
+  a.bias = c.bias_and_accumulate ? d_bias.get() : nullptr;
+  a.out = d_out.get();
+  a.ldout = c.n;
+  a.accumulate = c.bias_and_accumulate;
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (prop.major != 9 || prop.minor != 0) {
+    EXPECT_FALSE(kernels::gemm_s8_scaled_supported(a));
+    GTEST_SKIP() << "sm_90a kernel; device is sm_" << prop.major << prop.minor;
+  }
+  ASSERT_TRUE(kernels::gemm_s8_scaled_supported(a));
+  ASSERT_EQ(kernels::launch_gemm_s8_scaled(a, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  expect_bit_identical(d_out.to_host(), p.expected);
+}
+
+// Partial tiles in m, n and k; one row; out_proj's 2560 × 5120 with the residual add.
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmS8Scaled,
+                         ::testing::Values(Case{1, 64, 256, false}, Case{17, 300, 512, true}, Case{256, 1000, 2560, true},
+                                           Case{2048, 512, 5120, true}, Case{300, 1032, 4112, false},
+                                           Case{5, 2560, 5120, true}, Case{129, 260, 48, false}));
+
+TEST(GemmS8Scaled, RefusesShapesTmaCannotAddress) {
+  testing::require_device();
+  int8_t* d_x = nullptr;
+  float* d_out = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_x, 1 << 16), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_out, 1 << 16), cudaSuccess);
+  kernels::GemmS8ScaledArgs a;
+  a.m = 4;
+  a.n = 64;
+  a.k = 64;
+  a.x = d_x;
+  a.ldx = 64;
+  a.w = d_x;
+  a.ldw = 64;
+  a.w_scales = d_out;
+  a.out = d_out;
+  a.ldout = 64;
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  EXPECT_EQ(kernels::gemm_s8_scaled_supported(a), prop.major == 9 && prop.minor == 0);
+  a.k = 40;  // not a multiple of 16
+  a.ldx = a.ldw = 40;
+  EXPECT_FALSE(kernels::gemm_s8_scaled_supported(a));
+  a.k = a.ldx = a.ldw = 64;
+  a.n = 62;  // fp32 rows not a multiple of 16 bytes
+  EXPECT_FALSE(kernels::gemm_s8_scaled_supported(a));
+  a.n = 64;
+  a.x = d_x + 4;  // misaligned operand
+  EXPECT_FALSE(kernels::gemm_s8_scaled_supported(a));
+  EXPECT_EQ(kernels::launch_gemm_s8_scaled(a, nullptr), cudaErrorInvalidValue);
+  cudaFree(d_x);
+  cudaFree(d_out);
+}
 
 struct GroupedCase {
   int m, n, k, group_size;

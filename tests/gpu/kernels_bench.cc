@@ -14,6 +14,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/causal_conv1d.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_s8_scaled.h"
 #include "kernels/gemv.h"
 #include "kernels/hadamard_quant.h"
 #include "kernels/qgemv.h"
@@ -257,7 +258,8 @@ void bench_qgemv(int m, double bandwidth) {
 }
 
 // The W8A8 prefill projection: cuBLASLt's int8 GEMM (IMMA) into int32, then the scaling epilogue
-// into the fp32 residual; the bf16 GEMM of the same shape for the speed-up.
+// into the fp32 residual; on sm_90 the fused CUTLASS kernel (fp32 out, as the quantized backend
+// writes); the bf16 GEMM of the same shape for the speed-up.
 void bench_gemm_s8(int64_t m, int64_t n, int64_t k, bool into_residual) {
   int8_t *x, *w;
   int32_t* acc;
@@ -301,6 +303,20 @@ void bench_gemm_s8(int64_t m, int64_t n, int64_t k, bool into_residual) {
     return cudaSuccess;
   }, 50);
   const double scale_us = time_us([&] { return kernels::launch_scale_int32(s, nullptr); }, 50);
+  kernels::GemmS8ScaledArgs f;
+  f.m = m;
+  f.n = n;
+  f.k = k;
+  f.x = x;
+  f.ldx = k;
+  f.w = w;
+  f.ldw = k;
+  f.w_scales = scales;
+  f.out = out;
+  f.ldout = n;
+  f.accumulate = into_residual;
+  const bool fused = kernels::gemm_s8_scaled_supported(f);
+  const double fused_us = fused ? time_us([&] { return kernels::launch_gemm_s8_scaled(f, nullptr); }, 50) : 0;
   g.in_type = kernels::ElementType::kBF16;  // same buffers reinterpreted: only the time matters
   g.out_type = into_residual ? kernels::ElementType::kF32 : kernels::ElementType::kBF16;
   g.accumulate = into_residual;
@@ -319,9 +335,12 @@ void bench_gemm_s8(int64_t m, int64_t n, int64_t k, bool into_residual) {
   }, 50);
   const double ops = 2.0 * m * n * k;
   fmt::print("w8a8 gemm m {:5d} n {:5d} k {:4d} {}: int8 {:7.1f} us ({:4.0f} TOPS) + scale {:6.1f} us = {:7.1f} us | "
-             "bf16 {:7.1f} us ({:4.0f} TFLOP/s) | {:.2f}× bf16\n",
+             "bf16 {:7.1f} us ({:4.0f} TFLOP/s) | {:.2f}× bf16",
              m, n, k, into_residual ? "→ fp32 residual +=" : "→ bf16 buffer     ", gemm_us, ops / gemm_us / 1e6, scale_us, gemm_us + scale_us, bf16_us, ops / bf16_us / 1e6,
              bf16_us / (gemm_us + scale_us));
+  if (fused)
+    fmt::print(" | fused (fp32 out) {:7.1f} us ({:4.0f} TOPS), {:.2f}× bf16", fused_us, ops / fused_us / 1e6, bf16_us / fused_us);
+  fmt::print("\n");
   for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(acc), static_cast<void*>(out),
                   static_cast<void*>(scales), workspace, x16, w16})
     cudaFree(p);
@@ -458,7 +477,7 @@ int main() {
     for (auto kind : {ssdq::kernels::QgemvKind::kW8A8, ssdq::kernels::QgemvKind::kW4A8}) ssdq::bench_norm_qgemv(m, kind);
   for (int rows : {1, 4, 16, 32, 2048}) ssdq::bench_hadamard_quant(rows, 5120, 20, 1);  // mamba2-2.7b
   for (int rows : {1, 16, 2048}) ssdq::bench_hadamard_quant(rows, 8192, 1, 8);         // 8B-like
-  for (int64_t m : {4, 8, 16, 2048, 16384}) {  // few rows (against qgemv above); prefill of 1 × 2048 and 8 × 2048 tokens
+  for (int64_t m : {4, 8, 16, 32, 64, 2048, 16384}) {  // few rows (against qgemv above); prefill of 1 × 2048 and 8 × 2048 tokens
     ssdq::bench_gemm_s8(m, 10576, 2560, false);  // in_proj
     ssdq::bench_gemm_s8(m, 2560, 5120, true);    // out_proj
   }

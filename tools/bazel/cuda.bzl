@@ -21,7 +21,7 @@ def _cuda_objects_impl(ctx):
         args = ctx.actions.args()
         args.add_all(["-c", src.path, "-o", out.path])
         args.add_all(["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-Xcompiler", "-fPIC", "-lineinfo"])
-        args.add_all(CUDA_GENCODES)
+        args.add_all(ctx.attr.gencodes or CUDA_GENCODES)
         args.add_all(ctx.attr.copts)
         args.add("-I.")
         args.add("-I" + ctx.bin_dir.path)
@@ -48,17 +48,21 @@ _cuda_objects = rule(
         "hdrs": attr.label_list(allow_files = [".h", ".cuh"]),
         "deps": attr.label_list(providers = [CcInfo]),
         "copts": attr.string_list(),
+        "gencodes": attr.string_list(),
     },
 )
 
-def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], visibility = None, **kwargs):
-    """A cc_library whose .cu sources are compiled by nvcc (cudart linked statically)."""
+def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], gencodes = [], visibility = None, **kwargs):
+    """A cc_library whose .cu sources are compiled by nvcc (cudart linked statically).
+
+    gencodes: replaces CUDA_GENCODES (e.g. sm_90a alone for wgmma kernels)."""
     _cuda_objects(
         name = name + "_objs",
         srcs = srcs,
         hdrs = hdrs,
         deps = deps + ["@cuda//:headers"],
         copts = copts,
+        gencodes = gencodes,
     )
     native.cc_library(
         name = name,

@@ -1,0 +1,130 @@
+// CUTLASS 3.x kernels of kernels/gemm_s8_scaled.h. Compiled for sm_90a alone and with
+// --fmad=false: the epilogue tree is cutlass::multiplies / plus on float, and without contraction
+// each is one correctly rounded operation, as in the CPU's linear_forward (fma(a, s, 0) = a·s for
+// the positive scales the quantizer writes).
+#include "kernels/gemm_s8_scaled.h"
+
+#include <atomic>
+#include <type_traits>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "kernels/programmatic_launch.cuh"
+
+namespace ssdq::kernels {
+namespace {
+
+using namespace cute;
+namespace fusion = cutlass::epilogue::fusion;
+constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+// out = (acc·s_w)·s_x + bias [+ out]: s_w and bias broadcast along rows (one value a column).
+template <class Tile, bool kAccumulate>
+struct ScaledEpilogue {
+  using Column = fusion::Sm90RowBroadcast<0, Tile, float, float>;
+  using WeightScaled = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>,
+                                       fusion::Sm90AccFetch, Column>;
+  using Scaled = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, WeightScaled,
+                                 fusion::Sm90ScalarBroadcast<float>>;
+  using Biased = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::plus, float, float, kRound>, Scaled, Column>;
+  using Summed = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::plus, float, float, kRound>, fusion::Sm90SrcFetch<float>,
+                                 Biased>;
+  using Tree = std::conditional_t<kAccumulate, Summed, Biased>;
+
+  static typename Tree::Arguments arguments(const GemmS8ScaledArgs& a) {
+    typename Biased::Arguments biased{{{{}, {a.w_scales}, {}}, {{a.x_scale}}, {}}, {a.bias}, {}};
+    if constexpr (kAccumulate) return {{}, biased, {}};
+    else return biased;
+  }
+};
+
+// One configuration, chosen on an H100 among five (docs/kernels/gemm.md): 128 × 128 × 128 tiles,
+// ping-pong warp groups, 1 × 2 clusters.
+template <class Tile, class Cluster, bool kAccumulate, bool kCooperative = false>
+struct Kernel {
+  using Epilogue = ScaledEpilogue<Tile, kAccumulate>;
+  using ElementC = std::conditional_t<kAccumulate, float, void>;
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster, cutlass::epilogue::collective::EpilogueTileAuto,
+      int32_t, float, ElementC, cutlass::layout::RowMajor, 4, float, cutlass::layout::RowMajor, 4,
+      std::conditional_t<kCooperative, cutlass::epilogue::TmaWarpSpecializedCooperative, cutlass::epilogue::TmaWarpSpecialized>,
+      typename Epilogue::Tree>::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, int8_t, cutlass::layout::RowMajor, 16, int8_t,
+      cutlass::layout::ColumnMajor, 16, int32_t, Tile, Cluster,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      std::conditional_t<kCooperative, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                         cutlass::gemm::KernelTmaWarpSpecializedPingpong>>::CollectiveOp;
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
+                                                          CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+  template <class Stride>
+  static Stride row_stride(int64_t ld) {
+    Stride s{};
+    get<0>(s) = ld;
+    return s;
+  }
+
+  static typename Gemm::Arguments arguments(const GemmS8ScaledArgs& a) {
+    cutlass::KernelHardwareInfo hw;
+    cudaGetDevice(&hw.device_id);
+    hw.sm_count = current_device_attribute(cudaDevAttrMultiProcessorCount);
+    using K = typename Gemm::GemmKernel;
+    typename Gemm::Arguments args{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k), 1},
+        {a.x, row_stride<typename K::StrideA>(a.ldx), a.w, row_stride<typename K::StrideB>(a.ldw)},
+        {{}, kAccumulate ? a.out : nullptr, row_stride<typename K::StrideC>(a.ldout), a.out,
+         row_stride<typename K::StrideD>(a.ldout)},
+        hw};
+    args.epilogue.thread = Epilogue::arguments(a);
+    return args;
+  }
+
+  static bool supported(const GemmS8ScaledArgs& a) {
+    const typename Gemm::Arguments args = arguments(a);
+    return Gemm::can_implement(args) == cutlass::Status::kSuccess && Gemm::get_workspace_size(args) == 0;
+  }
+
+  static cudaError_t run(const GemmS8ScaledArgs& a, cudaStream_t stream) {
+    Gemm gemm;
+    const typename Gemm::Arguments args = arguments(a);
+    if (gemm.initialize(args, nullptr, stream) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
+    if (gemm.run(stream) != cutlass::Status::kSuccess) {
+      const cudaError_t error = cudaGetLastError();
+      return error == cudaSuccess ? cudaErrorLaunchFailure : error;
+    }
+    return cudaGetLastError();
+  }
+};
+
+using Overwrite = Kernel<Shape<_128, _128, _128>, Shape<_1, _2, _1>, false>;
+using Accumulate = Kernel<Shape<_128, _128, _128>, Shape<_1, _2, _1>, true>;
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool gemm_s8_scaled_supported(const GemmS8ScaledArgs& a) {
+  const bool sm90 = current_device_attribute(cudaDevAttrComputeCapabilityMajor) == 9 &&
+                    current_device_attribute(cudaDevAttrComputeCapabilityMinor) == 0;
+  const bool shapes = a.m > 0 && a.n > 0 && a.k > 0 && a.m <= INT32_MAX && a.n <= INT32_MAX && a.k <= INT32_MAX &&
+                      a.ldx >= a.k && a.ldw >= a.k && a.ldout >= a.n && a.ldx % 16 == 0 && a.ldw % 16 == 0 &&
+                      a.k % 16 == 0 && a.ldout % 4 == 0 && a.n % 4 == 0;
+  const bool pointers = a.x && a.w && a.w_scales && a.out && aligned16(a.x) && aligned16(a.w) && aligned16(a.out);
+  if (!sm90 || !shapes || !pointers) return false;
+  return a.accumulate ? Accumulate::supported(a) : Overwrite::supported(a);
+}
+
+cudaError_t launch_gemm_s8_scaled(const GemmS8ScaledArgs& a, cudaStream_t stream) {
+  if (!gemm_s8_scaled_supported(a)) return cudaErrorInvalidValue;
+  return a.accumulate ? Accumulate::run(a, stream) : Overwrite::run(a, stream);
+}
+
+}  // namespace ssdq::kernels
