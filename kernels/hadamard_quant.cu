@@ -65,12 +65,10 @@ __device__ inline void butterfly_in_registers(float* x, int n, int m) {
     butterfly_stages(v);
 #pragma unroll
     for (int s = 1; s < 32; s *= 2) {  // h = 8·s: element 8·lane + e pairs with lane ^ s
-      const bool upper = lane & s;
+      // lower lane: v + partner, upper: partner − v; as fma(v, ±1, partner), one rounding either way
+      const float sign = lane & s ? -1.f : 1.f;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float partner = __shfl_xor_sync(0xffffffffu, v[e], s);
-        v[e] = upper ? __fsub_rn(partner, v[e]) : __fadd_rn(v[e], partner);
-      }
+      for (int e = 0; e < 8; ++e) v[e] = __fmaf_rn(v[e], sign, __shfl_xor_sync(0xffffffffu, v[e], s));
     }
     at[0] = make_float4(v[0], v[1], v[2], v[3]);
     at[1] = make_float4(v[4], v[5], v[6], v[7]);
@@ -121,9 +119,24 @@ __device__ inline void butterfly_in_shared_memory(float* x, int n, int m) {
   }
 }
 
-// One block per row; the row lives in shared memory.
-template <int kThreads>
-__global__ void __launch_bounds__(kThreads, 1024 / kThreads) hadamard_quant_kernel(HadamardQuantArgs a) {
+// H_K as ±1.0f, passed in the kernel's parameters: with K a template constant and the mix
+// unrolled, each term is one FFMA reading its sign from the constant bank, fma(v, ±1, acc) = acc ± v
+// with the generic loop's single rounding (which spends a shared-memory load and a select per term).
+template <int K>
+struct SignMatrix {
+  float sign[K * K];
+};
+template <>
+struct SignMatrix<0> {};
+
+// The H_K values the artifacts use (hadamard_quant_supported); 0: K read at run time.
+constexpr int kUnrolledOrders[] = {12, 20, 28};
+
+// One block per row; the row lives in shared memory. kOrder: K when the launcher passes H_K in
+// `signs`, else 0.
+template <int kThreads, int kOrder>
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
+    hadamard_quant_kernel(HadamardQuantArgs a, SignMatrix<kOrder> h_k) {
   wait_for_previous_grid();
   allow_next_grid();
   extern __shared__ float x[];
@@ -178,6 +191,25 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) hadamard_quant_kern
   }
   __syncthreads();
   const float inv_out_scale = __frcp_rn(a.out_scale);
+  if constexpr (kOrder > 1) {
+    // The H_K mix as below (a thread a column, or two sharing it), every index a constant.
+    const int split = m < kThreads ? 2 : 1, per_thread = kOrder / split;
+    for (int t = threadIdx.x; t < m * split; t += kThreads) {
+      const int b = t % m, first = t / m * per_thread;
+      float v[kOrder];
+#pragma unroll
+      for (int k = 0; k < kOrder; ++k) v[k] = x[k * m + b];
+#pragma unroll
+      for (int a2 = 0; a2 < kOrder; ++a2) {
+        if (a2 < first || a2 >= first + per_thread) continue;
+        float acc = 0.f;
+#pragma unroll
+        for (int k = 0; k < kOrder; ++k) acc = __fmaf_rn(v[k], h_k.sign[k * kOrder + a2], acc);
+        store_output(a, inv_out_scale, row * a.n + a2 * m + b, acc);
+      }
+    }
+    return;
+  }
   if (a.rotate && a.base_order > 1) {
     // The H_K mix: a thread takes column b of the K blocks, reads its K values once and stores
     // the outputs, each summed over k in order.
@@ -394,15 +426,36 @@ cudaError_t launch_cluster(const HadamardQuantArgs& a, cudaStream_t stream) {
   return launch_kernel(hadamard_quant_cluster_kernel, shape, stream, a);
 }
 
-template <int kThreads>
-cudaError_t launch_rows(const HadamardQuantArgs& a, size_t shared, cudaStream_t stream) {
+template <int kThreads, int kOrder>
+cudaError_t launch_rows_with(const HadamardQuantArgs& a, const SignMatrix<kOrder>& signs, size_t shared,
+                             cudaStream_t stream) {
   if (shared > 48 * 1024) {
-    const cudaError_t status = cudaFuncSetAttribute(hadamard_quant_kernel<kThreads>,
+    const cudaError_t status = cudaFuncSetAttribute(hadamard_quant_kernel<kThreads, kOrder>,
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
     if (status != cudaSuccess) return status;
   }
-  return launch_kernel(hadamard_quant_kernel<kThreads>,
-                       LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads), shared}, stream, a);
+  return launch_kernel(hadamard_quant_kernel<kThreads, kOrder>,
+                       LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads), shared}, stream, a, signs);
+}
+
+// The unrolled mix where the host copy of H_K is at hand, the generic kernel otherwise.
+template <int kThreads, int kOrder = 0>
+cudaError_t launch_rows(const HadamardQuantArgs& a, size_t shared, cudaStream_t stream) {
+  if constexpr (kOrder == 0) {
+    if (a.rotate && a.base_matrix_host) {
+      for (int order : kUnrolledOrders) {
+        if (a.base_order != order) continue;
+        if (order == 12) return launch_rows<kThreads, 12>(a, shared, stream);
+        if (order == 20) return launch_rows<kThreads, 20>(a, shared, stream);
+        if (order == 28) return launch_rows<kThreads, 28>(a, shared, stream);
+      }
+    }
+    return launch_rows_with<kThreads, 0>(a, SignMatrix<0>{}, shared, stream);
+  } else {
+    SignMatrix<kOrder> signs;
+    for (int i = 0; i < kOrder * kOrder; ++i) signs.sign[i] = a.base_matrix_host[i] > 0 ? 1.f : -1.f;
+    return launch_rows_with<kThreads, kOrder>(a, signs, shared, stream);
+  }
 }
 
 }  // namespace

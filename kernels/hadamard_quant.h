@@ -42,6 +42,9 @@ struct HadamardQuantArgs {
   bool rotate = true;                 // false: no rotation (the gated norm and the output format only)
   int base_order = 1;                 // K ∈ {1, 12, 20, 28}
   const int8_t* base_matrix = nullptr;  // device [K, K] of ±1 (quant/hadamard.h hadamard_matrix(K)), K > 1
+  // Optional host copy of base_matrix: with it, kRowPerBlock runs the mix unrolled for K 12, 20
+  // and 28 with the signs in the kernel's parameters (the same bits, fewer instructions).
+  const int8_t* base_matrix_host = nullptr;
   float normalize = 1.f;              // the fp32 value of 1/√n (or 1: no normalization)
   void* out = nullptr;                // [rows, n]
   ElementType out_type = ElementType::kS8;  // kS8, kF16 or kF32

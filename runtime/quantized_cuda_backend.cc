@@ -202,6 +202,7 @@ struct QuantizedCudaBackend::Impl {
   size_t weight_bytes = 0;
 
   DeviceBlock embedding, embedding_scales, norm_f, head16, hadamard_base;
+  std::vector<int8_t> hadamard_base_host;  // the launcher passes H_K in the kernel's parameters
   kernels::EmbeddingArgs::Table embedding_table = kernels::EmbeddingArgs::Table::kF32;
   std::vector<DeviceLayer> layers;
   int hadamard_order = 1;
@@ -325,7 +326,10 @@ struct QuantizedCudaBackend::Impl {
     if (std::any_of(m.layers.begin(), m.layers.end(), [](const QuantizedLayer& q) { return q.online_hadamard; })) {
       if (!hadamard_size_supported(E)) fail("artifact: no Hadamard transform of size {}", E);
       hadamard_order = static_cast<int>(hadamard_base_order(E));
-      if (hadamard_order > 1) hadamard_base = device_copy(hadamard_matrix(hadamard_order), &counter, "Hadamard matrix");
+      if (hadamard_order > 1) {
+        hadamard_base_host = hadamard_matrix(hadamard_order);
+        hadamard_base = device_copy(hadamard_base_host, &counter, "Hadamard matrix");
+      }
     }
     weight_bytes = counter.live - before;
   }
@@ -684,6 +688,7 @@ struct QuantizedCudaBackend::Impl {
     if (d.online_hadamard) {
       gated.base_order = hadamard_order;
       gated.base_matrix = hadamard_order > 1 ? hadamard_base.at<int8_t>(0) : nullptr;
+      gated.base_matrix_host = hadamard_order > 1 ? hadamard_base_host.data() : nullptr;
       gated.normalize = static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)));
     }
     // The rotated input goes straight to the type its projection multiplies: int8 for an integer

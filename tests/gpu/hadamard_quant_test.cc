@@ -23,11 +23,13 @@ struct Case {
   int rows, n, groups;
   bool gated;
   Schedule schedule;
+  bool host_matrix = false;  // pass H_K's host copy too: kRowPerBlock's unrolled mix for K 12, 20, 28
 };
 
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
-  return fmt::format("rows{}_n{}_g{}{}_{}", info.param.rows, info.param.n, info.param.groups,
-                     info.param.gated ? "_gated" : "", info.param.schedule == Schedule::kCluster ? "cluster" : "rows");
+  return fmt::format("rows{}_n{}_g{}{}_{}{}", info.param.rows, info.param.n, info.param.groups,
+                     info.param.gated ? "_gated" : "", info.param.schedule == Schedule::kCluster ? "cluster" : "rows",
+                     info.param.host_matrix ? "_unrolled" : "");
 }
 
 // A cluster case on a device without clusters is skipped; on sm_90 it must run.
@@ -58,8 +60,8 @@ TEST_P(HadamardQuant, MatchesTheCpuSteps) {
   const float scale = 3.0f / 127;  // some values saturate
   const int64_t k = hadamard_base_order(c.n);
   testing::DeviceBuffer<float> d_y(y), d_z(z), d_w(weight), d_f32(std::vector<float>(x.size()));
-  testing::DeviceBuffer<int8_t> d_base(k > 1 ? hadamard_matrix(k) : std::vector<int8_t>(1, 1)),
-      d_q(std::vector<int8_t>(x.size()));
+  const std::vector<int8_t> base = k > 1 ? hadamard_matrix(k) : std::vector<int8_t>(1, 1);
+  testing::DeviceBuffer<int8_t> d_base(base), d_q(std::vector<int8_t>(x.size()));
   kernels::HadamardQuantArgs a;
   a.rows = c.rows;
   a.n = c.n;
@@ -73,6 +75,7 @@ TEST_P(HadamardQuant, MatchesTheCpuSteps) {
   }
   a.base_order = static_cast<int>(k);
   a.base_matrix = d_base.get();
+  if (c.host_matrix) a.base_matrix_host = base.data();
   a.normalize = static_cast<float>(1.0 / std::sqrt(double(c.n)));
   a.out = d_q.get();
   a.out_scale = scale;
@@ -144,6 +147,10 @@ std::vector<Case> cases() {
     for (Case c : shapes) {
       c.schedule = schedule;
       all.push_back(c);
+      if (schedule == Schedule::kRowPerBlock && hadamard_base_order(c.n) > 1) {
+        c.host_matrix = true;
+        all.push_back(c);
+      }
     }
   return all;
 }

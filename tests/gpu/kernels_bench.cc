@@ -419,6 +419,11 @@ void bench_hadamard_quant(int rows, int n, int base_order, int groups) {
     const bool ok = kernels::hadamard_quant_supported(a);
     const double us = ok ? time_us([&] { return kernels::launch_hadamard_quant(a, nullptr); }) : NAN;
     line += fmt::format("  {} {:6.2f} us", schedule == kernels::HadamardQuantSchedule::kCluster ? "cluster" : "row", us);
+    if (schedule == kernels::HadamardQuantSchedule::kRowPerBlock && base_order > 1) {  // the unrolled mix
+      a.base_matrix_host = signs.data();
+      line += fmt::format("  row, unrolled mix {:6.2f} us", time_us([&] { return kernels::launch_hadamard_quant(a, nullptr); }));
+      a.base_matrix_host = nullptr;
+    }
   }
   fmt::print("{}\n", line);
 }
