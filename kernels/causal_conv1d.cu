@@ -10,18 +10,28 @@ namespace ssdq::kernels {
 namespace {
 
 constexpr int kChannels = 128;  // threads per block, one channel each
-constexpr int kTile = 64;       // tokens per thread
+constexpr int kMaxTile = 64;    // tokens per thread (CausalConv1dArgs::tile_tokens: 64, 32 or 16)
 constexpr int kLoadBatch = 8;   // prefill tokens whose inputs a thread loads before computing any
 
 __device__ inline float load_input(float v, float) { return v; }
 __device__ inline float load_input(__nv_bfloat16 v, float) { return __bfloat162float(v); }
 __device__ inline float load_input(int8_t q, float scale) { return __fmul_rn(static_cast<float>(q), scale); }
 
+// A channel's activation format (apply_format_code) with the reciprocal of its int8 scale.
+struct ChannelFormat {
+  float code = 0.f, inv_code = 0.f;
+  __device__ ChannelFormat(const float* codes, int c) {
+    if (codes) code = codes[c];
+    if (code > 0.f) inv_code = __frcp_rn(code);
+  }
+  __device__ float apply(float v) const { return apply_format_code_fast(v, code, inv_code); }
+};
+
 // fp32 inputs take their point's format as read (the state then holds formatted values).
 template <typename In>
-__device__ inline In format_input(In raw, const float* codes, int c) {
+__device__ inline In format_input(In raw, const ChannelFormat& format) {
   if constexpr (std::is_same_v<In, float>) {
-    return codes ? apply_format_code(raw, codes[c]) : raw;
+    return format.apply(raw);
   } else {
     return raw;
   }
@@ -36,18 +46,20 @@ __device__ inline Out store_output(float v, float scale) {
   }
 }
 
-// Each thread runs one channel over a tile of kTile tokens, starting from the W-1 inputs
+// Each thread runs one channel over a tile of `tile` tokens, starting from the W-1 inputs
 // before the tile (from the input, or from the conv state before t = 0).
 template <int W, typename In, typename Out>
-__global__ void __launch_bounds__(kChannels) causal_conv1d_kernel(CausalConv1dArgs a, bool update_state) {
+__global__ void __launch_bounds__(kChannels)
+    causal_conv1d_kernel(CausalConv1dArgs a, int tile, bool update_state) {
   wait_for_previous_grid();
   allow_next_grid();
   const int c = blockIdx.x * kChannels + threadIdx.x;
-  const int t0 = blockIdx.y * kTile, b = blockIdx.z;
+  const int t0 = blockIdx.y * tile, b = blockIdx.z;
   if (c >= a.channels) return;
   const In* in = static_cast<const In*>(a.in) + static_cast<int64_t>(b) * a.seqlen * a.in_stride + c;
   In* state = static_cast<In*>(a.state) + (static_cast<int64_t>(b) * a.channels + c) * (W - 1);
   const float in_scale = a.in_scales ? a.in_scales[c] : 1.f, out_scale = a.out_scales ? a.out_scales[c] : 1.f;
+  const ChannelFormat in_format(a.in_formats, c), out_format(a.out_formats, c);
   In raw[W];  // the window's inputs as stored (the state keeps them unchanged)
   float w[W], window[W];
 #pragma unroll
@@ -56,20 +68,20 @@ __global__ void __launch_bounds__(kChannels) causal_conv1d_kernel(CausalConv1dAr
 #pragma unroll
   for (int k = 0; k < W - 1; ++k) {
     const int t = t0 - (W - 1) + k;
-    raw[k] = t >= 0 ? format_input(in[static_cast<int64_t>(t) * a.in_stride], a.in_formats, c) : state[W - 1 + t];
+    raw[k] = t >= 0 ? format_input(in[static_cast<int64_t>(t) * a.in_stride], in_format) : state[W - 1 + t];
     window[k] = load_input(raw[k], in_scale);
   }
-  const int t_end = min(t0 + kTile, a.seqlen);
+  const int t_end = min(t0 + tile, a.seqlen);
   Out* out = static_cast<Out*>(a.out) + static_cast<int64_t>(b) * a.seqlen * a.channels + c;
   auto step = [&](In value, int t) {
-    raw[W - 1] = format_input(value, a.in_formats, c);
+    raw[W - 1] = format_input(value, in_format);
     window[W - 1] = load_input(raw[W - 1], in_scale);
     float acc = bias;
 #pragma unroll
     for (int k = 0; k < W; ++k) acc = __fmaf_rn(w[k], window[k], acc);  // the CPU's order
     float y = silu(acc);
     if constexpr (std::is_same_v<Out, float>) {
-      if (a.out_formats) y = apply_format_code(y, a.out_formats[c]);
+      y = out_format.apply(y);
     }
     out[static_cast<int64_t>(t) * a.channels] = store_output<Out>(y, out_scale);
 #pragma unroll
@@ -98,23 +110,36 @@ __global__ void __launch_bounds__(kChannels) causal_conv1d_kernel(CausalConv1dAr
 }
 
 // The new state when the conv ran in several tiles: the last W-1 inputs (seqlen ≥ W-1 here
-// because seqlen > kTile).
+// because seqlen > tile ≥ 16).
 template <int W, typename In>
 __global__ void conv_state_update_kernel(CausalConv1dArgs a) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
   if (c >= a.channels) return;
   const In* in = static_cast<const In*>(a.in) + static_cast<int64_t>(b) * a.seqlen * a.in_stride + c;
   In* state = static_cast<In*>(a.state) + (static_cast<int64_t>(b) * a.channels + c) * (W - 1);
+  const ChannelFormat in_format(a.in_formats, c);
 #pragma unroll
   for (int k = 0; k < W - 1; ++k)
-    state[k] = format_input(in[static_cast<int64_t>(a.seqlen - (W - 1) + k) * a.in_stride], a.in_formats, c);
+    state[k] = format_input(in[static_cast<int64_t>(a.seqlen - (W - 1) + k) * a.in_stride], in_format);
+}
+
+// Tokens per thread: the largest tile (fewest window re-reads) that still gives ~4 waves of
+// blocks (a grid of 1.1 waves ran its tail alone; docs/kernels/elementwise.md).
+int tile_tokens(const CausalConv1dArgs& a) {
+  if (a.tile_tokens) return a.tile_tokens;
+  const int64_t target = 4 * 8 * int64_t(current_device_attribute(cudaDevAttrMultiProcessorCount));
+  int tile = kMaxTile;
+  while (tile > 16 && int64_t((a.channels + kChannels - 1) / kChannels) * ((a.seqlen + tile - 1) / tile) * a.batch < target)
+    tile /= 2;
+  return tile;
 }
 
 template <int W, typename In, typename Out>
 cudaError_t launch_types(const CausalConv1dArgs& a, cudaStream_t stream) {
-  const int tiles = (a.seqlen + kTile - 1) / kTile;
+  const int tile = tile_tokens(a), tiles = (a.seqlen + tile - 1) / tile;
   const dim3 grid((a.channels + kChannels - 1) / kChannels, tiles, a.batch);
-  const cudaError_t status = launch_kernel(causal_conv1d_kernel<W, In, Out>, LaunchShape{grid, dim3(kChannels)}, stream, a, tiles == 1);
+  const cudaError_t status =
+      launch_kernel(causal_conv1d_kernel<W, In, Out>, LaunchShape{grid, dim3(kChannels)}, stream, a, tile, tiles == 1);
   if (status != cudaSuccess) return status;
   if (tiles > 1) conv_state_update_kernel<W, In><<<dim3((a.channels + 127) / 128, a.batch), 128, 0, stream>>>(a);
   return cudaGetLastError();
@@ -136,8 +161,9 @@ bool causal_conv1d_supported(const CausalConv1dArgs& a) {
                       !a.out_formats) ||
                      (a.in_type == ElementType::kS8 && a.in_scales && !a.in_formats && !a.out_formats &&
                       (a.out_type == ElementType::kF16 || (a.out_type == ElementType::kS8 && a.out_scales)));
-  return types && a.batch > 0 && a.batch <= 65535 && a.seqlen > 0 && a.channels > 0 && a.width >= 2 && a.width <= 8 &&
-         (a.seqlen + kTile - 1) / kTile <= 65535 && a.in && a.weight && a.bias && a.state && a.out;
+  const bool tile = a.tile_tokens == 0 || a.tile_tokens == 16 || a.tile_tokens == 32 || a.tile_tokens == kMaxTile;
+  return types && tile && a.batch > 0 && a.batch <= 65535 && a.seqlen > 0 && a.channels > 0 && a.width >= 2 &&
+         a.width <= 8 && (a.seqlen + 15) / 16 <= 65535 && a.in && a.weight && a.bias && a.state && a.out;
 }
 
 cudaError_t launch_causal_conv1d(const CausalConv1dArgs& a, cudaStream_t stream) {

@@ -38,6 +38,7 @@ struct CausalConv1dArgs {
   // < 0 fp16, 0 as is). Null: as is.
   const float* in_formats = nullptr;
   const float* out_formats = nullptr;
+  int tile_tokens = 0;  // tokens a thread walks: 16, 32 or 64; 0 picks by the grid's size
 };
 
 bool causal_conv1d_supported(const CausalConv1dArgs& args);  // width 2..8

@@ -59,6 +59,12 @@ __device__ inline int8_t quantize_int8_fast(float value, float scale, float inv_
   return quantize_int8_by_reciprocal(value, inv_scale, &q) ? static_cast<int8_t>(q) : quantize_int8(value, scale);
 }
 
+// apply_format_code bit for bit with quantize_int8_fast (inv_code = __frcp_rn(code) when code > 0).
+__device__ inline float apply_format_code_fast(float value, float code, float inv_code) {
+  if (code > 0.f) return __fmul_rn(static_cast<float>(quantize_int8_fast(value, code, inv_code)), code);
+  return code < 0.f ? round_to_fp16(value) : value;
+}
+
 __device__ inline void store_projection(void* out, ElementType out_type, int64_t at, float y, const float* bias,
                                         int64_t col, bool accumulate) {
   if (bias) y = __fadd_rn(y, bias[col]);

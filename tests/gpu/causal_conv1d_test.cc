@@ -223,6 +223,49 @@ TEST_P(CausalConv1d, Int8InputsAndOutputsMatchTheCpuSpecification) {
   }
 }
 
+// Tokens per thread only split the work: every tile size gives the same outputs and state.
+TEST(CausalConv1dTiles, EveryTileSizeGivesTheSameBits) {
+  testing::require_device();
+  const int batch = 2, seqlen = 300, channels = 1792, width = 4;
+  std::mt19937 rng(23);
+  std::vector<float> codes(channels);
+  for (int ch = 0; ch < channels; ++ch) codes[ch] = ch % 2 ? 0.02f + 0.001f * (ch % 7) : -1.f;
+  const auto input = testing::random_vector(size_t(batch) * seqlen * channels, -2.f, 2.f, rng);
+  const auto state = testing::random_vector(size_t(batch) * channels * (width - 1), -2.f, 2.f, rng);
+  testing::DeviceBuffer<float> d_in(input), d_w(testing::random_vector(size_t(channels) * width, -0.5f, 0.5f, rng)),
+      d_b(testing::random_vector(channels, -0.2f, 0.2f, rng)), d_codes(codes);
+  std::vector<float> first_out, first_state;
+  for (int tile : {64, 32, 16}) {
+    testing::DeviceBuffer<float> d_state(state), d_out(std::vector<float>(size_t(batch) * seqlen * channels));
+    kernels::CausalConv1dArgs args;
+    args.batch = batch;
+    args.seqlen = seqlen;
+    args.channels = channels;
+    args.width = width;
+    args.in = d_in.get();
+    args.in_stride = channels;
+    args.weight = d_w.get();
+    args.bias = d_b.get();
+    args.state = d_state.get();
+    args.out = d_out.get();
+    args.in_type = args.out_type = kernels::ElementType::kF32;
+    args.in_formats = args.out_formats = d_codes.get();
+    args.tile_tokens = tile;
+    ASSERT_EQ(kernels::launch_causal_conv1d(args, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    if (tile == 64) {
+      first_out = d_out.to_host();
+      first_state = d_state.to_host();
+    } else {
+      EXPECT_EQ(d_out.to_host(), first_out) << "tile " << tile;
+      EXPECT_EQ(d_state.to_host(), first_state) << "tile " << tile;
+    }
+  }
+  kernels::CausalConv1dArgs bad;
+  bad.tile_tokens = 48;
+  EXPECT_FALSE(kernels::causal_conv1d_supported(bad));
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CausalConv1d,
                          ::testing::Values(Case{1, 1, 640, 4}, Case{2, 2, 300, 4}, Case{3, 63, 130, 4},
                                            Case{2, 64, 256, 4}, Case{1, 65, 200, 4}, Case{2, 300, 1792, 4},

@@ -385,10 +385,13 @@ void bench_conv_prefill(int seqlen, double bandwidth) {
   a.out = device_random(size_t(seqlen) * channels, -1, 1, rng);
   a.in_formats = device_random(channels, 0.01f, 0.02f, rng);
   a.out_formats = device_random(channels, 0.01f, 0.02f, rng);
-  const double us = time_us([&] { return kernels::launch_causal_conv1d(a, nullptr); });
   const double bytes = 2.0 * seqlen * channels * sizeof(float);
-  fmt::print("causal_conv1d     {:5d} tokens fp32, int8 formats: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n",
-             seqlen, us, bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth);
+  for (int tile : {0, 64, 32, 16}) {
+    a.tile_tokens = tile;
+    const double us = time_us([&] { return kernels::launch_causal_conv1d(a, nullptr); });
+    fmt::print("causal_conv1d     {:5d} tokens fp32, int8 formats, tile {:>4}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n",
+               seqlen, tile ? std::to_string(tile) : "auto", us, bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth);
+  }
 }
 
 // out_proj's input: gated norm + Hadamard + int8, one block a row against a cluster.
@@ -487,7 +490,7 @@ int main() {
     ssdq::bench_gemm_s8(m, 2560, 5120, true);    // out_proj
   }
   for (int b : {1, 8}) ssdq::bench_conv_decode(b, bandwidth);
-  ssdq::bench_conv_prefill(2048, bandwidth);
+  for (int seqlen : {2048, 16384}) ssdq::bench_conv_prefill(seqlen, bandwidth);
   for (int m : {1, 8, 32}) {  // one decode step's projections of mamba2-2.7b (per layer) and its lm_head
     double total = 0;
     ssdq::bench_gemm(m, 10576, 2560, bandwidth, &total);
