@@ -569,17 +569,33 @@ __global__ void __launch_bounds__(kPassThreads) state_pass_kernel(Ssdi8ChunkScan
 }
 
 // B and C of every token to int8 (the scales of their group), once for all heads:
-// bc_q[which][row][g·dstate + n], which 0 for B and 1 for C.
-constexpr int kQuantizeThreads = 256;
-__global__ void __launch_bounds__(kQuantizeThreads) quantize_bc_kernel(Ssdi8ChunkScanArgs a) {
-  const int64_t width = int64_t(a.groups) * a.dstate, values = int64_t(a.batch) * a.seqlen * width;
-  const int64_t i = int64_t(blockIdx.x) * kQuantizeThreads + threadIdx.x;
-  if (i >= 2 * values) return;
-  const bool is_c = i >= values;
-  const int64_t j = is_c ? i - values : i, row = j / width;
-  const int col = static_cast<int>(j - row * width), g = col / a.dstate;
-  const float value = (is_c ? a.C : a.B)[row * a.bc_stride + col], scale = is_c ? a.C_scales[g] : a.B_scales[g];
-  a.bc_q[i] = quantize_int8_fast(value, scale, __frcp_rn(scale));
+// bc_q[which][row][g·dstate + n], which 0 for B and 1 for C. Block (row, column block, which); a
+// thread quantizes four consecutive values (dstate % 16 == 0, so they share a group), loaded as
+// one 16-byte access where the rows are 16-byte aligned. (One value a thread with 64-bit index
+// divisions: 27.8 µs a layer for the 8B-like prefill of 2,048 tokens.)
+constexpr int kQuantizeThreads = 256, kQuantizeValues = 4;
+__global__ void __launch_bounds__(kQuantizeThreads) quantize_bc_kernel(Ssdi8ChunkScanArgs a, bool vector_loads) {
+  const int width = a.groups * a.dstate, col = (blockIdx.y * kQuantizeThreads + threadIdx.x) * kQuantizeValues;
+  if (col >= width) return;
+  const int64_t row = blockIdx.x;
+  const bool is_c = blockIdx.z == 1;
+  const float* in = (is_c ? a.C : a.B) + row * a.bc_stride + col;
+  const float scale = (is_c ? a.C_scales : a.B_scales)[col / a.dstate], inv_scale = __frcp_rn(scale);
+  float v[kQuantizeValues];
+  if (vector_loads) {
+    const float4 f = *reinterpret_cast<const float4*>(in);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+  } else {
+#pragma unroll
+    for (int u = 0; u < kQuantizeValues; ++u) v[u] = in[u];
+  }
+  char4 q;
+  q.x = quantize_int8_fast(v[0], scale, inv_scale);
+  q.y = quantize_int8_fast(v[1], scale, inv_scale);
+  q.z = quantize_int8_fast(v[2], scale, inv_scale);
+  q.w = quantize_int8_fast(v[3], scale, inv_scale);
+  const int64_t values = int64_t(a.batch) * a.seqlen * width;
+  *reinterpret_cast<char4*>(a.bc_q + (is_c ? values : 0) + row * width + col) = q;
 }
 
 bool shape_supported(const Ssdi8ChunkScanArgs& a) {
@@ -589,7 +605,7 @@ bool shape_supported(const Ssdi8ChunkScanArgs& a) {
   if (a.dstate < 16 || a.dstate > 256 || a.dstate % 16 != 0) return false;
   if (a.chunk < 1 || a.chunk > 256) return false;
   if (int64_t(a.heads) * 2 * a.headdim > INT32_MAX || int64_t(a.batch) * a.seqlen > INT32_MAX) return false;
-  if (2 * int64_t(a.batch) * a.seqlen * a.groups * a.dstate / kQuantizeThreads >= INT32_MAX) return false;
+  if (int64_t(a.batch) * a.seqlen >= INT32_MAX || int64_t(a.groups) * a.dstate > 65535 * kQuantizeThreads) return false;
   return true;
 }
 
@@ -647,9 +663,11 @@ cudaError_t launch_with(const Ssdi8ChunkScanArgs& a, const Plan& plan, cudaStrea
                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem));
   if (status != cudaSuccess) return status;
   const int blocks_x = a.heads * (a.headdim / kSlice);
-  const int64_t bc_values = 2 * int64_t(a.batch) * a.seqlen * a.groups * a.dstate;
-  quantize_bc_kernel<<<static_cast<unsigned>((bc_values + kQuantizeThreads - 1) / kQuantizeThreads), kQuantizeThreads, 0,
-                       stream>>>(a);
+  const int width = a.groups * a.dstate, per_block = kQuantizeThreads * kQuantizeValues;
+  const bool vector_loads = a.bc_stride % 4 == 0 && reinterpret_cast<uintptr_t>(a.B) % 16 == 0 &&
+                            reinterpret_cast<uintptr_t>(a.C) % 16 == 0;
+  quantize_bc_kernel<<<dim3(static_cast<unsigned>(int64_t(a.batch) * a.seqlen), (width + per_block - 1) / per_block, 2),
+                       kQuantizeThreads, 0, stream>>>(a, vector_loads);
   if (!plan.split) {
     ssdi8_chunk_scan_kernel<kSlice><<<dim3(blocks_x, a.batch), kThreads, plan.smem, stream>>>(a, kWhole);
     return cudaGetLastError();
