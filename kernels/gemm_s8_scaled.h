@@ -13,6 +13,11 @@
 
 namespace ssdq::kernels {
 
+// kPingPong: 128 × 128 tiles, ping-pong warp groups, 1 × 2 clusters; kCooperative: 256 × 128 tiles
+// shared by two warp groups (no accumulate). kAuto: cooperative for long k and many tiles (measured,
+// docs/kernels/gemm.md), else ping-pong.
+enum class GemmS8ScaledSchedule { kAuto, kPingPong, kCooperative };
+
 struct GemmS8ScaledArgs {
   int64_t m = 0, n = 0, k = 0;
   const int8_t* x = nullptr;        // [m, k], row stride ldx
@@ -25,6 +30,7 @@ struct GemmS8ScaledArgs {
   float* out = nullptr;             // [m, n] fp32, row stride ldout
   int64_t ldout = 0;
   bool accumulate = false;          // out += (the residual add of out_proj)
+  GemmS8ScaledSchedule schedule = GemmS8ScaledSchedule::kAuto;
 };
 
 // An sm_90 device, k and the row strides multiples of 16 bytes, 16-byte aligned operands.

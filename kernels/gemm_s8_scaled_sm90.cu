@@ -43,8 +43,8 @@ struct ScaledEpilogue {
   }
 };
 
-// One configuration, chosen on an H100 among five (docs/kernels/gemm.md): 128 × 128 × 128 tiles,
-// ping-pong warp groups, 1 × 2 clusters.
+// Configurations measured on an H100 among five (docs/kernels/gemm.md): 128 × 128 × 128 tiles,
+// ping-pong warp groups, 1 × 2 clusters, and 256 × 128 × 128 cooperative for long k.
 template <class Tile, class Cluster, bool kAccumulate, bool kCooperative = false>
 struct Kernel {
   using Epilogue = ScaledEpilogue<Tile, kAccumulate>;
@@ -105,7 +105,18 @@ struct Kernel {
 };
 
 using Overwrite = Kernel<Shape<_128, _128, _128>, Shape<_1, _2, _1>, false>;
+using OverwriteCooperative = Kernel<Shape<_256, _128, _128>, Shape<_1, _1, _1>, false, true>;
 using Accumulate = Kernel<Shape<_128, _128, _128>, Shape<_1, _2, _1>, true>;
+
+// Cooperative 256 × 128 won where k ≥ 4096 and its tiles fill two waves (2048 × 18560 × 4096:
+// 223 against 240 µs; 16384 × 2560 × 5120: 298 against 342 µs), ping-pong elsewhere (2048 × 2560 ×
+// 5120: 46 against 61 µs; 2048 × 10576 × 2560: 89 against 105 µs).
+bool cooperative(const GemmS8ScaledArgs& a) {
+  if (a.accumulate || a.schedule == GemmS8ScaledSchedule::kPingPong) return false;
+  if (a.schedule == GemmS8ScaledSchedule::kCooperative) return true;
+  const int64_t tiles = (a.m + 255) / 256 * ((a.n + 127) / 128);
+  return a.k >= 4096 && tiles >= 2 * int64_t(current_device_attribute(cudaDevAttrMultiProcessorCount));
+}
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -118,13 +129,15 @@ bool gemm_s8_scaled_supported(const GemmS8ScaledArgs& a) {
                       a.ldx >= a.k && a.ldw >= a.k && a.ldout >= a.n && a.ldx % 16 == 0 && a.ldw % 16 == 0 &&
                       a.k % 16 == 0 && a.ldout % 4 == 0 && a.n % 4 == 0;
   const bool pointers = a.x && a.w && a.w_scales && a.out && aligned16(a.x) && aligned16(a.w) && aligned16(a.out);
-  if (!sm90 || !shapes || !pointers) return false;
-  return a.accumulate ? Accumulate::supported(a) : Overwrite::supported(a);
+  if (!sm90 || !shapes || !pointers || (a.accumulate && a.schedule == GemmS8ScaledSchedule::kCooperative)) return false;
+  if (a.accumulate) return Accumulate::supported(a);
+  return cooperative(a) ? OverwriteCooperative::supported(a) : Overwrite::supported(a);
 }
 
 cudaError_t launch_gemm_s8_scaled(const GemmS8ScaledArgs& a, cudaStream_t stream) {
   if (!gemm_s8_scaled_supported(a)) return cudaErrorInvalidValue;
-  return a.accumulate ? Accumulate::run(a, stream) : Overwrite::run(a, stream);
+  if (a.accumulate) return Accumulate::run(a, stream);
+  return cooperative(a) ? OverwriteCooperative::run(a, stream) : Overwrite::run(a, stream);
 }
 
 }  // namespace ssdq::kernels

@@ -152,10 +152,21 @@ TEST_P(GemmS8Scaled, FusedEpilogueMatchesTheCpu) {
     EXPECT_FALSE(kernels::gemm_s8_scaled_supported(a));
     GTEST_SKIP() << "sm_90a kernel; device is sm_" << prop.major << prop.minor;
   }
-  ASSERT_TRUE(kernels::gemm_s8_scaled_supported(a));
-  ASSERT_EQ(kernels::launch_gemm_s8_scaled(a, nullptr), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  expect_bit_identical(d_out.to_host(), p.expected);
+  // Both schedules where the output is overwritten; the cooperative one cannot accumulate.
+  for (auto schedule : {kernels::GemmS8ScaledSchedule::kPingPong, kernels::GemmS8ScaledSchedule::kCooperative}) {
+    a.schedule = schedule;
+    const bool cooperative = schedule == kernels::GemmS8ScaledSchedule::kCooperative;
+    if (cooperative && c.bias_and_accumulate) {
+      EXPECT_FALSE(kernels::gemm_s8_scaled_supported(a));
+      continue;
+    }
+    d_out.upload(p.initial_out());
+    ASSERT_TRUE(kernels::gemm_s8_scaled_supported(a)) << (cooperative ? "cooperative" : "ping-pong");
+    ASSERT_EQ(kernels::launch_gemm_s8_scaled(a, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    SCOPED_TRACE(cooperative ? "cooperative" : "ping-pong");
+    expect_bit_identical(d_out.to_host(), p.expected);
+  }
 }
 
 // Partial tiles in m, n and k; one row; out_proj's 2560 × 5120 with the residual add.

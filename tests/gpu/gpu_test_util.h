@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "formats/dtype.h"
@@ -26,6 +27,10 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   T* get() const { return ptr_; }
+  void upload(const std::vector<T>& host) {  // same size as at construction
+    if (host.size() != size_) throw std::invalid_argument("DeviceBuffer::upload: size differs");
+    kernels::check_cuda(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
   std::vector<T> to_host() const {
     std::vector<T> out(size_);
     kernels::check_cuda(cudaMemcpy(out.data(), ptr_, bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");

@@ -489,6 +489,8 @@ int main() {
     ssdq::bench_gemm_s8(m, 10576, 2560, false);  // in_proj
     ssdq::bench_gemm_s8(m, 2560, 5120, true);    // out_proj
   }
+  ssdq::bench_gemm_s8(2048, 18560, 4096, false);  // 8B-like in_proj and out_proj, 2048 tokens
+  ssdq::bench_gemm_s8(2048, 4096, 8192, true);
   for (int b : {1, 8}) ssdq::bench_conv_decode(b, bandwidth);
   for (int seqlen : {2048, 16384}) ssdq::bench_conv_prefill(seqlen, bandwidth);
   for (int m : {1, 8, 32}) {  // one decode step's projections of mamba2-2.7b (per layer) and its lm_head
