@@ -647,7 +647,15 @@ bool make_plan(const Ssdi8ChunkScanArgs& a, Plan* plan) {
     // each) and half a chunk for the pass and the launches.
     const int64_t blocks = int64_t(a.batch) * a.heads * splits, nc = plan->chunks;
     const int64_t whole = 4 * ((blocks + sms - 1) / sms) * nc * sms, split = 4 * blocks * nc + blocks * (nc - 1) + 2 * sms;
-    plan->split = nc >= 2 && nc <= 65535 && a.heads <= 65535 && a.chunk >= a.dstate / 2 + 1 && split < whole;
+    const bool can_split = nc >= 2 && nc <= 65535 && a.heads <= 65535 && a.chunk >= a.dstate / 2 + 1;
+    switch (a.schedule) {
+      case Ssdi8ChunkScanSchedule::kWhole: plan->split = false; break;
+      case Ssdi8ChunkScanSchedule::kSplit:
+        if (!can_split) return false;
+        plan->split = true;
+        break;
+      case Ssdi8ChunkScanSchedule::kAuto: plan->split = can_split && split < whole; break;
+    }
   }
   const int64_t per_slice = int64_t(a.batch) * a.heads * (plan->split ? plan->chunks : 1);
   while (slice > 32 && per_slice * 2 * (a.headdim / slice) <= sms) slice /= 2;

@@ -24,6 +24,11 @@
 
 namespace ssdq::kernels {
 
+// kWhole: one block walks all chunks of a (sequence, head, slice); kSplit: chunk-local states, a
+// pass over the chunks, then y (needs ≥ 2 chunks and chunk ≥ dstate/2 + 1); kAuto: the estimate
+// in make_plan. Same bits either way.
+enum class Ssdi8ChunkScanSchedule { kAuto, kWhole, kSplit };
+
 struct Ssdi8ChunkScanArgs {
   int batch = 0, seqlen = 0, heads = 0, headdim = 0, groups = 0, dstate = 0;
   int chunk = 256;                      // chunk length L; seqlen need not be a multiple
@@ -43,6 +48,7 @@ struct Ssdi8ChunkScanArgs {
   // Workspace of ssdi8_chunk_scan_workspace_bytes, 16-byte aligned: B, then C, as int8
   // [batch·seqlen][groups·dstate], quantized once for all heads by the first launch.
   int8_t* bc_q = nullptr;
+  Ssdi8ChunkScanSchedule schedule = Ssdi8ChunkScanSchedule::kAuto;
 };
 
 size_t ssdi8_chunk_scan_workspace_bytes(const Ssdi8ChunkScanArgs& args);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -234,7 +235,7 @@ kernels::Ssdi8ChunkScanArgs make_args(const Problem& pr, const DeviceProblem& d,
   return a;
 }
 
-Outputs run_gpu(const Problem& pr) {
+Outputs run_gpu(const Problem& pr, kernels::Ssdi8ChunkScanSchedule schedule = kernels::Ssdi8ChunkScanSchedule::kAuto) {
   const Case& c = pr.c;
   DeviceProblem d(pr);
   testing::DeviceBuffer<int8_t> state(pr.state);
@@ -245,6 +246,7 @@ Outputs run_gpu(const Problem& pr) {
   // Garbage in the workspace: the kernel must write every byte it reads.
   testing::DeviceBuffer<int8_t> bc_q(std::vector<int8_t>(kernels::ssdi8_chunk_scan_workspace_bytes(a), 0x55));
   a.bc_q = bc_q.get();
+  a.schedule = schedule;
   Outputs out;
   EXPECT_TRUE(kernels::ssdi8_chunk_scan_supported(a));
   EXPECT_EQ(kernels::launch_ssdi8_chunk_scan(a, nullptr), cudaSuccess);
@@ -320,6 +322,19 @@ TEST_P(Ssdi8ChunkScan, MatchesCpuReference) {
   const Outputs got = run_gpu(pr);
   expect_states_within_one_step(c.name, got.state, ref.state);
   expect_y_close(c.name, pr, got.y, ref.y);
+  // Whichever schedule kAuto took, the other gives the same bits (where the shape allows a split).
+  const int64_t chunks = (c.seqlen + c.chunk - 1) / c.chunk;
+  std::vector<kernels::Ssdi8ChunkScanSchedule> schedules = {kernels::Ssdi8ChunkScanSchedule::kWhole};
+  if (chunks >= 2 && c.chunk >= c.dstate / 2 + 1) schedules.push_back(kernels::Ssdi8ChunkScanSchedule::kSplit);
+  for (auto schedule : schedules) {
+    const Outputs forced = run_gpu(pr, schedule);
+    const char* name = schedule == kernels::Ssdi8ChunkScanSchedule::kWhole ? "whole" : "split";
+    EXPECT_EQ(forced.state, got.state) << name;
+    int64_t differ = 0;
+    for (size_t i = 0; i < got.y.size(); ++i)
+      differ += std::memcmp(&forced.y[i], &got.y[i], sizeof(float)) != 0 && !(std::isnan(forced.y[i]) && std::isnan(got.y[i]));
+    EXPECT_EQ(differ, 0) << name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -336,7 +351,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"b3_h16_g4_len1030_weak_decay", 3, 1030, 16, 64, 4, 128, 256, -0.1f, -0.005f},
         Case{"dt_clamped", 2, 300, 8, 64, 1, 128, 128, -1.f, -0.05f, false, 0.01f, 0.1f},
         Case{"mamba2_2p7b_heads_len300", 1, 300, 80, 64, 1, 128, 256},
-        Case{"aligned_rows_b2_len700", 2, 700, 8, 64, 1, 128, 256, -1.f, -0.05f, false, 0.f, 3.4e38f, true}),
+        Case{"aligned_rows_b2_len700", 2, 700, 8, 64, 1, 128, 256, -1.f, -0.05f, false, 0.f, 3.4e38f, true},
+        // the smallest supported state and short chunks (split needs chunk ≥ dstate/2 + 1)
+        Case{"headdim16_dstate16_chunk16_len100", 2, 100, 4, 16, 2, 16, 16, -1.f, -0.05f},
+        Case{"dstate32_chunk24_len130", 1, 130, 4, 32, 1, 32, 24, -0.5f, -0.02f}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 // Two launches that split a sequence at a chunk boundary equal one launch exactly: the second
