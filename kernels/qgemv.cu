@@ -21,7 +21,15 @@ __device__ inline void unpack_int4(uint32_t packed, int& even, int& odd) {
   odd = static_cast<int>(((hi ^ 0x08080808u) + 0x78787878u) ^ 0x80808080u);
 }
 
-__device__ inline int byte_of(int word, int i) { return static_cast<int8_t>(static_cast<uint32_t>(word) >> (8 * i)); }
+
+// The four signed bytes of a word as exact floats without I2F (a conversion unit at 1/8 of the FMA
+// rate, which bounded the fp16-input GEMVs): byte b becomes the float 2^23 + (b + 128) by placing
+// b ^ 0x80 under the exponent of 2^23, then 2^23 + 128 is subtracted.
+__device__ inline void int8x4_to_float(uint32_t word, float (&out)[4]) {
+  const uint32_t biased = word ^ 0x80808080u;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[i] = __uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7650 + i)) - 8388736.f;
+}
 
 // Where the int8 input rows are: global memory (read through the non-coherent cache) or the
 // block's shared copy built by the norm prologue.
@@ -51,7 +59,7 @@ __device__ inline Int8Input int8_input(const QgemvArgs& a, int8_t* shared) {
 
 template <QgemvKind KIND>
 struct Piece {  // columns covered by one 16-byte weight load
-  static constexpr int kCols = KIND == QgemvKind::kW8A8 ? 16 : 32;
+  static constexpr int kCols = KIND == QgemvKind::kW8A8 || KIND == QgemvKind::kW8A16 ? 16 : 32;
 };
 
 // Σ over the piece's columns of x·w for one row: exact int32 for int8 inputs, fp32 for fp16.
@@ -75,6 +83,21 @@ __device__ inline void piece_dot(const QgemvArgs& a, const Int8Input& x8, const 
       iacc = __dp4a(even, static_cast<int>(__byte_perm(x[2 * j], x[2 * j + 1], 0x6420)), iacc);
       iacc = __dp4a(odd, static_cast<int>(__byte_perm(x[2 * j], x[2 * j + 1], 0x7531)), iacc);
     }
+  } else if constexpr (KIND == QgemvKind::kW8A16) {
+    const uint4* xp = reinterpret_cast<const uint4*>(a.x_f16 + row * a.ldx) + 2 * piece;
+    const uint4 xv[2] = {__ldg(xp), __ldg(xp + 1)};  // columns 0..7, 8..15
+    const __half2* x2 = reinterpret_cast<const __half2*>(xv);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // weight word j: columns 4j..4j+3, one signed byte each
+      float wf[4];
+      int8x4_to_float(w[j], wf);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float2 xf = __half22float2(x2[2 * j + i]);
+        facc = fmaf(wf[2 * i], xf.x, facc);
+        facc = fmaf(wf[2 * i + 1], xf.y, facc);
+      }
+    }
   } else {
     const uint4* xp = reinterpret_cast<const uint4*>(a.x_f16 + row * a.ldx) + 4 * piece;
 #pragma unroll
@@ -83,11 +106,14 @@ __device__ inline void piece_dot(const QgemvArgs& a, const Int8Input& x8, const 
       const __half2* x2 = reinterpret_cast<const __half2*>(&xv);
       int even, odd;
       unpack_int4(w[j], even, odd);
+      float ef[4], of[4];
+      int8x4_to_float(static_cast<uint32_t>(even), ef);
+      int8x4_to_float(static_cast<uint32_t>(odd), of);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const float2 xf = __half22float2(x2[i]);
-        facc = fmaf(static_cast<float>(byte_of(even, i)), xf.x, facc);
-        facc = fmaf(static_cast<float>(byte_of(odd, i)), xf.y, facc);
+        facc = fmaf(ef[i], xf.x, facc);
+        facc = fmaf(of[i], xf.y, facc);
       }
     }
   }
@@ -97,7 +123,8 @@ __device__ inline void store(const QgemvArgs& a, int row, int col, float y) {
   store_projection(a.out, a.out_type, row * a.ldout + col, y, a.bias, col, a.accumulate);
 }
 
-// int4 kinds, one warp per output column; lane l loads pieces l, l + 32, ... of the weight row.
+// Grouped kinds (int4, and W8A16), one warp per output column; lane l loads pieces l, l + 32, ...
+// of the weight row.
 // After each round of 32 pieces the lanes of a group (group_size / 32 consecutive
 // lanes for int4) reduce their sums, and lane r applies the round's groups to row r's fp32 chain
 // in increasing group order — the order the CPU reference uses.
@@ -113,7 +140,8 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(QgemvArgs a) {
   if (col < a.n) prefetch_l2(w, pieces * 16ll, lane);
   wait_for_previous_grid();
   allow_next_grid();
-  const Int8Input x8 = KIND == QgemvKind::kW4A16 ? Int8Input{} : int8_input<kThreads>(a, normed);
+  constexpr bool kFloatInput = KIND == QgemvKind::kW4A16 || KIND == QgemvKind::kW8A16;
+  const Int8Input x8 = kFloatInput ? Int8Input{} : int8_input<kThreads>(a, normed);
   if (col >= a.n) return;
   const int lanes_per_group = a.group_size / kCols;  // a power of two ≤ 32 (qgemv_supported)
   const int groups = a.k / a.group_size;
@@ -302,6 +330,7 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
       if (quad) return launch(qgemv_quad_kernel<M, QgemvKind::kW4A16>, quad_grid, kQuadWarps * 32, a, stream);
       return launch(qgemv_kernel<M, QgemvKind::kW4A16>, grid, kThreads, a, stream);
     }
+    case QgemvKind::kW8A16: return launch(qgemv_kernel<M, QgemvKind::kW8A16>, grid, kThreads, a, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -315,16 +344,22 @@ bool qgemv_supported(const QgemvArgs& a) {
   if (!a.w || !aligned16(a.w) || !a.w_scales || !a.out || a.ldout < a.n) return false;
   if (a.out_type != ElementType::kF32 && a.out_type != ElementType::kBF16 && a.out_type != ElementType::kF16) return false;
   if (a.accumulate && a.out_type != ElementType::kF32) return false;
+  const bool float_input = a.kind == QgemvKind::kW4A16 || a.kind == QgemvKind::kW8A16;
   if (a.norm_residual) {
-    if (a.kind == QgemvKind::kW4A16 || !a.norm_weight || !(a.x_scale > 0.f) || a.k % 16 != 0 ||
+    if (float_input || !a.norm_weight || !(a.x_scale > 0.f) || a.k % 16 != 0 ||
         static_cast<int64_t>(a.m) * a.k > kQgemvNormMaxBytes)
       return false;
-  } else if (a.kind == QgemvKind::kW4A16) {
+  } else if (float_input) {
     if (!a.x_f16 || !aligned16(a.x_f16) || a.ldx < a.k || a.ldx % 8 != 0) return false;
   } else {
     if (!a.x_int8 || !aligned16(a.x_int8) || a.ldx < a.k || a.ldx % 16 != 0) return false;
   }
   if (a.kind == QgemvKind::kW8A8) return a.k % 16 == 0;
+  if (a.kind == QgemvKind::kW8A16) {
+    const int lanes16 = a.group_size / 16;
+    return (a.schedule == QgemvSchedule::kAuto || a.schedule == QgemvSchedule::kSplitGroups) && a.group_size >= 16 &&
+           a.group_size % 16 == 0 && lanes16 <= 32 && (lanes16 & (lanes16 - 1)) == 0 && a.k % a.group_size == 0;
+  }
   const int lanes = a.group_size / 32;
   if (a.schedule == QgemvSchedule::kQuad && a.group_size % 128 != 0) return false;
   if (a.schedule == QgemvSchedule::kSplitK) return false;  // W8A8 only (returned above)

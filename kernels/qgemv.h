@@ -3,11 +3,13 @@
 //   kW8A8: int8 x (one static scale s_x), int8 w per output channel (s_w[n])
 //   kW4A8: int8 x (s_x), int4 w per group of group_size input columns (s_w[n, g])
 //   kW4A16: fp16 x, int4 w per group (s_w[n, g])
+//   kW8A16: fp16 x, int8 w per group of 16..512 columns (s_w[n, g]): a head-to-toe lm_head at
+//           decode (one row per sequence), weight-only like the CPU's float head
 // The integer cases reproduce runtime/quantized_ops.h `linear_forward` bit for bit: exact int32
 // dot products per weight group (dp4a), then the fp32 chain y ← fma(float(acc_g), s_w[n, g], y)
 // over g in increasing order from y = 0, then y·s_x, then + bias[n]; with accumulate,
-// out ← out + that. W4A16 sums x·q in fp32 per group and scales once per group (not bit-exact
-// to the CPU's dequantize-then-GEMM: a different summation order).
+// out ← out + that. W4A16 and W8A16 sum x·q in fp32 per group and scale once per group (not
+// bit-exact to the CPU's dequantize-then-GEMM: a different summation order).
 // int4 packing is quant/quantizer.h `pack_int4` of the row-major [n, k] matrix (column 2i in the
 // low nibble, 2i+1 in the high nibble of byte i of a row).
 #pragma once
@@ -21,7 +23,7 @@
 
 namespace ssdq::kernels {
 
-enum class QgemvKind { kW8A8, kW4A8, kW4A16 };
+enum class QgemvKind { kW8A8, kW4A8, kW4A16, kW8A16 };
 // How a row is split over lanes and warps (every schedule gives the same bits; they stay side by
 // side while their speed is compared, docs/kernels/quantized_projections.md):
 //   kSplitGroups: one column a warp; lane l takes 16-byte pieces l, l + 32, …; a group's lanes
@@ -37,12 +39,12 @@ struct QgemvArgs {
   QgemvKind kind = QgemvKind::kW8A8;
   int m = 0, n = 0, k = 0;
   const int8_t* x_int8 = nullptr;  // kW8A8 / kW4A8: [m, k], row stride ldx
-  const __half* x_f16 = nullptr;   // kW4A16: [m, k], row stride ldx
+  const __half* x_f16 = nullptr;   // kW4A16 / kW8A16: [m, k], row stride ldx
   int64_t ldx = 0;
   float x_scale = 1.f;             // s_x of the int8 input
   const void* w = nullptr;         // int8 [n, k] or packed int4 [n, k/2]; 16-byte aligned
   const float* w_scales = nullptr; // [n] (kW8A8) or [n, k / group_size]
-  int group_size = 0;              // int4 kinds: a multiple of 32 dividing k
+  int group_size = 0;              // int4 kinds: a multiple of 32 dividing k; kW8A16: 16·2^j ≤ 512 dividing k
   const float* bias = nullptr;     // optional [n], added after scaling (SSDi8 mean correction)
   void* out = nullptr;             // [m, n], row stride ldout
   int64_t ldout = 0;

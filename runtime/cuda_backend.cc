@@ -366,6 +366,7 @@ struct CudaBackend::Impl {
   }
 
   std::pair<const void*, ElementType> head_weights() const { return {model.head, ElementType::kBF16}; }
+  bool enqueue_head_gemv(const bf16*, int64_t, int64_t) const { return false; }  // the bf16 GEMM / GEMV
 
   // The rows of the final norm's output that feed lm_head: all, or the last of each sequence.
   std::pair<const bf16*, int64_t> head_input(int64_t length, bool last_position_only) const {

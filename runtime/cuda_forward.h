@@ -7,7 +7,8 @@
 // `pinned_tokens`, `pinned_targets`, `pinned_nll`, `pinned_argmax`, `pinned_logits`, and
 //   reserve(batch, length);  enqueue_body(batch, length, state);
 //   head_input(length, last_position_only) → {device rows, row stride} of the final norm's output;
-//   head_weights() → {lm_head [vocab, d_model], its element type (that of the head input)}.
+//   head_weights() → {lm_head [vocab, d_model], its element type (that of the head input)};
+//   enqueue_head_gemv(x, ldx, rows) → whether it wrote the logits itself (a decode GEMV).
 // A State provides batch() and a DecodeGraph `graph`.
 #pragma once
 
@@ -31,26 +32,13 @@ inline uint64_t decode_graph_key(uint64_t work_generation, const ForwardOutputs&
          (out.last_position_only ? 8 : 0);
 }
 
-// lm_head over `rows` rows of x from first_row (one logits block, fp32 logits); NLL / argmax
-// reduced on the device; the logits copied to the pinned block when asked for.
-template <typename Impl, typename T>
-void enqueue_head_block(const Impl& impl, const T* x, int64_t ldx, int64_t first_row, int64_t rows,
-                        const ForwardOutputs& out, float* pinned_logits_block) {
+// NLL / argmax of one logits block reduced on the device; the logits copied to the pinned block
+// when asked for.
+template <typename Impl>
+void enqueue_logits_outputs(const Impl& impl, int64_t first_row, int64_t rows, const ForwardOutputs& out,
+                            float* pinned_logits_block) {
   const int64_t V = impl.config.vocab_size;
   const auto& work = impl.work;
-  const auto [weights, type] = impl.head_weights();
-  kernels::GemmArgs head;
-  head.m = rows;
-  head.n = V;
-  head.k = impl.config.d_model;
-  head.in_type = type;
-  head.x = x + first_row * ldx;
-  head.ldx = ldx;
-  head.w = weights;
-  head.out = work.logits;
-  head.ldout = V;
-  head.out_type = kernels::ElementType::kF32;
-  impl.gemm->run(head, impl.stream);
   if (out.nll || out.argmax) {
     kernels::LogitsReduceArgs reduce;
     reduce.rows = rows;
@@ -64,6 +52,33 @@ void enqueue_head_block(const Impl& impl, const T* x, int64_t ldx, int64_t first
   if (out.logits)
     cuda_ok(cudaMemcpyAsync(pinned_logits_block, work.logits, rows * V * 4, cudaMemcpyDeviceToHost, impl.stream),
             "copy logits");
+}
+
+// lm_head over `rows` rows of x from first_row (one logits block, fp32 logits); NLL / argmax
+// reduced on the device; the logits copied to the pinned block when asked for.
+template <typename Impl, typename T>
+void enqueue_head_block(const Impl& impl, const T* x, int64_t ldx, int64_t first_row, int64_t rows,
+                        const ForwardOutputs& out, float* pinned_logits_block) {
+  const int64_t V = impl.config.vocab_size;
+  const auto& work = impl.work;
+  if (impl.enqueue_head_gemv(x + first_row * ldx, ldx, rows)) {
+    enqueue_logits_outputs(impl, first_row, rows, out, pinned_logits_block);
+    return;
+  }
+  const auto [weights, type] = impl.head_weights();
+  kernels::GemmArgs head;
+  head.m = rows;
+  head.n = V;
+  head.k = impl.config.d_model;
+  head.in_type = type;
+  head.x = x + first_row * ldx;
+  head.ldx = ldx;
+  head.w = weights;
+  head.out = work.logits;
+  head.ldout = V;
+  head.out_type = kernels::ElementType::kF32;
+  impl.gemm->run(head, impl.stream);
+  enqueue_logits_outputs(impl, first_row, rows, out, pinned_logits_block);
 }
 
 template <typename Impl, typename State>

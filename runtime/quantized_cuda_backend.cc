@@ -202,6 +202,9 @@ struct QuantizedCudaBackend::Impl {
   size_t weight_bytes = 0;
 
   DeviceBlock embedding, embedding_scales, norm_f, head16, hadamard_base;
+  DeviceBlock head_q, head_q_scales;  // upload_quantized_head
+  kernels::QgemvKind head_q_kind = kernels::QgemvKind::kW8A16;
+  int head_q_group = 0;
   std::vector<int8_t> hadamard_base_host;  // the launcher passes H_K in the kernel's parameters
   kernels::EmbeddingArgs::Table embedding_table = kernels::EmbeddingArgs::Table::kF32;
   std::vector<DeviceLayer> layers;
@@ -261,8 +264,10 @@ struct QuantizedCudaBackend::Impl {
       embedding = device_copy(m.embedding.dense, &counter, "embedding");
     }
     norm_f = device_copy(m.norm_f, &counter, "norm_f");
-    // A tied fp16 table is the lm_head too; otherwise the head is dequantized to fp16.
-    if (!(m.lm_head.empty() && embedding_table == kernels::EmbeddingArgs::Table::kF16))
+    // A quantized head stays quantized where the GEMV takes it; a tied fp16 table is the lm_head
+    // too; otherwise the head is dequantized to fp16.
+    upload_quantized_head(m.head());
+    if (!head_q.bytes() && !(m.lm_head.empty() && embedding_table == kernels::EmbeddingArgs::Table::kF16))
       head16 = device_copy(to_fp16_bits(m.head().to_float()), &counter, "lm_head");
 
     const int64_t H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state, E = c.d_inner();
@@ -743,6 +748,72 @@ struct QuantizedCudaBackend::Impl {
     norm.out_type = ElementType::kF32;
     cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "final rmsnorm");
     enqueue_format(DeviceFormat{}, work.normed, M, D, D, Reader::kFloat16, "lm_head input");
+  }
+
+  // A quantized (head-to-toe) lm_head in its stored width: qgemv W8A16 or W4A16 read it at 1 or
+  // ½ byte a weight, 16 rows a launch, instead of an fp16 copy's 2 bytes (a float summation like
+  // the fp16 GEMM's, not bit-identical to the CPU). A per-row int8 scale is repeated over groups
+  // of 512 columns or fewer, the widest the GEMV takes. Heads the GEMV cannot take are left to
+  // the fp16 copy.
+  void upload_quantized_head(const WeightMatrix& head) {
+    if (!head.is_quantized()) return;
+    const QuantizedMatrix& q = head.quantized;
+    if (q.granularity == Granularity::kPerTensor) return;
+    const bool int4 = q.bits == QuantBits::kInt4;
+    int64_t group = q.group_size;
+    std::vector<float> scales = q.scales;
+    if (!int4 && group > 512) {  // one scale a row → the same scale over groups of `group` columns
+      group = 512;
+      while (group >= 16 && q.cols % group != 0) group /= 2;
+      if (group < 16) return;
+      scales.clear();
+      for (int64_t r = 0; r < q.rows; ++r)
+        for (int64_t g = 0; g < q.cols / group; ++g) scales.push_back(q.scales[r * q.groups_per_row()]);
+    }
+    head_q = int4 ? device_copy(pack_int4(q.values.data(), static_cast<int64_t>(q.values.size())), &counter, "lm_head")
+                  : device_copy(q.values, &counter, "lm_head");
+    head_q_scales = device_copy(scales, &counter, "lm_head scales");
+    head_q_kind = int4 ? kernels::QgemvKind::kW4A16 : kernels::QgemvKind::kW8A16;
+    head_q_group = static_cast<int>(group);
+    // The head's input rows are work.x16 at offsets of whole rows and its output work.logits:
+    // 16-byte aligned when d_model is a multiple of 8, like any cudaMalloc'd address (head_q's own
+    // stand in for the check, before the workspace exists).
+    kernels::QgemvArgs check = head_gemv_args(head_q_kind, head_q_group, head_q.at<__half>(0), config.d_model);
+    check.out = head_q.at<void>(0);
+    if (config.d_model % 8 != 0 || !kernels::qgemv_supported(check)) {
+      head_q = DeviceBlock{};
+      head_q_scales = DeviceBlock{};
+    }
+  }
+
+  kernels::QgemvArgs head_gemv_args(kernels::QgemvKind kind, int group, const __half* x, int64_t ldx) const {
+    kernels::QgemvArgs q;
+    q.kind = kind;
+    q.m = 1;
+    q.n = static_cast<int>(config.vocab_size);
+    q.k = static_cast<int>(config.d_model);
+    q.x_f16 = x;
+    q.ldx = ldx;
+    q.w = head_q.bytes() ? head_q.at<void>(0) : nullptr;
+    q.w_scales = head_q_scales.bytes() ? head_q_scales.at<float>(0) : nullptr;
+    q.group_size = group;
+    q.out = work.logits;
+    q.ldout = config.vocab_size;
+    q.out_type = ElementType::kF32;
+    return q;
+  }
+
+  // cuda_forward.h's hook: the logits of `rows` rows from the quantized head, kQgemvMaxRows rows a
+  // launch, when there is one. False: the caller runs the fp16 GEMM.
+  bool enqueue_head_gemv(const __half* x, int64_t ldx, int64_t rows) const {
+    if (!head_q.bytes()) return false;
+    for (int64_t r0 = 0; r0 < rows; r0 += kernels::kQgemvMaxRows) {
+      kernels::QgemvArgs q = head_gemv_args(head_q_kind, head_q_group, x + r0 * ldx, ldx);
+      q.m = static_cast<int>(std::min<int64_t>(kernels::kQgemvMaxRows, rows - r0));
+      q.out = work.logits + r0 * config.vocab_size;
+      cuda_ok(kernels::launch_qgemv(q, stream), "lm_head (quantized)");
+    }
+    return true;
   }
 
   // lm_head in fp16 (the dequantized head), fp32 logits.

@@ -31,6 +31,7 @@ struct BenchFlags {
   int64_t prompt = 1024, gen = 128;
   int repeats = 3;
   uint64_t seed = 0;
+  bool head_to_toe = false;
 };
 
 void write_json(const std::string& path, const json& report) {
@@ -56,6 +57,7 @@ std::string model_label(const BenchFlags& flags) {
                       : flags.synthetic.empty() ? flags.model
                                                 : "synthetic " + flags.synthetic;
   if (!flags.recipe.empty()) label += " " + flags.recipe + " " + flags.bits;
+  if (flags.head_to_toe) label += " head-to-toe";
   return label;
 }
 
@@ -69,6 +71,8 @@ std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec
     RecipeOptions recipe;
     recipe.recipe = parse_recipe_name(flags.recipe);
     recipe.bits = parse_bit_width(flags.bits);
+    recipe.quantize_embedding = recipe.quantize_lm_head = flags.head_to_toe;
+    if (flags.head_to_toe && !recipe.quantized()) fail("--head-to-toe needs quantized weights, not --bits fp16");
     auto model = std::make_shared<QuantizedModel>(synthetic_quantized_model(synthetic_config(flags.synthetic), recipe, flags.seed));
     return std::make_unique<QuantizedCudaBackend>(std::move(model), device.index);
   }
@@ -182,6 +186,8 @@ void run_bench(const BenchFlags& flags) {
     fail("bench: give exactly one of --model, --synthetic or --artifact");
   if (flags.module == "model" && flags.recipe.empty() != flags.bits.empty())
     fail("bench: --recipe and --bits go together");
+  if (flags.head_to_toe && (flags.recipe.empty() || flags.module != "model"))
+    fail("bench: --head-to-toe quantizes a synthetic model's embedding and lm_head: give --recipe and --bits");
   const DeviceSpec device = parse_device(flags.device);
   if (flags.module == "ssd") {
     if (!device.cuda) fail("--module ssd times the CUDA kernels: use --device cuda");
@@ -206,6 +212,9 @@ void add_bench_command(CLI::App& app) {
                   "With --synthetic: random weights in this recipe's formats (rtn, had, quamba2, ssdi8); with "
                   "--module ssd: ssdi8 times SSDi8's integer SSD");
   cmd->add_option("--bits", flags->bits, "With --recipe: w8a8, w4a8, w4a16 or fp16");
+  cmd->add_flag("--head-to-toe", flags->head_to_toe,
+                "With --recipe: also quantize the embedding and lm_head (as export's --quantize-embedding "
+                "--quantize-lm-head)");
   cmd->add_option("--device", flags->device, "cuda, cuda:N or cpu")->capture_default_str();
   cmd->add_option("--batch", flags->batches, "Batch sizes, comma separated")->delimiter(',')->capture_default_str();
   cmd->add_option("--prompt", flags->prompt, "Prompt tokens per sequence")->capture_default_str();

@@ -26,7 +26,10 @@ struct Case {
 
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  const char* kind = c.kind == kernels::QgemvKind::kW8A8 ? "w8a8" : c.kind == kernels::QgemvKind::kW4A8 ? "w4a8" : "w4a16";
+  const char* kind = c.kind == kernels::QgemvKind::kW8A8   ? "w8a8"
+                     : c.kind == kernels::QgemvKind::kW4A8  ? "w4a8"
+                     : c.kind == kernels::QgemvKind::kW4A16 ? "w4a16"
+                                                            : "w8a16";
   return fmt::format("{}_m{}_n{}_k{}_g{}{}{}", kind, c.m, c.n, c.k, c.group_size, c.bias_and_accumulate ? "_acc" : "",
                      c.schedule == kernels::QgemvSchedule::kQuad      ? "_quad"
                      : c.schedule == kernels::QgemvSchedule::kSplitK  ? "_splitk"
@@ -51,11 +54,13 @@ class Qgemv : public ::testing::TestWithParam<Case> {};
 TEST_P(Qgemv, MatchesTheCpuSpecification) {
   testing::require_device();
   const Case c = GetParam();
-  const bool int4 = c.kind != kernels::QgemvKind::kW8A8;
+  const bool int4 = c.kind == kernels::QgemvKind::kW4A8 || c.kind == kernels::QgemvKind::kW4A16;
+  const bool fp16_input = c.kind == kernels::QgemvKind::kW4A16 || c.kind == kernels::QgemvKind::kW8A16;
   std::mt19937 rng(c.m * 131 + c.n * 7 + c.k + c.group_size);
   auto w = testing::random_vector(size_t(c.n) * c.k, -1.f, 1.f, rng);
   WeightMatrix wm = int4 ? rtn_weight(w, c.n, c.k, QuantBits::kInt4, c.group_size)
-                         : rtn_weight(w, c.n, c.k, QuantBits::kInt8, /*group_size=*/0);
+                         : rtn_weight(w, c.n, c.k, QuantBits::kInt8,
+                                      c.kind == kernels::QgemvKind::kW8A16 ? c.group_size : /*per channel*/ 0);
   if (int4)  // GPTQ's error feedback can reach the nibble's -8; make sure the unpacking sees it
     for (size_t i = 0; i < wm.quantized.values.size(); i += 97) wm.quantized.values[i] = -8;
 
@@ -69,7 +74,7 @@ TEST_P(Qgemv, MatchesTheCpuSpecification) {
   std::uniform_real_distribution<float> f_dist(-2.f, 2.f);
   for (int r = 0; r < c.m; ++r)
     for (int i = 0; i < c.k; ++i) {
-      if (c.kind == kernels::QgemvKind::kW4A16) {
+      if (fp16_input) {
         xh[r * ldx + i] = float_to_half(f_dist(rng));
         x[r * c.k + i] = half_to_float(xh[r * ldx + i]);
       } else {
@@ -77,7 +82,7 @@ TEST_P(Qgemv, MatchesTheCpuSpecification) {
         x[r * c.k + i] = dequantize_value(xq[r * ldx + i], s_x);
       }
     }
-  ActQuant input = c.kind == kernels::QgemvKind::kW4A16 ? ActQuant::float16() : ActQuant{ActFormat::kInt8, {s_x}, {}, 1};
+  ActQuant input = fp16_input ? ActQuant::float16() : ActQuant{ActFormat::kInt8, {s_x}, {}, 1};
   std::vector<float> expected(size_t(c.m) * c.n);
   linear_forward(wm, input, x.data(), c.m, expected.data());
   auto bias = testing::random_vector(c.n, -0.5f, 0.5f, rng);
@@ -123,7 +128,7 @@ TEST_P(Qgemv, MatchesTheCpuSpecification) {
   ASSERT_EQ(kernels::launch_qgemv(a, nullptr), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> got = d_out.to_host();
-  if (c.kind == kernels::QgemvKind::kW4A16) {
+  if (fp16_input) {
     double diff = 0, scale = 0;  // relative to the largest output: the sums cancel to near 0 in places
     for (size_t i = 0; i < got.size(); ++i) {
       diff = std::max(diff, std::abs(double(got[i]) - expected[i]));
@@ -146,12 +151,16 @@ std::vector<Case> cases() {
       }
   for (K kind : {K::kW4A8, K::kW4A16})
     for (int g : {32, 64, 256}) out.push_back({kind, 3, 129, 1024, g, true});
+  // W8A16 (the head-to-toe lm_head at decode): groups of 16 to 512 columns
+  for (int m : {1, 2, 5, 16}) out.push_back({K::kW8A16, m, 300, 2560, 128, false});
+  for (int g : {16, 64, 512}) out.push_back({K::kW8A16, 3, 129, 1024, g, true});
   out.push_back({K::kW8A8, 1, 4, 8192, 128, true});     // long rows: several rounds per lane
   out.push_back({K::kW4A8, 4, 4, 16384, 128, true});    // 128 groups: four rounds of chain updates
   out.push_back({K::kW4A8, 1, 2000, 5120, 128, true});  // 2.7b out_proj's k
   const size_t split_cases = out.size();
   for (size_t i = 0; i < split_cases; ++i) {
     Case other = out[i];
+    if (out[i].kind == K::kW8A16) continue;  // one schedule
     if (out[i].kind == K::kW8A8) {
       other.schedule = kernels::QgemvSchedule::kSplitK;
     } else if (out[i].group_size % 128 == 0) {

@@ -92,6 +92,30 @@ TEST_P(EveryRecipe, MatchesTheCpuRuntime) {
 
 INSTANTIATE_TEST_SUITE_P(Groups, EveryRecipe, ::testing::Values(2, 4));
 
+// Head-to-toe artifacts (quantized embedding and lm_head): the CUDA backend reads the quantized
+// head through qgemv W8A16 / W4A16 (prefill rows 16 at a time, decode rows), a float summation
+// like the fp16 GEMM it replaces; logits against the CPU runtime as above.
+TEST(HeadToToe, MatchesTheCpuRuntime) {
+  testing::require_device();
+  const ModelWeights w = random_weights(synthetic_config(2), 23);
+  const CalibrationFile calib = calibration_in_memory(w, 4, 80, 2);
+  constexpr int64_t kBatch = 2, kLength = 40, kSteps = 4;
+  const std::vector<int32_t> tokens = random_tokens(kBatch * (kLength + kSteps), 256, 7);
+  for (BitWidth bits : {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16}) {
+    ExportOptions options = synthetic_model_options(RecipeName::kSsdi8, bits);
+    options.recipe.quantize_embedding = options.recipe.quantize_lm_head = true;
+    const auto m = std::make_shared<QuantizedModel>(quantize_model(w, calib, options));
+    ASSERT_TRUE(m->lm_head.is_quantized());
+    const std::vector<float> cpu = run(QuantizedBackend(m), tokens, kBatch, kLength, kSteps);
+    const std::vector<float> gpu = run(QuantizedCudaBackend(m, 0), tokens, kBatch, kLength, kSteps);
+    const double max_rel = max_relative(gpu, cpu), mean_rel = mean_relative(gpu, cpu);
+    std::printf("head-to-toe ssdi8 %-5s GPU vs CPU: max %.2e, mean %.2e of max |logit|\n", bit_width_name(bits), max_rel,
+                mean_rel);
+    EXPECT_LT(mean_rel, 5e-4) << bit_width_name(bits);
+    EXPECT_LT(max_rel, bits == BitWidth::kW4A16 ? 5e-3 : 0.05) << bit_width_name(bits);
+  }
+}
+
 // The acceptance of docs/ACCURACY.md's artifacts in miniature: on the bundled model, calibrated on
 // WikiText-2 windows, the CUDA backend's perplexity over the first 512 test tokens is within
 // 0.5 % of the CPU runtime's.
