@@ -752,9 +752,9 @@ struct QuantizedCudaBackend::Impl {
 
   // A quantized (head-to-toe) lm_head in its stored width: qgemv W8A16 or W4A16 read it at 1 or
   // ½ byte a weight, 16 rows a launch, instead of an fp16 copy's 2 bytes (a float summation like
-  // the fp16 GEMM's, not bit-identical to the CPU). A per-row int8 scale is repeated over groups
-  // of 512 columns or fewer, the widest the GEMV takes. Heads the GEMV cannot take are left to
-  // the fp16 copy.
+  // the fp16 GEMM's, not bit-identical to the CPU). int8 groups wider than the GEMV takes (a
+  // per-row scale: d_model columns) are split into groups of at most 512 columns repeating their
+  // scale. Heads the GEMV cannot take are left to the fp16 copy.
   void upload_quantized_head(const WeightMatrix& head) {
     if (!head.is_quantized()) return;
     const QuantizedMatrix& q = head.quantized;
@@ -762,13 +762,15 @@ struct QuantizedCudaBackend::Impl {
     const bool int4 = q.bits == QuantBits::kInt4;
     int64_t group = q.group_size;
     std::vector<float> scales = q.scales;
-    if (!int4 && group > 512) {  // one scale a row → the same scale over groups of `group` columns
-      group = 512;
-      while (group >= 16 && q.cols % group != 0) group /= 2;
+    if (!int4) {
+      group = 512;  // the widest 16·2^j ≤ 512 dividing the stored group and the row
+      while (group >= 16 && (q.group_size % group != 0 || q.cols % group != 0)) group /= 2;
       if (group < 16) return;
-      scales.clear();
-      for (int64_t r = 0; r < q.rows; ++r)
-        for (int64_t g = 0; g < q.cols / group; ++g) scales.push_back(q.scales[r * q.groups_per_row()]);
+      if (group != q.group_size) {
+        scales.clear();
+        for (int64_t r = 0; r < q.rows; ++r)
+          for (int64_t c0 = 0; c0 < q.cols; c0 += group) scales.push_back(q.scales[q.scale_index(r, c0)]);
+      }
     }
     head_q = int4 ? device_copy(pack_int4(q.values.data(), static_cast<int64_t>(q.values.size())), &counter, "lm_head")
                   : device_copy(q.values, &counter, "lm_head");
@@ -778,7 +780,7 @@ struct QuantizedCudaBackend::Impl {
     // The head's input rows are work.x16 at offsets of whole rows and its output work.logits:
     // 16-byte aligned when d_model is a multiple of 8, like any cudaMalloc'd address (head_q's own
     // stand in for the check, before the workspace exists).
-    kernels::QgemvArgs check = head_gemv_args(head_q_kind, head_q_group, head_q.at<__half>(0), config.d_model);
+    kernels::QgemvArgs check = head_gemv_args(head_q.at<__half>(0), config.d_model);
     check.out = head_q.at<void>(0);
     if (config.d_model % 8 != 0 || !kernels::qgemv_supported(check)) {
       head_q = DeviceBlock{};
@@ -786,9 +788,10 @@ struct QuantizedCudaBackend::Impl {
     }
   }
 
-  kernels::QgemvArgs head_gemv_args(kernels::QgemvKind kind, int group, const __half* x, int64_t ldx) const {
+  // The quantized head's GEMV over one row of x (row stride ldx) into work.logits.
+  kernels::QgemvArgs head_gemv_args(const __half* x, int64_t ldx) const {
     kernels::QgemvArgs q;
-    q.kind = kind;
+    q.kind = head_q_kind;
     q.m = 1;
     q.n = static_cast<int>(config.vocab_size);
     q.k = static_cast<int>(config.d_model);
@@ -796,7 +799,7 @@ struct QuantizedCudaBackend::Impl {
     q.ldx = ldx;
     q.w = head_q.bytes() ? head_q.at<void>(0) : nullptr;
     q.w_scales = head_q_scales.bytes() ? head_q_scales.at<float>(0) : nullptr;
-    q.group_size = group;
+    q.group_size = head_q_group;
     q.out = work.logits;
     q.ldout = config.vocab_size;
     q.out_type = ElementType::kF32;
@@ -808,7 +811,7 @@ struct QuantizedCudaBackend::Impl {
   bool enqueue_head_gemv(const __half* x, int64_t ldx, int64_t rows) const {
     if (!head_q.bytes()) return false;
     for (int64_t r0 = 0; r0 < rows; r0 += kernels::kQgemvMaxRows) {
-      kernels::QgemvArgs q = head_gemv_args(head_q_kind, head_q_group, x + r0 * ldx, ldx);
+      kernels::QgemvArgs q = head_gemv_args(x + r0 * ldx, ldx);
       q.m = static_cast<int>(std::min<int64_t>(kernels::kQgemvMaxRows, rows - r0));
       q.out = work.logits + r0 * config.vocab_size;
       cuda_ok(kernels::launch_qgemv(q, stream), "lm_head (quantized)");

@@ -101,19 +101,26 @@ TEST(HeadToToe, MatchesTheCpuRuntime) {
   const CalibrationFile calib = calibration_in_memory(w, 4, 80, 2);
   constexpr int64_t kBatch = 2, kLength = 40, kSteps = 4;
   const std::vector<int32_t> tokens = random_tokens(kBatch * (kLength + kSteps), 256, 7);
-  for (BitWidth bits : {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16}) {
+  auto check = [&](const ModelWeights& weights, const CalibrationFile& file, BitWidth bits, int64_t group_size) {
     ExportOptions options = synthetic_model_options(RecipeName::kSsdi8, bits);
     options.recipe.quantize_embedding = options.recipe.quantize_lm_head = true;
-    const auto m = std::make_shared<QuantizedModel>(quantize_model(w, calib, options));
+    options.recipe.group_size = group_size;
+    const auto m = std::make_shared<QuantizedModel>(quantize_model(weights, file, options));
     ASSERT_TRUE(m->lm_head.is_quantized());
     const std::vector<float> cpu = run(QuantizedBackend(m), tokens, kBatch, kLength, kSteps);
     const std::vector<float> gpu = run(QuantizedCudaBackend(m, 0), tokens, kBatch, kLength, kSteps);
     const double max_rel = max_relative(gpu, cpu), mean_rel = mean_relative(gpu, cpu);
-    std::printf("head-to-toe ssdi8 %-5s GPU vs CPU: max %.2e, mean %.2e of max |logit|\n", bit_width_name(bits), max_rel,
-                mean_rel);
+    std::printf("head-to-toe ssdi8 %-5s group %4ld GPU vs CPU: max %.2e, mean %.2e of max |logit|\n", bit_width_name(bits),
+                static_cast<long>(group_size), max_rel, mean_rel);
     EXPECT_LT(mean_rel, 5e-4) << bit_width_name(bits);
     EXPECT_LT(max_rel, bits == BitWidth::kW4A16 ? 5e-3 : 0.05) << bit_width_name(bits);
-  }
+  };
+  for (BitWidth bits : {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16}) check(w, calib, bits, 64);
+  // An int8 head grouped wider than the GEMV's 512 columns: its scales are repeated over sub-groups.
+  Mamba2Config wide = synthetic_config(2, 1);
+  wide.d_model = 1536;
+  const ModelWeights wide_weights = random_weights(wide, 29);
+  check(wide_weights, calibration_in_memory(wide_weights, 4, 80, 2), BitWidth::kW8A8, 1536);
 }
 
 // The acceptance of docs/ACCURACY.md's artifacts in miniature: on the bundled model, calibrated on
