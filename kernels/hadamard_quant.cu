@@ -129,11 +129,8 @@ struct SignMatrix {
 template <>
 struct SignMatrix<0> {};
 
-// The H_K values the artifacts use (hadamard_quant_supported); 0: K read at run time.
-constexpr int kUnrolledOrders[] = {12, 20, 28};
-
 // One block per row; the row lives in shared memory. kOrder: K when the launcher passes H_K in
-// `signs`, else 0.
+// `h_k` (K 12, 20 or 28: the orders hadamard_quant_supported takes), else 0.
 template <int kThreads, int kOrder>
 __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
     hadamard_quant_kernel(HadamardQuantArgs a, SignMatrix<kOrder> h_k) {
@@ -427,7 +424,7 @@ cudaError_t launch_cluster(const HadamardQuantArgs& a, cudaStream_t stream) {
 }
 
 template <int kThreads, int kOrder>
-cudaError_t launch_rows_with(const HadamardQuantArgs& a, const SignMatrix<kOrder>& signs, size_t shared,
+cudaError_t launch_rows_with(const HadamardQuantArgs& a, const SignMatrix<kOrder>& h_k, size_t shared,
                              cudaStream_t stream) {
   if (shared > 48 * 1024) {
     const cudaError_t status = cudaFuncSetAttribute(hadamard_quant_kernel<kThreads, kOrder>,
@@ -435,27 +432,28 @@ cudaError_t launch_rows_with(const HadamardQuantArgs& a, const SignMatrix<kOrder
     if (status != cudaSuccess) return status;
   }
   return launch_kernel(hadamard_quant_kernel<kThreads, kOrder>,
-                       LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads), shared}, stream, a, signs);
+                       LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads), shared}, stream, a, h_k);
+}
+
+template <int K>
+SignMatrix<K> sign_matrix(const int8_t* h_k) {
+  SignMatrix<K> out;
+  for (int i = 0; i < K * K; ++i) out.sign[i] = h_k[i] > 0 ? 1.f : -1.f;
+  return out;
 }
 
 // The unrolled mix where the host copy of H_K is at hand, the generic kernel otherwise.
-template <int kThreads, int kOrder = 0>
+template <int kThreads>
 cudaError_t launch_rows(const HadamardQuantArgs& a, size_t shared, cudaStream_t stream) {
-  if constexpr (kOrder == 0) {
-    if (a.rotate && a.base_matrix_host) {
-      for (int order : kUnrolledOrders) {
-        if (a.base_order != order) continue;
-        if (order == 12) return launch_rows<kThreads, 12>(a, shared, stream);
-        if (order == 20) return launch_rows<kThreads, 20>(a, shared, stream);
-        if (order == 28) return launch_rows<kThreads, 28>(a, shared, stream);
-      }
+  if (a.rotate && a.base_matrix_host) {
+    switch (a.base_order) {
+      case 12: return launch_rows_with<kThreads>(a, sign_matrix<12>(a.base_matrix_host), shared, stream);
+      case 20: return launch_rows_with<kThreads>(a, sign_matrix<20>(a.base_matrix_host), shared, stream);
+      case 28: return launch_rows_with<kThreads>(a, sign_matrix<28>(a.base_matrix_host), shared, stream);
+      default: break;
     }
-    return launch_rows_with<kThreads, 0>(a, SignMatrix<0>{}, shared, stream);
-  } else {
-    SignMatrix<kOrder> signs;
-    for (int i = 0; i < kOrder * kOrder; ++i) signs.sign[i] = a.base_matrix_host[i] > 0 ? 1.f : -1.f;
-    return launch_rows_with<kThreads, kOrder>(a, signs, shared, stream);
   }
+  return launch_rows_with<kThreads>(a, SignMatrix<0>{}, shared, stream);
 }
 
 }  // namespace
