@@ -37,6 +37,32 @@ __device__ inline In format_input(In raw, const ChannelFormat& format) {
   }
 }
 
+// The output of one thread's channel when the conv writes parts (CausalConv1dOutputPart).
+struct PartWriter {
+  char* base = nullptr;  // the channel's element of row 0 of the sequence
+  int64_t stride = 0;    // elements between rows
+  ElementType type = ElementType::kF32;
+
+  PartWriter() = default;
+  __device__ PartWriter(const CausalConv1dArgs& a, int c, int b) {
+    int i = 0;
+    while (i + 1 < a.part_count && c >= a.parts[i + 1].first_channel) ++i;
+    const CausalConv1dOutputPart& part = a.parts[i];
+    type = part.type;
+    stride = part.stride;
+    const int size = type == ElementType::kS8 ? 1 : type == ElementType::kF16 ? 2 : 4;
+    base = static_cast<char*>(part.out) + (static_cast<int64_t>(b) * a.seqlen * stride + (c - part.first_channel)) * size;
+  }
+  __device__ void store(int t, float y, const ChannelFormat& format) const {
+    const int64_t at = static_cast<int64_t>(t) * stride;
+    switch (type) {
+      case ElementType::kS8: reinterpret_cast<int8_t*>(base)[at] = quantize_int8_fast(y, format.code, format.inv_code); break;
+      case ElementType::kF16: reinterpret_cast<__half*>(base)[at] = __float2half_rn(format.apply(y)); break;
+      default: reinterpret_cast<float*>(base)[at] = format.apply(y);
+    }
+  }
+};
+
 template <typename Out>
 __device__ inline Out store_output(float v, float scale) {
   if constexpr (std::is_same_v<Out, int8_t>) {
@@ -47,7 +73,8 @@ __device__ inline Out store_output(float v, float scale) {
 }
 
 // Each thread runs one channel over a tile of `tile` tokens, starting from the W-1 inputs
-// before the tile (from the input, or from the conv state before t = 0).
+// before the tile (from the input, or from the conv state before t = 0). Out = PartWriter: fp32
+// in, the output in parts.
 template <int W, typename In, typename Out>
 __global__ void __launch_bounds__(kChannels)
     causal_conv1d_kernel(CausalConv1dArgs a, int tile, bool update_state) {
@@ -72,7 +99,10 @@ __global__ void __launch_bounds__(kChannels)
     window[k] = load_input(raw[k], in_scale);
   }
   const int t_end = min(t0 + tile, a.seqlen);
-  Out* out = static_cast<Out*>(a.out) + static_cast<int64_t>(b) * a.seqlen * a.channels + c;
+  constexpr bool kParts = std::is_same_v<Out, PartWriter>;
+  using Stored = std::conditional_t<kParts, float, Out>;
+  Stored* out = kParts ? nullptr : static_cast<Stored*>(a.out) + static_cast<int64_t>(b) * a.seqlen * a.channels + c;
+  const PartWriter parts = kParts ? PartWriter(a, c, b) : PartWriter{};
   auto step = [&](In value, int t) {
     raw[W - 1] = format_input(value, in_format);
     window[W - 1] = load_input(raw[W - 1], in_scale);
@@ -80,10 +110,12 @@ __global__ void __launch_bounds__(kChannels)
 #pragma unroll
     for (int k = 0; k < W; ++k) acc = __fmaf_rn(w[k], window[k], acc);  // the CPU's order
     float y = silu(acc);
-    if constexpr (std::is_same_v<Out, float>) {
-      y = out_format.apply(y);
+    if constexpr (kParts) {
+      parts.store(t, y, out_format);
+    } else {
+      if constexpr (std::is_same_v<Out, float>) y = out_format.apply(y);
+      out[static_cast<int64_t>(t) * a.channels] = store_output<Out>(y, out_scale);
     }
-    out[static_cast<int64_t>(t) * a.channels] = store_output<Out>(y, out_scale);
 #pragma unroll
     for (int k = 0; k < W - 1; ++k) window[k] = window[k + 1], raw[k] = raw[k + 1];
   };
@@ -147,10 +179,25 @@ cudaError_t launch_types(const CausalConv1dArgs& a, cudaStream_t stream) {
 
 template <int W>
 cudaError_t launch_width(const CausalConv1dArgs& a, cudaStream_t stream) {
-  if (a.in_type == ElementType::kF32) return launch_types<W, float, float>(a, stream);
+  if (a.in_type == ElementType::kF32)
+    return a.part_count > 0 ? launch_types<W, float, PartWriter>(a, stream) : launch_types<W, float, float>(a, stream);
   if (a.in_type == ElementType::kBF16) return launch_types<W, __nv_bfloat16, __nv_bfloat16>(a, stream);
   if (a.out_type == ElementType::kS8) return launch_types<W, int8_t, int8_t>(a, stream);
   return launch_types<W, int8_t, __half>(a, stream);
+}
+
+bool output_parts_supported(const CausalConv1dArgs& a) {
+  if (a.part_count == 0) return a.out != nullptr;
+  if (a.part_count > CausalConv1dArgs::kMaxParts || a.out || a.in_type != ElementType::kF32) return false;
+  for (int i = 0; i < a.part_count; ++i) {
+    const CausalConv1dOutputPart& p = a.parts[i];
+    const int end = i + 1 < a.part_count ? a.parts[i + 1].first_channel : a.channels;
+    if (!p.out || (i == 0 && p.first_channel != 0) || end <= p.first_channel || p.stride < end - p.first_channel)
+      return false;
+    if (p.type != ElementType::kF32 && p.type != ElementType::kF16 && p.type != ElementType::kS8) return false;
+    if (p.type == ElementType::kS8 && !a.out_formats) return false;  // the scales are the int8 format codes
+  }
+  return true;
 }
 
 }  // namespace
@@ -163,7 +210,7 @@ bool causal_conv1d_supported(const CausalConv1dArgs& a) {
                       (a.out_type == ElementType::kF16 || (a.out_type == ElementType::kS8 && a.out_scales)));
   const bool tile = a.tile_tokens == 0 || a.tile_tokens == 16 || a.tile_tokens == 32 || a.tile_tokens == kMaxTile;
   return types && tile && a.batch > 0 && a.batch <= 65535 && a.seqlen > 0 && a.channels > 0 && a.width >= 2 &&
-         a.width <= 8 && (a.seqlen + 15) / 16 <= 65535 && a.in && a.weight && a.bias && a.state && a.out;
+         a.width <= 8 && (a.seqlen + 15) / 16 <= 65535 && a.in && a.weight && a.bias && a.state && output_parts_supported(a);
 }
 
 cudaError_t launch_causal_conv1d(const CausalConv1dArgs& a, cudaStream_t stream) {

@@ -7,6 +7,8 @@
 // then holds the int8 inputs) → int8 out (rne(out / out_scales[c]) saturated to ±127, as
 // quant/quantizer.h `quantize_value`) or fp16 out: the conv of a quantized artifact, whose x|B|C
 // scales arrive expanded to one per channel.
+// An fp32-input conv can also write its output in parts (`parts`, e.g. the SSDi8 prefill's fp16 x
+// and int8 B|C), each a range of channels with its own tensor, row stride and type.
 // CPU reference: runtime/cpu_ops.h `cpu::causal_conv1d_silu` (on dequantized inputs, then the
 // output format: runtime/quantized_ops.h `apply_activation_format`).
 #pragma once
@@ -19,6 +21,18 @@
 #include "kernels/element_type.h"
 
 namespace ssdq::kernels {
+
+// Channels [first_channel, the next part's first channel or `channels`) of an fp32-input conv:
+// channel c of row r at out + r * stride + (c - first_channel), stored as `type`:
+//   kF32 the formatted value (out_formats), kF16 the formatted value rounded to fp16 (exact for a
+//   channel whose format is fp16), kS8 the int8 q of a channel whose format is int8 (code > 0, the
+//   scale; quant/quantizer.h quantize_value), so its value is q·code.
+struct CausalConv1dOutputPart {
+  void* out = nullptr;
+  int first_channel = 0;
+  int64_t stride = 0;  // elements, at least the part's channels
+  ElementType type = ElementType::kF32;
+};
 
 struct CausalConv1dArgs {
   int batch = 0, seqlen = 0, channels = 0, width = 0;
@@ -39,6 +53,11 @@ struct CausalConv1dArgs {
   const float* in_formats = nullptr;
   const float* out_formats = nullptr;
   int tile_tokens = 0;  // tokens a thread walks: 16, 32 or 64; 0 picks by the grid's size
+  // kF32 in and out only: when part_count > 0, the output goes to these parts instead of `out`
+  // (null then); parts[0].first_channel is 0 and the first channels increase.
+  static constexpr int kMaxParts = 3;
+  CausalConv1dOutputPart parts[kMaxParts];
+  int part_count = 0;
 };
 
 bool causal_conv1d_supported(const CausalConv1dArgs& args);  // width 2..8

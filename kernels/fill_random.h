@@ -1,5 +1,6 @@
 // Deterministic pseudo-random fill on the device (a counter-based hash), for synthetic models
-// whose weights are too large to generate on the host: value = center + spread · u, u ∈ [-1, 1).
+// whose weights are too large to generate on the host: value = center + spread · u, u ∈ [-1, 1)
+// (kS8: rounded to the nearest integer within ±127). Types kF32, kBF16, kF16, kS8.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -31,12 +31,13 @@ __device__ inline int8_t quantize_int8(float value, float scale) {
 // quantize_int8 bit for bit, with a multiply by inv_scale = __frcp_rn(scale) instead of the
 // division where that cannot change the result: r = value·inv_scale is within 3·2⁻²⁴·|value/scale|
 // (2.3e-5 below 129) of the rounded quotient, so both round to the same integer unless a
-// half-integer lies within 1e-3 of r. Returns false for those, |r| ≥ 129, NaN and infinities:
-// the caller then takes quantize_int8 (batching the rare fallbacks keeps the fast path branch-free).
+// half-integer lies within 1e-3 of r, i.e. r is more than 0.499 from its nearest integer (r − rint(r)
+// is exact). Returns false for those, |r| ≥ 129, NaN and infinities: the caller then takes
+// quantize_int8 (batching the rare fallbacks keeps the fast path branch-free).
 __device__ inline bool quantize_int8_by_reciprocal(float value, float inv_scale, int* q) {
-  const float r = __fmul_rn(value, inv_scale);
-  *q = static_cast<int>(fminf(fmaxf(rintf(r), -127.f), 127.f));
-  return fabsf(r) < 129.f && fabsf(__fsub_rn(__fsub_rn(r, floorf(r)), 0.5f)) > 1e-3f;
+  const float r = __fmul_rn(value, inv_scale), nearest = rintf(r);
+  *q = static_cast<int>(fminf(fmaxf(nearest, -127.f), 127.f));
+  return fabsf(r) < 129.f && fabsf(__fsub_rn(r, nearest)) < 0.499f;
 }
 
 // An activation point's format applied to one fp32 value (runtime/quantized_ops.h

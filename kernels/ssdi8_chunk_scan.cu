@@ -14,7 +14,6 @@ constexpr int kThreads = 512;  // 16 warps: one 16-row tile of the chunk each in
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 16;      // CB tiles are kTile × kTile (the m16 of the MMAs)
 constexpr int kMaxSlice = 64;  // headdim columns per block (a multiple of 16: n8 tile pairs)
-constexpr int kLoadBatch = 4;  // x → fp16: a thread keeps 2·kLoadBatch float4 loads in flight
 
 // The row tile a warp takes in ChunkBMM/ChunkScan (a permutation of 0..15; a chunk has at most 16
 // tiles). Tile T costs T + 1 tile pairs; warps w, w + 4, w + 8, w + 12 share a sub-partition
@@ -124,8 +123,7 @@ __device__ inline uint32_t pack_half2(float lo, float hi) {
 }
 
 // The kernel's phases. kWhole walks all chunks of a (sequence, head, slice) in one block. With
-// enough chunks per block it splits in three launches (after quantize_bc_kernel) that need no
-// workspace beyond bc_q:
+// enough chunks per block it splits in three launches that need no workspace:
 //   kLocal (one block per chunk but the last): dt, cs, Xq and ChunkState: Sloc and Qd to the scratch;
 //   state_pass_kernel (per state word, sequential over chunks): the state entering each chunk but
 //       the last to the scratch, the one entering the last chunk to `state`;
@@ -144,12 +142,16 @@ __device__ inline float* scratch_word(const Ssdi8ChunkScanArgs& a, int b, int h,
   return a.y + (int64_t(b) * a.seqlen + start + i / slice) * a.y_stride + int64_t(h) * a.headdim + p0 + i % slice;
 }
 
-template <int kSlice>  // headdim columns per block: 16, 32 or 64
+// kSlice: headdim columns per block (16, 32 or 64). kDstate: dstate known at compile time (the
+// official Mamba-2 models' 128: the MMA loops over it unroll), or 0 for any.
+template <int kSlice, int kDstate>
 __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8ChunkScanArgs a, int phase) {
   constexpr int kN8 = kSlice / 8;  // n8 tiles of the slice's columns
   extern __shared__ __align__(16) unsigned char smem[];
   const Layout lay = make_layout(a.chunk, a.dstate, kSlice);
-  const int N = a.dstate, NK = lay.nk, RB = lay.row_bytes, TRB = lay.trow_bytes, XS = lay.x16_stride;
+  const int N = kDstate ? kDstate : a.dstate;
+  const int NK = kDstate ? (kDstate + 31) / 32 * 32 : lay.nk, RB = NK + 16;
+  const int TRB = lay.trow_bytes, XS = lay.x16_stride;
   int8_t* Bq = reinterpret_cast<int8_t*>(smem + lay.B);
   int8_t* Cq = reinterpret_cast<int8_t*>(smem + lay.C);
   int8_t* BT = reinterpret_cast<int8_t*>(smem + lay.BT);
@@ -211,9 +213,8 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
   }
   const bool scan = phase != kLocal;  // ChunkBMM, ChunkScan and y
   // Vector access where the pointers and strides allow it (a slice's first column is a multiple of 16).
-  const bool x_vec4 = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.x_stride % 4 == 0;
-  const bool xy_vec2 = reinterpret_cast<uintptr_t>(a.x) % 8 == 0 && a.x_stride % 2 == 0 &&
-                       reinterpret_cast<uintptr_t>(a.y) % 8 == 0 && a.y_stride % 2 == 0;
+  const bool x_vec8 = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.x_stride % 8 == 0;
+  const bool y_vec2 = reinterpret_cast<uintptr_t>(a.y) % 8 == 0 && a.y_stride % 2 == 0;
   const uint32_t Bq_s = shared_address(Bq), Cq_s = shared_address(Cq), BT_s = shared_address(BT);
   const uint32_t S_s = shared_address(S), XT_s = shared_address(XT), x16_s = shared_address(x16);
 
@@ -223,32 +224,29 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
     const int rows = (L + 31) / 32 * 32;  // padded to the int8 MMA's k
     const int64_t row0 = int64_t(b) * a.seqlen + start;
 
-    // Bq and Cq rows of the chunk from the pre-quantized workspace (cp.async, in flight until the
-    // end of ChunkCumsum), zero past the chunk's end and past dstate.
+    // Bq and Cq rows of the chunk (cp.async, in flight until the end of ChunkCumsum), zero past the
+    // chunk's end and past dstate: a warp a row, lane j the 16-byte piece j of [Bq | Cq] (NK/16 ≤ 16
+    // pieces each).
     {
-      const int vecs = N / 16, pad = (NK - N) / 16;
-      const int8_t* bq_rows = a.bc_q + row0 * a.groups * N + grp * N;
-      const int8_t* cq_rows = bq_rows + int64_t(a.batch) * a.seqlen * a.groups * N;
-      for (int i = tid; i < rows * vecs; i += kThreads) {
-        const int t = i / vecs, k = i % vecs;
-        if (t < L) {
-          cp_async_16(Bq + t * RB + 16 * k, bq_rows + int64_t(t) * a.groups * N + 16 * k);
-          if (scan) cp_async_16(Cq + t * RB + 16 * k, cq_rows + int64_t(t) * a.groups * N + 16 * k);
-        } else {
-          *reinterpret_cast<int4*>(Bq + t * RB + 16 * k) = make_int4(0, 0, 0, 0);
-          *reinterpret_cast<int4*>(Cq + t * RB + 16 * k) = make_int4(0, 0, 0, 0);
+      const int pieces = NK / 16, vecs = N / 16;
+      const bool is_c = lane >= pieces;
+      const int k = is_c ? lane - pieces : lane;
+      int8_t* dst = (is_c ? Cq : Bq) + 16 * k;
+      const int8_t* src = (is_c ? a.Cq : a.Bq) + row0 * a.bc_stride + grp * N + 16 * k;
+      const bool copy = lane < 2 * pieces && k < vecs && (scan || !is_c);
+      if (lane < 2 * pieces)
+        for (int t = warp; t < rows; t += kWarps) {
+          if (t < L && copy) {
+            cp_async_16(dst + t * RB, src + int64_t(t) * a.bc_stride);
+          } else if (t >= L || k >= vecs) {
+            *reinterpret_cast<int4*>(dst + t * RB) = make_int4(0, 0, 0, 0);
+          }
         }
-      }
-      for (int i = tid; i < rows * pad; i += kThreads) {
-        const int t = i / pad, k = i % pad;
-        *reinterpret_cast<int4*>(Bq + t * RB + N + 16 * k) = make_int4(0, 0, 0, 0);
-        *reinterpret_cast<int4*>(Cq + t * RB + N + 16 * k) = make_int4(0, 0, 0, 0);
-      }
-      cp_async_commit();
       if (tid == 0) *work_next = 0;
     }
     // ChunkCumsum: dt by every thread, the sequential cumsum (the CPU's order) by one, meanwhile
-    // the other warps round x to fp16; then the per-token exps by every thread.
+    // the other warps copy the chunk's fp16 x rows (cp.async, 16 bytes an item, zero past the
+    // chunk's end); then the per-token exps by every thread.
     for (int t = tid; t < L; t += kThreads) {
       const float raw = a.dt_raw[(row0 + t) * a.dt_stride + h];
       dt[t] = fminf(fmaxf(softplus_like_cpu(__fadd_rn(raw, bias)), a.dt_min), a.dt_max);
@@ -274,34 +272,34 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
         }
         *decay_q7 = static_cast<int>(rintf(__fmul_rn(exp_like_cpu(running), 128.f)));
       }
-    } else if (scan) {
-      // Four columns an item (one float4 load where x allows), 2·kLoadBatch items loaded before any
-      // is converted: the L2 latency is paid once a batch.
-      const int producers = kThreads - 32, quads = kSlice / 4, items = rows * quads;
-      for (int i0 = tid - 32; i0 < items; i0 += 2 * kLoadBatch * producers) {
-        float4 v[2 * kLoadBatch];
-#pragma unroll
-        for (int k = 0; k < 2 * kLoadBatch; ++k) {
-          const int i = i0 + k * producers, t = i / quads, p = 4 * (i % quads);
-          v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (i < items && t < L) {
-            const float* src = a.x + (row0 + t) * a.x_stride + col0 + p;
-            v[k] = x_vec4 ? __ldg(reinterpret_cast<const float4*>(src))
-                          : make_float4(__ldg(src), __ldg(src + 1), __ldg(src + 2), __ldg(src + 3));
-          }
+    } else {
+      constexpr int kVecs = kSlice / 8;
+      const int producers = kThreads - 32, items = rows * kVecs;
+      if (x_vec8) {
+        for (int i = tid - 32; i < items; i += producers) {
+          const int t = i / kVecs, p = 8 * (i % kVecs);
+          if (t < L)
+            cp_async_16(x16 + t * XS + p, a.x + (row0 + t) * a.x_stride + col0 + p);
+          else
+            *reinterpret_cast<int4*>(x16 + t * XS + p) = make_int4(0, 0, 0, 0);
         }
+      } else {
+        for (int i = tid - 32; i < items; i += producers) {
+          const int t = i / kVecs, p = 8 * (i % kVecs);
 #pragma unroll
-        for (int k = 0; k < 2 * kLoadBatch; ++k) {
-          const int i = i0 + k * producers, t = i / quads, p = 4 * (i % quads);
-          if (i < items)
-            *reinterpret_cast<uint2*>(x16 + t * XS + p) = make_uint2(pack_half2(v[k].x, v[k].y), pack_half2(v[k].z, v[k].w));
+          for (int k = 0; k < 8; ++k) x16[t * XS + p + k] = t < L ? a.x[(row0 + t) * a.x_stride + col0 + p + k] : __half();
         }
       }
     }
+    cp_async_commit();
     __syncthreads();
     {
       const float last = cs[L - 1];
-      for (int t = tid; t < L; t += kThreads) {
+      for (int t = tid; t < rows; t += kThreads) {
+        if (t >= L) {  // the padding rows' X_scaled come out zero (x16 is zero there too)
+          lut_state[t] = 0.f;
+          continue;
+        }
         decay[t] = exp_like_cpu(cs[t]);
         lut_state[t] = __fmul_rn(dt[t], exp_like_cpu(__fsub_rn(last, cs[t])));
         cs2[t] = __fmul_rn(cs[t], kLog2e);
@@ -313,8 +311,8 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
 
     // ChunkState's operands with the token dimension contiguous, built by the warps that finish
     // their ChunkScan tile first (below), 32 items a batch, a lane an item:
-    // - XqT[p][t] = Q8(lut_state[t]·x[t,p]): a lane quantizes 16 tokens of one column p into one
-    //   16-byte row piece (the rare values a division must settle in one branch for all 16);
+    // - XqT[p][t] = Q8(lut_state[t]·x[t,p]) from x16: a lane quantizes 16 tokens of one column p
+    //   into one 16-byte row piece (the rare values a division must settle in one branch for all 16);
     // - BqT[n][t], transposed from Bq four tokens × four n a lane, the batch 8 token quads × 4 n
     //   quads (Bq reads 4-way, BqT writes 2-way bank conflicts).
     const int xq_batches = rows / 16 * kSlice / 32, n_quad_groups = N / 16;
@@ -323,8 +321,12 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
       const int i = 32 * batch + lane, t16 = 16 * (i / kSlice), p = i % kSlice;
       float v[16];
 #pragma unroll
-      for (int r = 0; r < 16; ++r)
-        v[r] = t16 + r < L ? __fmul_rn(lut_state[t16 + r], __ldg(a.x + (row0 + t16 + r) * a.x_stride + col0 + p)) : 0.f;
+      for (int r4 = 0; r4 < 16; r4 += 4) {
+        const float4 lut = *reinterpret_cast<const float4*>(lut_state + t16 + r4);
+        const float l[4] = {lut.x, lut.y, lut.z, lut.w};
+#pragma unroll
+        for (int r = 0; r < 4; ++r) v[r4 + r] = __fmul_rn(l[r], __half2float(x16[(t16 + r4 + r) * XS + p]));
+      }
       const float inv = inv_xs_scale[p];
       int qv[16];
       unsigned slow = 0;
@@ -380,13 +382,14 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
             mma_s8_16832(acc[j + 1], af, bf[2], bf[3]);
           }
         }
+        const float decay_t[2] = {t0 + g < L ? decay[t0 + g] : 0.f, t0 + g + 8 < L ? decay[t0 + g + 8] : 0.f};
 #pragma unroll
-        for (int j = 0; j < kN8; ++j)
+        for (int j = 0; j < kN8; ++j) {
+          const float2 scale = *reinterpret_cast<const float2*>(off_scale + 8 * j + 2 * q);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int t = t0 + g + 8 * (e / 2), p = 8 * j + 2 * q + (e & 1);
-            yacc[j][e] = t < L ? __fmul_rn(__fmul_rn(static_cast<float>(acc[j][e]), off_scale[p]), decay[t]) : 0.f;
-          }
+          for (int e = 0; e < 4; ++e)
+            yacc[j][e] = __fmul_rn(__fmul_rn(static_cast<float>(acc[j][e]), e & 1 ? scale.y : scale.x), decay_t[e / 2]);
+        }
       }
       const uint32_t b_rows = Bq_s + 2 * bt_lane_offset(lane, RB / 2);
       const float cs2_t0 = cs2[t0 + g], cs2_t1 = cs2[t0 + g + 8];
@@ -432,36 +435,33 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
           mma_f16_16816(yacc[j + 1], w, bf[2], bf[3]);
         }
       }
-      // y = D·x + (C·S term + diag), the CPU's fma(D, x, ·): columns 2q, 2q + 1 of each n8 tile as
-      // one float2 where x and y allow it; x of half the tiles loaded at a time.
+      // y = D·x + (C·S term + diag), the CPU's fma(D, x, ·): columns 2q, 2q + 1 of each n8 tile,
+      // x from x16, y as one float2 where y allows it.
+      const int t_lo = t0 + g, t_hi = t0 + g + 8;
+      const __half* x_lo = x16 + t_lo * XS + 2 * q;
+      const __half* x_hi = x16 + t_hi * XS + 2 * q;
+      float* y_lo = a.y + (row0 + t_lo) * a.y_stride + col0 + 2 * q;
+      float* y_hi = a.y + (row0 + t_hi) * a.y_stride + col0 + 2 * q;
+      auto output = [&](int j, int half) {
+        const float2 xv = __half22float2(*reinterpret_cast<const __half2*>((half ? x_hi : x_lo) + 8 * j));
+        return make_float2(__fmaf_rn(Dh, xv.x, yacc[j][2 * half]), __fmaf_rn(Dh, xv.y, yacc[j][2 * half + 1]));
+      };
+      if (y_vec2) {
 #pragma unroll
-      for (int j0 = 0; j0 < kN8; j0 += kN8 / 2) {
-        float2 xv[kN8 / 2][2];
+        for (int j = 0; j < kN8; ++j) {
+          if (t_lo < L) *reinterpret_cast<float2*>(y_lo + 8 * j) = output(j, 0);
+          if (t_hi < L) *reinterpret_cast<float2*>(y_hi + 8 * j) = output(j, 1);
+        }
+      } else {
 #pragma unroll
-        for (int j = 0; j < kN8 / 2; ++j)
+        for (int j = 0; j < kN8; ++j)
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            const int t = t0 + g + 8 * half, p = 8 * (j0 + j) + 2 * q;
-            const float* src = a.x + (row0 + t) * a.x_stride + col0 + p;
-            xv[j][half] = t >= L ? make_float2(0.f, 0.f)
-                          : xy_vec2 ? __ldg(reinterpret_cast<const float2*>(src))
-                                    : make_float2(__ldg(src), __ldg(src + 1));
-          }
-#pragma unroll
-        for (int j = 0; j < kN8 / 2; ++j)
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int t = t0 + g + 8 * half, p = 8 * (j0 + j) + 2 * q;
-            if (t >= L) continue;
-            const float2 out = make_float2(__fmaf_rn(Dh, xv[j][half].x, yacc[j0 + j][2 * half]),
-                                           __fmaf_rn(Dh, xv[j][half].y, yacc[j0 + j][2 * half + 1]));
-            float* dst = a.y + (row0 + t) * a.y_stride + col0 + p;
-            if (xy_vec2) {
-              *reinterpret_cast<float2*>(dst) = out;
-            } else {
-              dst[0] = out.x;
-              dst[1] = out.y;
-            }
+            if ((half ? t_hi : t_lo) >= L) continue;
+            const float2 out = output(j, half);
+            float* dst = (half ? y_hi : y_lo) + 8 * j;
+            dst[0] = out.x;
+            dst[1] = out.y;
           }
       }
     }
@@ -568,36 +568,6 @@ __global__ void __launch_bounds__(kPassThreads) state_pass_kernel(Ssdi8ChunkScan
   *at = S;
 }
 
-// B and C of every token to int8 (the scales of their group), once for all heads:
-// bc_q[which][row][g·dstate + n], which 0 for B and 1 for C. Block (row, column block, which); a
-// thread quantizes four consecutive values (dstate % 16 == 0, so they share a group), loaded as
-// one 16-byte access where the rows are 16-byte aligned. (One value a thread with 64-bit index
-// divisions: 27.8 µs a layer for the 8B-like prefill of 2,048 tokens.)
-constexpr int kQuantizeThreads = 256, kQuantizeValues = 4;
-__global__ void __launch_bounds__(kQuantizeThreads) quantize_bc_kernel(Ssdi8ChunkScanArgs a, bool vector_loads) {
-  const int width = a.groups * a.dstate, col = (blockIdx.y * kQuantizeThreads + threadIdx.x) * kQuantizeValues;
-  if (col >= width) return;
-  const int64_t row = blockIdx.x;
-  const bool is_c = blockIdx.z == 1;
-  const float* in = (is_c ? a.C : a.B) + row * a.bc_stride + col;
-  const float scale = (is_c ? a.C_scales : a.B_scales)[col / a.dstate], inv_scale = __frcp_rn(scale);
-  float v[kQuantizeValues];
-  if (vector_loads) {
-    const float4 f = *reinterpret_cast<const float4*>(in);
-    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
-  } else {
-#pragma unroll
-    for (int u = 0; u < kQuantizeValues; ++u) v[u] = in[u];
-  }
-  char4 q;
-  q.x = quantize_int8_fast(v[0], scale, inv_scale);
-  q.y = quantize_int8_fast(v[1], scale, inv_scale);
-  q.z = quantize_int8_fast(v[2], scale, inv_scale);
-  q.w = quantize_int8_fast(v[3], scale, inv_scale);
-  const int64_t values = int64_t(a.batch) * a.seqlen * width;
-  *reinterpret_cast<char4*>(a.bc_q + (is_c ? values : 0) + row * width + col) = q;
-}
-
 bool shape_supported(const Ssdi8ChunkScanArgs& a) {
   if (a.batch < 1 || a.batch > 65535 || a.seqlen < 1 || a.heads < 1 || a.groups < 1) return false;
   if (a.heads % a.groups != 0) return false;
@@ -605,15 +575,17 @@ bool shape_supported(const Ssdi8ChunkScanArgs& a) {
   if (a.dstate < 16 || a.dstate > 256 || a.dstate % 16 != 0) return false;
   if (a.chunk < 1 || a.chunk > 256) return false;
   if (int64_t(a.heads) * 2 * a.headdim > INT32_MAX || int64_t(a.batch) * a.seqlen > INT32_MAX) return false;
-  if (int64_t(a.batch) * a.seqlen >= INT32_MAX || int64_t(a.groups) * a.dstate > 65535 * kQuantizeThreads) return false;
+  if (int64_t(a.batch) * a.seqlen >= INT32_MAX) return false;
   return true;
 }
 
 bool pointers_supported(const Ssdi8ChunkScanArgs& a) {
-  if (!a.x || !a.B || !a.C || !a.dt_raw || !a.dt_bias || !a.A || !a.D || !a.B_scales || !a.C_scales ||
-      !a.x_scaled_scales || !a.state_scales || !a.cb_scales || !a.state || !a.y || !a.bc_q)
+  if (!a.x || !a.Bq || !a.Cq || !a.dt_raw || !a.dt_bias || !a.A || !a.D || !a.B_scales || !a.C_scales ||
+      !a.x_scaled_scales || !a.state_scales || !a.cb_scales || !a.state || !a.y)
     return false;
-  if (reinterpret_cast<uintptr_t>(a.state) % 16 != 0 || reinterpret_cast<uintptr_t>(a.bc_q) % 16 != 0) return false;
+  if (reinterpret_cast<uintptr_t>(a.state) % 16 != 0 || reinterpret_cast<uintptr_t>(a.Bq) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(a.Cq) % 16 != 0 || a.bc_stride % 16 != 0)
+    return false;
   const int64_t row = int64_t(a.heads) * a.headdim;
   return a.x_stride >= row && a.y_stride >= row && a.bc_stride >= int64_t(a.groups) * a.dstate &&
          a.dt_stride >= a.heads;
@@ -665,33 +637,25 @@ bool make_plan(const Ssdi8ChunkScanArgs& a, Plan* plan) {
   return plan->smem <= static_cast<size_t>(max_smem);
 }
 
-template <int kSlice>
+template <int kSlice, int kDstate>
 cudaError_t launch_with(const Ssdi8ChunkScanArgs& a, const Plan& plan, cudaStream_t stream) {
-  const cudaError_t status = cudaFuncSetAttribute(ssdi8_chunk_scan_kernel<kSlice>,
-                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem));
+  const auto kernel = ssdi8_chunk_scan_kernel<kSlice, kDstate>;
+  const cudaError_t status =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem));
   if (status != cudaSuccess) return status;
   const int blocks_x = a.heads * (a.headdim / kSlice);
-  const int width = a.groups * a.dstate, per_block = kQuantizeThreads * kQuantizeValues;
-  const bool vector_loads = a.bc_stride % 4 == 0 && reinterpret_cast<uintptr_t>(a.B) % 16 == 0 &&
-                            reinterpret_cast<uintptr_t>(a.C) % 16 == 0;
-  quantize_bc_kernel<<<dim3(static_cast<unsigned>(int64_t(a.batch) * a.seqlen), (width + per_block - 1) / per_block, 2),
-                       kQuantizeThreads, 0, stream>>>(a, vector_loads);
   if (!plan.split) {
-    ssdi8_chunk_scan_kernel<kSlice><<<dim3(blocks_x, a.batch), kThreads, plan.smem, stream>>>(a, kWhole);
+    kernel<<<dim3(blocks_x, a.batch), kThreads, plan.smem, stream>>>(a, kWhole);
     return cudaGetLastError();
   }
-  ssdi8_chunk_scan_kernel<kSlice><<<dim3(blocks_x, a.batch, plan.chunks - 1), kThreads, plan.smem, stream>>>(a, kLocal);
+  kernel<<<dim3(blocks_x, a.batch, plan.chunks - 1), kThreads, plan.smem, stream>>>(a, kLocal);
   const int pass_blocks = (a.headdim * (a.dstate / 4) + kPassThreads - 1) / kPassThreads;
   state_pass_kernel<<<dim3(pass_blocks, a.heads, a.batch), kPassThreads, 0, stream>>>(a, kSlice);
-  ssdi8_chunk_scan_kernel<kSlice><<<dim3(blocks_x, a.batch, plan.chunks), kThreads, plan.smem, stream>>>(a, kScan);
+  kernel<<<dim3(blocks_x, a.batch, plan.chunks), kThreads, plan.smem, stream>>>(a, kScan);
   return cudaGetLastError();
 }
 
 }  // namespace
-
-size_t ssdi8_chunk_scan_workspace_bytes(const Ssdi8ChunkScanArgs& a) {
-  return 2 * size_t(std::max(a.batch, 0)) * std::max(a.seqlen, 0) * std::max(a.groups, 0) * std::max(a.dstate, 0);
-}
 
 bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& a) {
   Plan plan;
@@ -702,9 +666,10 @@ cudaError_t launch_ssdi8_chunk_scan(const Ssdi8ChunkScanArgs& a, cudaStream_t st
   Plan plan;
   if (!make_plan(a, &plan)) return cudaErrorInvalidValue;
   switch (plan.slice) {
-    case 64: return launch_with<64>(a, plan, stream);
-    case 32: return launch_with<32>(a, plan, stream);
-    default: return launch_with<16>(a, plan, stream);
+    // dstate 128 (every official Mamba-2 model) at 64 columns a block gets its own unrolled kernel.
+    case 64: return a.dstate == 128 ? launch_with<64, 128>(a, plan, stream) : launch_with<64, 0>(a, plan, stream);
+    case 32: return launch_with<32, 0>(a, plan, stream);
+    default: return launch_with<16, 0>(a, plan, stream);
   }
 }
 

@@ -15,9 +15,11 @@
 // rounded, in ~96 %: dt can differ in the last bit), so an int8 value (Xq, the state) can move by
 // one step, rarely. The float parts that reach y alone are within tolerance, not bit-equal: CB's
 // exp(cs[t] - cs[s]) through ex2.approx, and the diag sum in the tensor core's order.
-// CPU reference: runtime/quantized_ssd.h `ssdi8_chunked` (its header states the specification).
+// CPU reference: runtime/quantized_ssd.h `ssdi8_chunked` (its header states the specification),
+// whose fp32 x holds fp16 values in this recipe: the kernel's fp16 x is the same numbers.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -32,9 +34,11 @@ enum class Ssdi8ChunkScanSchedule { kAuto, kWhole, kSplit };
 struct Ssdi8ChunkScanArgs {
   int batch = 0, seqlen = 0, heads = 0, headdim = 0, groups = 0, dstate = 0;
   int chunk = 256;                      // chunk length L; seqlen need not be a multiple
-  // Token-major fp32 inputs; token t of sequence b is row b * seqlen + t.
-  const float* x = nullptr;  int64_t x_stride = 0;     // x[row * x_stride + h*headdim + p]
-  const float* B = nullptr;  const float* C = nullptr; int64_t bc_stride = 0; // B[row*bc_stride + g*dstate + n]; values are int8 fake-quantized q·s_B[g]
+  // Token-major inputs, token t of sequence b at row b * seqlen + t, as the conv writes them
+  // (kernels/causal_conv1d.h output parts): x in fp16 (SSDi8 keeps ssd.x in fp16), B and C as the
+  // int8 q of their groups' scales (value q·s_B[g], q·s_C[g]).
+  const __half* x = nullptr; int64_t x_stride = 0;    // x[row * x_stride + h*headdim + p]
+  const int8_t* Bq = nullptr; const int8_t* Cq = nullptr; int64_t bc_stride = 0;  // Bq[row*bc_stride + g*dstate + n]
   const float* dt_raw = nullptr; int64_t dt_stride = 0;  // before bias/softplus: dt = clamp(softplus(dt_raw + dt_bias[h]), dt_min, dt_max)
   const float* dt_bias = nullptr; float dt_min = 0.f, dt_max = 3.4e38f;
   const float* A = nullptr; const float* D = nullptr;   // [heads]
@@ -45,27 +49,23 @@ struct Ssdi8ChunkScanArgs {
   const float* cb_scales = nullptr;       // [groups]  s_cb[g]
   int8_t* state = nullptr;                // [batch, heads, headdim, dstate] the int8 state q (value q·s_s[h,p]): initial in, final out
   float* y = nullptr; int64_t y_stride = 0;  // y[row * y_stride + h*headdim + p]; must not overlap the inputs
-  // Workspace of ssdi8_chunk_scan_workspace_bytes, 16-byte aligned: B, then C, as int8
-  // [batch·seqlen][groups·dstate], quantized once for all heads by the first launch.
-  int8_t* bc_q = nullptr;
   Ssdi8ChunkScanSchedule schedule = Ssdi8ChunkScanSchedule::kAuto;
 };
 
-size_t ssdi8_chunk_scan_workspace_bytes(const Ssdi8ChunkScanArgs& args);
-
 // Shapes handled: dstate a multiple of 16 up to 256; headdim a multiple of 16 up to 128; chunk
-// 1..256; heads divisible by groups; batch ≤ 65535; every pointer set, state and bc_q 16-byte aligned;
-// row strides at least a row; and the shared memory within the current device's per-block limit:
+// 1..256; heads divisible by groups; batch ≤ 65535; every pointer set; state, Bq and Cq 16-byte
+// aligned with bc_stride a multiple of 16; row strides at least a row; and the shared memory
+// within the current device's per-block limit:
 // (2·R + c)·(K + 16) + (dstate + c)·(R + 16) + 2·R·(c + 8) + 24·R + 16·c + 32 bytes, R = chunk and
 // K = dstate each rounded up to 32, for the c = 64, 32 or 16 headdim columns a block takes
 // (179,232 B at chunk 256, dstate 128, c = 64; dstate 256 needs chunk ≤ 224).
 bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& args);
 
-// Two launches on `stream` (B and C to int8 in bc_q, then the chunked scan), or four when too few
-// (sequence, head) pairs to fill the GPU and chunk ≥ dstate/2 + 1 (the chunks then run in
-// parallel: chunk-local states, a pass over the chunks, then y; same results bit for bit). No
-// allocation: besides bc_q, y serves as scratch between the launches, so it must not be read or
-// written by others until the launches complete. cudaErrorInvalidValue for unsupported arguments.
+// One launch on `stream` (the chunked scan), or three when too few (sequence, head) pairs to fill
+// the GPU and chunk ≥ dstate/2 + 1 (the chunks then run in parallel: chunk-local states, a pass
+// over the chunks, then y; same results bit for bit). No allocation: y serves as scratch between
+// the launches, so it must not be read or written by others until the launches complete.
+// cudaErrorInvalidValue for unsupported arguments.
 cudaError_t launch_ssdi8_chunk_scan(const Ssdi8ChunkScanArgs& args, cudaStream_t stream);
 
 }  // namespace ssdq::kernels

@@ -108,7 +108,7 @@ DeviceCeilings measure_device_ceilings(int device) {
 namespace {
 
 SsdModuleTiming time_ssdi8(const Mamba2Config& c, int64_t batch, int64_t length, int repeats) {
-  const int64_t H = c.nheads(), P = c.headdim, N = c.d_state, G = c.ngroups, conv_dim = c.conv_dim();
+  const int64_t H = c.nheads(), P = c.headdim, N = c.d_state, G = c.ngroups;
   const int64_t M = batch * length;
   Scratch scratch;
   kernels::Ssdi8ChunkScanArgs a;
@@ -119,12 +119,13 @@ SsdModuleTiming time_ssdi8(const Mamba2Config& c, int64_t batch, int64_t length,
   a.groups = static_cast<int>(G);
   a.dstate = static_cast<int>(N);
   a.chunk = static_cast<int>(c.chunk_size);
-  float* xbc = scratch.random<float>(M * conv_dim, 0.f, 1.f, kernels::ElementType::kF32);
-  a.x = xbc;
-  a.x_stride = conv_dim;
-  a.B = xbc + H * P;
-  a.C = xbc + H * P + G * N;
-  a.bc_stride = conv_dim;
+  // The kernel's operands as the conv writes them: fp16 x rows, int8 B|C rows.
+  a.x = scratch.random<__half>(M * H * P, 0.f, 1.f, kernels::ElementType::kF16);
+  a.x_stride = H * P;
+  int8_t* bc = scratch.random<int8_t>(M * 2 * G * N, 0.f, 127.f, kernels::ElementType::kS8);
+  a.Bq = bc;
+  a.Cq = bc + G * N;
+  a.bc_stride = 2 * G * N;
   a.dt_raw = scratch.random<float>(M * H, -3.f, 1.f, kernels::ElementType::kF32);
   a.dt_stride = H;
   a.dt_bias = scratch.random<float>(H, -1.f, 0.5f, kernels::ElementType::kF32);
@@ -138,15 +139,14 @@ SsdModuleTiming time_ssdi8(const Mamba2Config& c, int64_t batch, int64_t length,
   a.state = scratch.alloc<int8_t>(batch * H * P * N);
   a.y = scratch.alloc<float>(M * H * P);
   a.y_stride = H * P;
-  a.bc_q = scratch.alloc<int8_t>(kernels::ssdi8_chunk_scan_workspace_bytes(a));
   if (!kernels::ssdi8_chunk_scan_supported(a)) fail("the SSDi8 kernel does not support this shape");
   SsdModuleTiming t;
   t.batch = batch;
   t.length = length;
   t.ms = median_ms([&] { cuda_ok(kernels::launch_ssdi8_chunk_scan(a, nullptr), "ssdi8_chunk_scan"); }, repeats);
   t.flops = ssd_flops(c, M);
-  // fp32 x, B, C, dt read once, fp32 y written once, the int8 state read and written once.
-  t.bytes = M * (H * P + 2 * G * N + H) * 4.0 + M * H * P * 4.0 + 2.0 * batch * H * P * N;
+  // fp16 x, int8 B and C, fp32 dt read once, fp32 y written once, the int8 state read and written once.
+  t.bytes = M * (H * P * 2.0 + 2 * G * N + H * 4.0) + M * H * P * 4.0 + 2.0 * batch * H * P * N;
   return t;
 }
 

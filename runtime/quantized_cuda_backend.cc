@@ -320,6 +320,8 @@ struct QuantizedCudaBackend::Impl {
         const Ssdi8Scales scales{q.ssd_B, q.ssd_C, q.x_scaled, q.ssm_state, q.cb};
         if (!ssdi8_all_int8(scales))
           fail("{}: SSDi8 with operands kept in floating point (an ablation) runs on --device cpu only", at);
+        if (q.ssd_x.format != ActFormat::kFloat16)
+          fail("{}: the SSDi8 kernel reads ssd.x in fp16, but this artifact gives it another format", at);
         d.s_B = device_copy(expand_scales(q.ssd_B, G, N), &counter, "SSDi8 scales");
         d.s_C = device_copy(expand_scales(q.ssd_C, G, N), &counter, "SSDi8 scales");
         d.s_xs = device_copy(expand_scales(q.x_scaled, H * P), &counter, "SSDi8 scales");
@@ -355,7 +357,7 @@ struct QuantizedCudaBackend::Impl {
                  proj = layout.add(M * D * 4), chain = layout.add(grouped_gemm ? M * widest_out * 4 : 0),
                  logits = layout.add(logits_rows * c.vocab_size * 4), nll = layout.add(M * 4);
     const size_t x8 = layout.add(M * widest_in), x16 = layout.add(M * widest_in * 2), expanded = layout.add(expand_bytes);
-    const size_t ssd_bc = layout.add(any_ssdi8 ? M * 2 * c.ngroups * c.d_state : 0);  // the SSDi8 kernel's int8 B and C
+    const size_t ssd_bc = layout.add(any_ssdi8 ? M * 2 * c.ngroups * c.d_state : 0);  // the SSDi8 kernel's int8 B|C rows
     cuda_ok(cudaStreamSynchronize(stream), "synchronize before resizing the workspace");
     work_block = DeviceBlock();
     work_block = DeviceBlock(layout.total(), "activations", &counter);
@@ -596,14 +598,21 @@ struct QuantizedCudaBackend::Impl {
     conv.out_type = ElementType::kF32;
     conv.in_formats = d.conv_in_codes.bytes() ? d.conv_in_codes.at<float>(0) : nullptr;
     conv.out_formats = d.conv_out_codes.bytes() ? d.conv_out_codes.at<float>(0) : nullptr;
+    const bool ssdi8_prefill = d.ssdi8 && length > 1;
+    if (ssdi8_prefill) {  // the SSDi8 kernel's operands: fp16 x (ssd.x's format), int8 B|C rows
+      conv.out = nullptr;
+      conv.part_count = 2;
+      conv.parts[0] = {work.x16, 0, E, ElementType::kF16};
+      conv.parts[1] = {work.ssd_bc, static_cast<int>(E), 2 * GN, ElementType::kS8};
+    }
     cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d (with the x|B|C formats)");
     float* dt_raw = work.zxbcdt + E + conv_dim;
     // dt's format rides in the recurrence kernel when it is one code for every head.
-    const bool dt_in_kernel = !(d.ssdi8 && length > 1) && d.ssd_dt.index.bytes() == 0;
+    const bool dt_in_kernel = !ssdi8_prefill && d.ssd_dt.index.bytes() == 0;
     if (!dt_in_kernel) enqueue_format(d.ssd_dt, dt_raw, M, H, in_dim, Reader::kFloat32, "ssd dt");
 
     const float dt_min = static_cast<float>(c.dt_min), dt_max = static_cast<float>(std::min<double>(c.dt_max, 3e38));
-    if (d.ssdi8 && length > 1) {
+    if (ssdi8_prefill) {
       kernels::Ssdi8ChunkScanArgs s;
       s.batch = static_cast<int>(batch);
       s.seqlen = static_cast<int>(length);
@@ -612,11 +621,11 @@ struct QuantizedCudaBackend::Impl {
       s.groups = static_cast<int>(G);
       s.dstate = static_cast<int>(N);
       s.chunk = static_cast<int>(c.chunk_size);
-      s.x = work.xbc;
-      s.x_stride = conv_dim;
-      s.B = work.xbc + E;
-      s.C = work.xbc + E + GN;
-      s.bc_stride = conv_dim;
+      s.x = work.x16;
+      s.x_stride = E;
+      s.Bq = work.ssd_bc;
+      s.Cq = work.ssd_bc + GN;
+      s.bc_stride = 2 * GN;
       s.dt_raw = dt_raw;
       s.dt_stride = in_dim;
       s.dt_bias = d.dt_bias.at<float>(0);
@@ -632,7 +641,6 @@ struct QuantizedCudaBackend::Impl {
       s.state = static_cast<int8_t*>(state.ssm(l));
       s.y = work.y;
       s.y_stride = E;
-      s.bc_q = work.ssd_bc;
       if (!kernels::ssdi8_chunk_scan_supported(s))
         fail("CUDA: the SSDi8 kernel does not support heads {} × headdim {}, d_state {}, chunk {} on this device", H, P,
              N, c.chunk_size);

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "formats/dtype.h"
 #include "quant/quantizer.h"
 #include "runtime/cpu_ops.h"
@@ -264,6 +266,100 @@ TEST(CausalConv1dTiles, EveryTileSizeGivesTheSameBits) {
   kernels::CausalConv1dArgs bad;
   bad.tile_tokens = 48;
   EXPECT_FALSE(kernels::causal_conv1d_supported(bad));
+}
+
+// Output parts (the SSDi8 prefill's fp16 x and int8 B|C): the same values as the one fp32 output
+// with formats, bit for bit — fp16 channels as their fp16, int8 channels as q with q·code equal to
+// the formatted value, fp32 channels as they are — and the same state.
+TEST(CausalConv1dParts, EqualTheFormattedOutput) {
+  testing::require_device();
+  struct Shape {
+    int batch, seqlen, channels, x_end, bc_end;
+  };
+  for (const Shape sh : {Shape{2, 300, 1344, 1024, 1280}, Shape{3, 1, 200, 72, 136}, Shape{1, 70, 100, 40, 90}}) {
+    const int width = 4, hist = width - 1;
+    std::mt19937 rng(sh.seqlen + sh.channels);
+    std::vector<float> codes(sh.channels);
+    for (int ch = 0; ch < sh.channels; ++ch)
+      codes[ch] = ch < sh.x_end ? -1.f : ch < sh.bc_end ? 0.004f + 0.0003f * (ch % 11) : (ch % 3 == 0 ? 0.f : -1.f);
+    const int64_t rows = int64_t(sh.batch) * sh.seqlen;
+    const auto input = testing::random_vector(size_t(rows) * sh.channels, -2.f, 2.f, rng);
+    const auto state = testing::random_vector(size_t(sh.batch) * sh.channels * hist, -2.f, 2.f, rng);
+    testing::DeviceBuffer<float> d_in(input), d_w(testing::random_vector(size_t(sh.channels) * width, -0.5f, 0.5f, rng)),
+        d_b(testing::random_vector(sh.channels, -0.2f, 0.2f, rng)), d_codes(codes);
+    kernels::CausalConv1dArgs args;
+    args.batch = sh.batch;
+    args.seqlen = sh.seqlen;
+    args.channels = sh.channels;
+    args.width = width;
+    args.in = d_in.get();
+    args.in_stride = sh.channels;
+    args.weight = d_w.get();
+    args.bias = d_b.get();
+    args.in_type = args.out_type = kernels::ElementType::kF32;
+    args.out_formats = d_codes.get();
+
+    testing::DeviceBuffer<float> ref_state(state), ref_out(std::vector<float>(size_t(rows) * sh.channels));
+    kernels::CausalConv1dArgs one = args;
+    one.state = ref_state.get();
+    one.out = ref_out.get();
+    ASSERT_EQ(kernels::launch_causal_conv1d(one, nullptr), cudaSuccess);
+
+    const int64_t x_stride = sh.x_end + 8, bc_stride = sh.bc_end - sh.x_end + 16, f_stride = sh.channels - sh.bc_end + 3;
+    testing::DeviceBuffer<float> parts_state(state), f_out(std::vector<float>(size_t(rows) * f_stride, -7.f));
+    testing::DeviceBuffer<uint16_t> x_out(std::vector<uint16_t>(size_t(rows) * x_stride, 0x7e00));
+    testing::DeviceBuffer<int8_t> bc_out(std::vector<int8_t>(size_t(rows) * bc_stride, 0x55));
+    kernels::CausalConv1dArgs split = args;
+    split.state = parts_state.get();
+    split.part_count = 3;
+    split.parts[0] = {x_out.get(), 0, x_stride, kernels::ElementType::kF16};
+    split.parts[1] = {bc_out.get(), sh.x_end, bc_stride, kernels::ElementType::kS8};
+    split.parts[2] = {f_out.get(), sh.bc_end, f_stride, kernels::ElementType::kF32};
+    ASSERT_TRUE(kernels::causal_conv1d_supported(split));
+    ASSERT_EQ(kernels::launch_causal_conv1d(split, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+    EXPECT_EQ(parts_state.to_host(), ref_state.to_host());
+    const std::vector<float> ref = ref_out.to_host(), f = f_out.to_host();
+    const std::vector<uint16_t> x = x_out.to_host();
+    const std::vector<int8_t> bc = bc_out.to_host();
+    int64_t differ = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int ch = 0; ch < sh.channels; ++ch) {
+        const float want = ref[r * sh.channels + ch];
+        float got;
+        if (ch < sh.x_end) {
+          got = half_to_float(x[r * x_stride + ch]);
+        } else if (ch < sh.bc_end) {
+          got = dequantize_value(bc[r * bc_stride + ch - sh.x_end], codes[ch]);
+        } else {
+          got = f[r * f_stride + ch - sh.bc_end];
+        }
+        differ += std::memcmp(&got, &want, sizeof(float)) != 0;
+      }
+    EXPECT_EQ(differ, 0) << sh.batch << " × " << sh.seqlen << " tokens, " << sh.channels << " channels";
+
+    struct Bad {
+      const char* why;
+      void (*edit)(kernels::CausalConv1dArgs&);
+    };
+    const Bad bad[] = {
+        {"out set as well", [](kernels::CausalConv1dArgs& a) { a.out = a.parts[0].out; }},
+        {"first part not at channel 0", [](kernels::CausalConv1dArgs& a) { a.parts[0].first_channel = 1; }},
+        {"parts out of order", [](kernels::CausalConv1dArgs& a) { a.parts[2].first_channel = a.parts[1].first_channel; }},
+        {"stride below the part", [](kernels::CausalConv1dArgs& a) { a.parts[1].stride = 1; }},
+        {"int8 part without formats", [](kernels::CausalConv1dArgs& a) { a.out_formats = nullptr; }},
+        {"bf16 part", [](kernels::CausalConv1dArgs& a) { a.parts[2].type = kernels::ElementType::kBF16; }},
+        {"no part pointer", [](kernels::CausalConv1dArgs& a) { a.parts[1].out = nullptr; }},
+        {"four parts", [](kernels::CausalConv1dArgs& a) { a.part_count = 4; }},
+        {"int8 input", [](kernels::CausalConv1dArgs& a) { a.in_type = kernels::ElementType::kS8; }},
+    };
+    for (const Bad& b : bad) {
+      kernels::CausalConv1dArgs a = split;
+      b.edit(a);
+      EXPECT_FALSE(kernels::causal_conv1d_supported(a)) << b.why;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CausalConv1d,

@@ -2,7 +2,8 @@
 // on the same inputs (dt through the CPU layer's softplus and clamp). The integer parts are exact,
 // but dt and the exp-based decays can differ from glibc in the last bit, which moves an int8 value
 // by one step at times: final states within one step, off on at most 0.5 % of the elements; y to
-// 1e-3 of its largest value. Scales come from the data, as calibration would set them.
+// 1e-3 of its largest value. Scales come from the data, as calibration would set them. The kernel
+// reads x in fp16 and B, C as int8 (as the conv writes them); the CPU reads the same values in fp32.
 #include "kernels/ssdi8_chunk_scan.h"
 
 #include <gtest/gtest.h>
@@ -31,13 +32,14 @@ struct Case {
   float a_lo = -8.f, a_hi = -0.5f;  // A range: strong decay forgets the entering state within a chunk
   bool zero_state = false;
   float dt_min = 0.f, dt_max = 3.4e38f;
-  bool aligned_rows = false;  // row strides multiples of 4 floats (the kernel's vector loads) rather than odd
+  bool odd_rows = false;  // odd row strides (the kernel's element-wise fallbacks) rather than whole 16 / 8 bytes of x / y
 };
 
-// Token rows [x | B | C | dt_raw | pad] as the conv output and in_proj lay them out, y rows padded.
+// Token rows [x | B | C | dt_raw | pad] as the CPU reads them (dt_raw where in_proj leaves it), y
+// rows padded; the kernel's fp16 x rows (x16_stride) and int8 B|C rows (bc_stride, C at GN).
 struct Problem {
   Case c;
-  int64_t E, GN, row, y_stride;
+  int64_t E, GN, row, y_stride, x16_stride, bc_stride;
   std::vector<float> inputs, dt_bias, A, D;
   std::vector<float> s_B, s_C, s_xs, s_s, s_cb;
   std::vector<int8_t> state;  // [batch, H, P, N]
@@ -76,8 +78,10 @@ Problem make_problem(const Case& c, unsigned seed) {
   const int H = c.heads, P = c.headdim, G = c.groups, N = c.dstate;
   pr.E = int64_t(H) * P;
   pr.GN = int64_t(G) * N;
-  pr.row = c.aligned_rows ? (pr.E + 2 * pr.GN + H + 3) / 4 * 4 + 4 : pr.E + 2 * pr.GN + H + 3;
-  pr.y_stride = pr.E + 8;
+  pr.row = c.odd_rows ? pr.E + 2 * pr.GN + H + 3 : (pr.E + 2 * pr.GN + H + 3) / 4 * 4 + 4;
+  pr.y_stride = c.odd_rows ? pr.E + 7 : pr.E + 8;
+  pr.x16_stride = c.odd_rows ? pr.E + 3 : pr.E + 8;
+  pr.bc_stride = 2 * pr.GN + 32;
   const int64_t rows = int64_t(c.batch) * c.seqlen;
   pr.inputs = testing::random_vector(rows * pr.row, -1.f, 1.f, rng);
   std::uniform_real_distribution<float> x_dist(-2.f, 2.f), dt_dist(-4.f, 1.f);
@@ -192,17 +196,38 @@ Outputs cpu_reference(const Problem& pr) {
   return out;
 }
 
+// The kernel's operands: x in fp16 (exact: the values are fp16 already), B and C as their int8 q.
+std::vector<__half> x16_rows(const Problem& pr) {
+  const int64_t rows = int64_t(pr.c.batch) * pr.c.seqlen;
+  std::vector<__half> x(rows * pr.x16_stride, __float2half(0.f));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < pr.E; ++i) x[r * pr.x16_stride + i] = __float2half_rn(pr.x(r)[i]);
+  return x;
+}
+std::vector<int8_t> bc_rows(const Problem& pr) {
+  const int64_t rows = int64_t(pr.c.batch) * pr.c.seqlen, N = pr.c.dstate;
+  std::vector<int8_t> bc(rows * pr.bc_stride, 0x55);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < pr.GN; ++j) {
+      bc[r * pr.bc_stride + j] = quantize_value(pr.B(r)[j], pr.s_B[j / N], QuantBits::kInt8);
+      bc[r * pr.bc_stride + pr.GN + j] = quantize_value(pr.C(r)[j], pr.s_C[j / N], QuantBits::kInt8);
+    }
+  return bc;
+}
+
 // The device copies of a problem's inputs.
 struct DeviceProblem {
   explicit DeviceProblem(const Problem& pr)
       : inputs(pr.inputs), dt_bias(pr.dt_bias), A(pr.A), D(pr.D), s_B(pr.s_B), s_C(pr.s_C), s_xs(pr.s_xs),
-        s_s(pr.s_s), s_cb(pr.s_cb) {}
+        s_s(pr.s_s), s_cb(pr.s_cb), x16(x16_rows(pr)), bc(bc_rows(pr)) {}
   testing::DeviceBuffer<float> inputs, dt_bias, A, D, s_B, s_C, s_xs, s_s, s_cb;
+  testing::DeviceBuffer<__half> x16;
+  testing::DeviceBuffer<int8_t> bc;
 };
 
 // Arguments for rows [first_row, first_row + batch·seqlen) of the problem.
 kernels::Ssdi8ChunkScanArgs make_args(const Problem& pr, const DeviceProblem& d, int batch, int seqlen,
-                                      int64_t first_row, int8_t* state, float* y, int8_t* bc_q) {
+                                      int64_t first_row, int8_t* state, float* y) {
   const Case& c = pr.c;
   kernels::Ssdi8ChunkScanArgs a;
   a.batch = batch;
@@ -212,12 +237,13 @@ kernels::Ssdi8ChunkScanArgs make_args(const Problem& pr, const DeviceProblem& d,
   a.groups = c.groups;
   a.dstate = c.dstate;
   a.chunk = c.chunk;
-  const float* base = d.inputs.get() + first_row * pr.row;
-  a.x = base;
-  a.B = base + pr.E;
-  a.C = base + pr.E + pr.GN;
-  a.dt_raw = base + pr.E + 2 * pr.GN;
-  a.x_stride = a.bc_stride = a.dt_stride = pr.row;
+  a.x = d.x16.get() + first_row * pr.x16_stride;
+  a.x_stride = pr.x16_stride;
+  a.Bq = d.bc.get() + first_row * pr.bc_stride;
+  a.Cq = a.Bq + pr.GN;
+  a.bc_stride = pr.bc_stride;
+  a.dt_raw = d.inputs.get() + first_row * pr.row + pr.E + 2 * pr.GN;
+  a.dt_stride = pr.row;
   a.dt_bias = d.dt_bias.get();
   a.dt_min = c.dt_min;
   a.dt_max = c.dt_max;
@@ -231,7 +257,6 @@ kernels::Ssdi8ChunkScanArgs make_args(const Problem& pr, const DeviceProblem& d,
   a.state = state;
   a.y = y + first_row * pr.y_stride;
   a.y_stride = pr.y_stride;
-  a.bc_q = bc_q;
   return a;
 }
 
@@ -242,10 +267,7 @@ Outputs run_gpu(const Problem& pr, kernels::Ssdi8ChunkScanSchedule schedule = ke
   // NaN everywhere: an element the kernel fails to write fails the comparison.
   testing::DeviceBuffer<float> y(std::vector<float>(int64_t(c.batch) * c.seqlen * pr.y_stride,
                                                     std::numeric_limits<float>::quiet_NaN()));
-  kernels::Ssdi8ChunkScanArgs a = make_args(pr, d, c.batch, c.seqlen, 0, state.get(), y.get(), nullptr);
-  // Garbage in the workspace: the kernel must write every byte it reads.
-  testing::DeviceBuffer<int8_t> bc_q(std::vector<int8_t>(kernels::ssdi8_chunk_scan_workspace_bytes(a), 0x55));
-  a.bc_q = bc_q.get();
+  kernels::Ssdi8ChunkScanArgs a = make_args(pr, d, c.batch, c.seqlen, 0, state.get(), y.get());
   a.schedule = schedule;
   Outputs out;
   EXPECT_TRUE(kernels::ssdi8_chunk_scan_supported(a));
@@ -253,18 +275,6 @@ Outputs run_gpu(const Problem& pr, kernels::Ssdi8ChunkScanSchedule schedule = ke
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   out.state = state.to_host();
   out.y = y.to_host();
-  // The workspace holds B and C quantized (by a reciprocal with a division fallback): equal to
-  // the CPU's quantizer on every value.
-  const std::vector<int8_t> bc = bc_q.to_host();
-  const int64_t rows = int64_t(c.batch) * c.seqlen, width = pr.GN;
-  int64_t differ = 0;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < width; ++j) {
-      const int g = static_cast<int>(j / c.dstate);
-      differ += bc[r * width + j] != quantize_value(pr.B(r)[j], pr.s_B[g], QuantBits::kInt8);
-      differ += bc[(rows + r) * width + j] != quantize_value(pr.C(r)[j], pr.s_C[g], QuantBits::kInt8);
-    }
-  EXPECT_EQ(differ, 0) << "int8 B and C in the workspace";
   return out;
 }
 
@@ -351,7 +361,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"b3_h16_g4_len1030_weak_decay", 3, 1030, 16, 64, 4, 128, 256, -0.1f, -0.005f},
         Case{"dt_clamped", 2, 300, 8, 64, 1, 128, 128, -1.f, -0.05f, false, 0.01f, 0.1f},
         Case{"mamba2_2p7b_heads_len300", 1, 300, 80, 64, 1, 128, 256},
-        Case{"aligned_rows_b2_len700", 2, 700, 8, 64, 1, 128, 256, -1.f, -0.05f, false, 0.f, 3.4e38f, true},
+        Case{"odd_rows_b2_len700", 2, 700, 8, 64, 1, 128, 256, -1.f, -0.05f, false, 0.f, 3.4e38f, true},
+        Case{"odd_rows_g2_chunk64_len300", 2, 300, 4, 32, 2, 64, 64, -1.f, -0.05f, false, 0.f, 3.4e38f, true},
         // the smallest supported state and short chunks (split needs chunk ≥ dstate/2 + 1)
         Case{"headdim16_dstate16_chunk16_len100", 2, 100, 4, 16, 2, 16, 16, -1.f, -0.05f},
         Case{"dstate32_chunk24_len130", 1, 130, 4, 32, 1, 32, 24, -0.5f, -0.02f}),
@@ -369,9 +380,8 @@ TEST(Ssdi8ChunkScanCarry, TwoLaunchesEqualOneExactly) {
   testing::DeviceBuffer<float> y(std::vector<float>(int64_t(c.seqlen) * pr.y_stride, std::numeric_limits<float>::quiet_NaN()));
   const int first = 384;
   const int parts[2][2] = {{0, first}, {first, c.seqlen - first}};  // {first row, length}
-  testing::DeviceBuffer<int8_t> bc_q(std::vector<int8_t>(2 * int64_t(c.seqlen) * c.groups * c.dstate));
   for (const auto& part : parts) {
-    const kernels::Ssdi8ChunkScanArgs a = make_args(pr, d, 1, part[1], part[0], state.get(), y.get(), bc_q.get());
+    const kernels::Ssdi8ChunkScanArgs a = make_args(pr, d, 1, part[1], part[0], state.get(), y.get());
     ASSERT_EQ(kernels::launch_ssdi8_chunk_scan(a, nullptr), cudaSuccess);
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -387,6 +397,7 @@ TEST(Ssdi8ChunkScanArgs, RejectsUnsupportedArguments) {
   testing::require_device();
   testing::DeviceBuffer<float> buffer(std::vector<float>(1 << 14));
   float* fp = buffer.get();
+  const int8_t* bytes = reinterpret_cast<const int8_t*>(fp);
   kernels::Ssdi8ChunkScanArgs good;
   good.batch = 2;
   good.seqlen = 100;
@@ -395,11 +406,13 @@ TEST(Ssdi8ChunkScanArgs, RejectsUnsupportedArguments) {
   good.groups = 2;
   good.dstate = 128;
   good.chunk = 256;
-  good.x = good.B = good.C = good.dt_raw = good.dt_bias = good.A = good.D = fp;
+  good.x = reinterpret_cast<const __half*>(fp);
+  good.Bq = bytes;
+  good.Cq = bytes + 256;
+  good.dt_raw = good.dt_bias = good.A = good.D = fp;
   good.B_scales = good.C_scales = good.x_scaled_scales = good.state_scales = good.cb_scales = fp;
   good.state = reinterpret_cast<int8_t*>(fp);
   good.y = fp;
-  good.bc_q = reinterpret_cast<int8_t*>(fp);
   good.x_stride = good.y_stride = 2048;
   good.bc_stride = 1024;
   good.dt_stride = 16;
@@ -425,8 +438,11 @@ TEST(Ssdi8ChunkScanArgs, RejectsUnsupportedArguments) {
       {"no cb scales", [](kernels::Ssdi8ChunkScanArgs& a) { a.cb_scales = nullptr; }},
       {"no dt_bias", [](kernels::Ssdi8ChunkScanArgs& a) { a.dt_bias = nullptr; }},
       {"state not 16-byte aligned", [](kernels::Ssdi8ChunkScanArgs& a) { a.state += 4; }},
-      {"no workspace", [](kernels::Ssdi8ChunkScanArgs& a) { a.bc_q = nullptr; }},
-      {"workspace not 16-byte aligned", [](kernels::Ssdi8ChunkScanArgs& a) { a.bc_q += 8; }},
+      {"no B", [](kernels::Ssdi8ChunkScanArgs& a) { a.Bq = nullptr; }},
+      {"no C", [](kernels::Ssdi8ChunkScanArgs& a) { a.Cq = nullptr; }},
+      {"B not 16-byte aligned", [](kernels::Ssdi8ChunkScanArgs& a) { a.Bq += 8; }},
+      {"C not 16-byte aligned", [](kernels::Ssdi8ChunkScanArgs& a) { a.Cq += 4; }},
+      {"bc_stride not a multiple of 16", [](kernels::Ssdi8ChunkScanArgs& a) { a.bc_stride = 1032; }},
       {"x_stride below a row", [](kernels::Ssdi8ChunkScanArgs& a) { a.x_stride = 8 * 64 - 1; }},
       {"bc_stride below a row", [](kernels::Ssdi8ChunkScanArgs& a) { a.bc_stride = 2 * 128 - 1; }},
       {"dt_stride below a row", [](kernels::Ssdi8ChunkScanArgs& a) { a.dt_stride = 7; }},
