@@ -246,12 +246,33 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
     }
     // ChunkCumsum: dt by every thread, the sequential cumsum (the CPU's order) by one, meanwhile
     // the other warps copy the chunk's fp16 x rows (cp.async, 16 bytes an item, zero past the
-    // chunk's end); then the per-token exps by every thread.
+    // chunk's end) and transpose Bq; then the per-token exps by every thread.
     for (int t = tid; t < L; t += kThreads) {
       const float raw = a.dt_raw[(row0 + t) * a.dt_stride + h];
       dt[t] = fminf(fmaxf(softplus_like_cpu(__fadd_rn(raw, bias)), a.dt_min), a.dt_max);
     }
+    cp_async_wait_all();  // Bq, Cq: the other warps transpose Bq while warp 0 runs the cumsum
     __syncthreads();
+    // BqT[n][t], ChunkState's B operand with the token dimension contiguous, transposed from Bq four
+    // tokens × four n a lane, a batch 8 token quads × 4 n quads (Bq reads 4-way, BqT writes 2-way
+    // bank conflicts).
+    const int n_quad_groups = N / 16, bt_batches = rows / 32 * n_quad_groups;
+    auto build_bt = [&](int batch) {
+      const int group = batch / n_quad_groups, nq_group = batch - group * n_quad_groups;
+      const int tq = 8 * group + lane % 8, nq = 4 * nq_group + lane / 8;
+      const int8_t* bt = Bq + 4 * tq * RB + 4 * nq;
+      const unsigned b0 = *reinterpret_cast<const unsigned*>(bt), b1 = *reinterpret_cast<const unsigned*>(bt + RB);
+      const unsigned b2 = *reinterpret_cast<const unsigned*>(bt + 2 * RB);
+      const unsigned b3 = *reinterpret_cast<const unsigned*>(bt + 3 * RB);
+      const unsigned lo01 = __byte_perm(b0, b1, 0x5140), hi01 = __byte_perm(b0, b1, 0x7362);
+      const unsigned lo23 = __byte_perm(b2, b3, 0x5140), hi23 = __byte_perm(b2, b3, 0x7362);
+      int8_t* out = BT + 4 * nq * TRB + 4 * tq;
+      *reinterpret_cast<unsigned*>(out) = __byte_perm(lo01, lo23, 0x5410);
+      *reinterpret_cast<unsigned*>(out + TRB) = __byte_perm(lo01, lo23, 0x7632);
+      *reinterpret_cast<unsigned*>(out + 2 * TRB) = __byte_perm(hi01, hi23, 0x5410);
+      *reinterpret_cast<unsigned*>(out + 3 * TRB) = __byte_perm(hi01, hi23, 0x7632);
+    };
+
     if (warp == 0) {
       if (lane == 0) {
         // The CPU's `running += dt·A` (contracted to an FMA by gcc), eight tokens a step so that the
@@ -273,23 +294,26 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
         *decay_q7 = static_cast<int>(rintf(__fmul_rn(exp_like_cpu(running), 128.f)));
       }
     } else {
-      constexpr int kVecs = kSlice / 8;
-      const int producers = kThreads - 32, items = rows * kVecs;
-      if (x_vec8) {
-        for (int i = tid - 32; i < items; i += producers) {
-          const int t = i / kVecs, p = 8 * (i % kVecs);
-          if (t < L)
-            cp_async_16(x16 + t * XS + p, a.x + (row0 + t) * a.x_stride + col0 + p);
-          else
-            *reinterpret_cast<int4*>(x16 + t * XS + p) = make_int4(0, 0, 0, 0);
-        }
-      } else {
-        for (int i = tid - 32; i < items; i += producers) {
-          const int t = i / kVecs, p = 8 * (i % kVecs);
+      // Meanwhile the others: the chunk's x16 rows (cp.async), then BqT.
+      // A thread keeps one 8-column piece and steps over rows (480 producers: a multiple of kVecs).
+      constexpr int kVecs = kSlice / 8, kRowStep = (kThreads - 32) / kVecs;
+      const int p = 8 * ((tid - 32) % kVecs);
+      int t = (tid - 32) / kVecs;
+      __half* dst = x16 + t * XS + p;
+      const __half* src = a.x + (row0 + t) * a.x_stride + col0 + p;
+      const int64_t src_step = kRowStep * a.x_stride;
+      for (; t < rows; t += kRowStep, dst += kRowStep * XS, src += src_step) {
+        if (t >= L) {
+          *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
+        } else if (x_vec8) {
+          cp_async_16(dst, src);
+        } else {
 #pragma unroll
-          for (int k = 0; k < 8; ++k) x16[t * XS + p + k] = t < L ? a.x[(row0 + t) * a.x_stride + col0 + p + k] : __half();
+          for (int k = 0; k < 8; ++k) dst[k] = src[k];
         }
       }
+      if (state_step)
+        for (int batch = warp - 1; batch < bt_batches; batch += kWarps - 1) build_bt(batch);
     }
     cp_async_commit();
     __syncthreads();
@@ -309,14 +333,11 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
     cp_async_wait_all();
     __syncthreads();
 
-    // ChunkState's operands with the token dimension contiguous, built by the warps that finish
-    // their ChunkScan tile first (below), 32 items a batch, a lane an item:
-    // - XqT[p][t] = Q8(lut_state[t]·x[t,p]) from x16: a lane quantizes 16 tokens of one column p
-    //   into one 16-byte row piece (the rare values a division must settle in one branch for all 16);
-    // - BqT[n][t], transposed from Bq four tokens × four n a lane, the batch 8 token quads × 4 n
-    //   quads (Bq reads 4-way, BqT writes 2-way bank conflicts).
-    const int xq_batches = rows / 16 * kSlice / 32, n_quad_groups = N / 16;
-    const int batches = xq_batches + rows / 32 * n_quad_groups;
+    // ChunkState's A operand with the token dimension contiguous, built by the warps that finish
+    // their ChunkScan tile first (below), 32 items a batch, a lane an item: XqT[p][t] =
+    // Q8(lut_state[t]·x[t,p]) from x16, a lane quantizing 16 tokens of one column p into one 16-byte
+    // row piece (the rare values a division must settle in one branch for all 16).
+    const int xq_batches = rows / 16 * kSlice / 32;
     auto build_xq = [&](int batch) {
       const int i = 32 * batch + lane, t16 = 16 * (i / kSlice), p = i % kSlice;
       float v[16];
@@ -341,21 +362,6 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
       *reinterpret_cast<int4*>(XT + p * TRB + t16) =
           make_int4(pack4(qv[0], qv[1], qv[2], qv[3]), pack4(qv[4], qv[5], qv[6], qv[7]),
                     pack4(qv[8], qv[9], qv[10], qv[11]), pack4(qv[12], qv[13], qv[14], qv[15]));
-    };
-    auto build_bt = [&](int batch) {
-      const int group = batch / n_quad_groups, nq_group = batch - group * n_quad_groups;
-      const int tq = 8 * group + lane % 8, nq = 4 * nq_group + lane / 8;
-      const int8_t* bt = Bq + 4 * tq * RB + 4 * nq;
-      const unsigned b0 = *reinterpret_cast<const unsigned*>(bt), b1 = *reinterpret_cast<const unsigned*>(bt + RB);
-      const unsigned b2 = *reinterpret_cast<const unsigned*>(bt + 2 * RB);
-      const unsigned b3 = *reinterpret_cast<const unsigned*>(bt + 3 * RB);
-      const unsigned lo01 = __byte_perm(b0, b1, 0x5140), hi01 = __byte_perm(b0, b1, 0x7362);
-      const unsigned lo23 = __byte_perm(b2, b3, 0x5140), hi23 = __byte_perm(b2, b3, 0x7362);
-      int8_t* out = BT + 4 * nq * TRB + 4 * tq;
-      *reinterpret_cast<unsigned*>(out) = __byte_perm(lo01, lo23, 0x5410);
-      *reinterpret_cast<unsigned*>(out + TRB) = __byte_perm(lo01, lo23, 0x7632);
-      *reinterpret_cast<unsigned*>(out + 2 * TRB) = __byte_perm(hi01, hi23, 0x5410);
-      *reinterpret_cast<unsigned*>(out + 3 * TRB) = __byte_perm(hi01, hi23, 0x7632);
     };
 
     // ChunkBMM + ChunkScan: a warp owns a tile of kTile rows t0.. (tile_of_warp balances the
@@ -473,11 +479,8 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
         int batch = 0;
         if (lane == 0) batch = atomicAdd(work_next, 1);
         batch = __shfl_sync(0xffffffffu, batch, 0);
-        if (batch >= batches) break;
-        if (batch < xq_batches)
-          build_xq(batch);
-        else
-          build_bt(batch - xq_batches);
+        if (batch >= xq_batches) break;
+        build_xq(batch);
       }
     }
     __syncthreads();
