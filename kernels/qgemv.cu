@@ -91,6 +91,7 @@ __device__ inline void piece_dot(const QgemvArgs& a, const Int8Input& x8, const 
     const uint4* xp = reinterpret_cast<const uint4*>(a.x_f16 + row * a.ldx) + 2 * piece;
     const uint4 xv[2] = {__ldg(xp), __ldg(xp + 1)};  // columns 0..7, 8..15
     const __half2* x2 = reinterpret_cast<const __half2*>(xv);
+    float even = 0.f, odd = 0.f;  // two chains: half the FMA latency a piece
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // weight word j: columns 4j..4j+3, one signed byte each
       float wf[4];
@@ -98,10 +99,11 @@ __device__ inline void piece_dot(const QgemvArgs& a, const Int8Input& x8, const 
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const float2 xf = __half22float2(x2[2 * j + i]);
-        facc = fmaf(wf[2 * i], xf.x, facc);
-        facc = fmaf(wf[2 * i + 1], xf.y, facc);
+        even = fmaf(wf[2 * i], xf.x, even);
+        odd = fmaf(wf[2 * i + 1], xf.y, odd);
       }
     }
+    facc += even + odd;
   } else {
     const uint4* xp = reinterpret_cast<const uint4*>(a.x_f16 + row * a.ldx) + 4 * piece;
 #pragma unroll
@@ -127,8 +129,7 @@ __device__ inline void store(const QgemvArgs& a, int row, int col, float y) {
   store_projection(a.out, a.out_type, row * a.ldout + col, y, a.bias, col, a.accumulate);
 }
 
-// Grouped kinds (int4, and W8A16), one warp per output column; lane l loads pieces l, l + 32, ...
-// of the weight row.
+// The int4 kinds, one warp per output column; lane l loads pieces l, l + 32, ... of the weight row.
 // After each round of 32 pieces the lanes of a group (group_size / 32 consecutive
 // lanes for int4) reduce their sums, and lane r applies the round's groups to row r's fp32 chain
 // in increasing group order — the order the CPU reference uses.
@@ -235,6 +236,48 @@ __global__ void __launch_bounds__(kThreads) qgemv_w8a8_kernel(QgemvArgs a) {
   store(a, lane, col, scale_per_channel(v, a.w_scales[col], a.x_scale));
 }
 
+// W8A16 (the head-to-toe lm_head), one warp per output column streaming its row with
+// kW8A16Unroll loads in flight (all of a 4,096-column row at once): each piece's fp32 dot is
+// scaled by its group's scale as it arrives and the lanes' sums meet by shuffles at the end — a
+// float sum in another order than the CPU's group chain (qgemv_test's fp32 tolerance). The
+// int4 kernel's per-round group chain ran the 8B-like head (256,000 × 4,096) at ~2 TB/s.
+constexpr int kW8A16Unroll = 8;
+template <int M>
+__global__ void __launch_bounds__(kThreads) qgemv_w8a16_kernel(QgemvArgs a) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int col = blockIdx.x * kWarps + warp;
+  const int pieces = a.k / Piece<QgemvKind::kW8A16>::kCols;
+  const uint4* w = static_cast<const uint4*>(a.w) + static_cast<int64_t>(col) * pieces;
+  if (col < a.n) prefetch_l2(w, pieces * 16ll, lane);
+  wait_for_previous_grid();
+  allow_next_grid();
+  if (col >= a.n) return;  // the whole warp: col is the warp's
+  const int group_shift = __ffs(a.group_size / Piece<QgemvKind::kW8A16>::kCols) - 1;  // pieces a group: a power of two
+  const float* scales = a.w_scales + static_cast<int64_t>(col) * (a.k / a.group_size);
+  const Int8Input no_int8_input{};
+  float y[M];
+#pragma unroll
+  for (int r = 0; r < M; ++r) y[r] = 0.f;
+  stream_row_pieces<kW8A16Unroll>(w, pieces, lane, [&](int p, const uint4& wv) {
+    const float scale = __ldg(scales + (p >> group_shift));
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      if (r >= a.m) break;
+      int unused = 0;
+      float dot = 0.f;
+      piece_dot<QgemvKind::kW8A16>(a, no_int8_input, wv, r, p, unused, dot);
+      y[r] = __fmaf_rn(dot, scale, y[r]);
+    }
+  });
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    float v = y[r];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    if (lane == 0 && r < a.m) store(a, r, col, v);
+  }
+}
+
 // Per group, four lanes per column (kQuad): a warp computes 8 columns; in group g lane j of a
 // column's quad takes pieces j, j + 4, … of the group (group_size a multiple of 128 for int4), the
 // quad adds its sums with two shuffles, and the quad's first lane extends each row's fp32 chain
@@ -333,7 +376,7 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
       if (quad) return launch(qgemv_quad_kernel<M, QgemvKind::kW4A16>, quad_grid, kQuadWarps * 32, a, stream);
       return launch(qgemv_kernel<M, QgemvKind::kW4A16>, grid, kThreads, a, stream);
     }
-    case QgemvKind::kW8A16: return launch(qgemv_kernel<M, QgemvKind::kW8A16>, grid, kThreads, a, stream);
+    case QgemvKind::kW8A16: return launch(qgemv_w8a16_kernel<M>, grid, kThreads, a, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -8,8 +8,9 @@
 // The integer cases reproduce runtime/quantized_ops.h `linear_forward` bit for bit: exact int32
 // dot products per weight group (dp4a), then the fp32 chain y ← fma(float(acc_g), s_w[n, g], y)
 // over g in increasing order from y = 0, then y·s_x, then + bias[n]; with accumulate,
-// out ← out + that. W4A16 and W8A16 sum x·q in fp32 per group and scale once per group (not
-// bit-exact to the CPU's dequantize-then-GEMM: a different summation order).
+// out ← out + that. W4A16 sums x·q in fp32 per group and scales once per group, W8A16 scales
+// each 16-column piece's fp32 sum by its group's scale (neither bit-exact to the CPU's
+// dequantize-then-GEMM: a different summation order).
 // int4 packing is quant/quantizer.h `pack_int4` of the row-major [n, k] matrix (column 2i in the
 // low nibble, 2i+1 in the high nibble of byte i of a row).
 #pragma once
