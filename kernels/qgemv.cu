@@ -4,6 +4,7 @@
 #include "kernels/quant_epilogue.cuh"
 #include "kernels/rmsnorm_row.cuh"
 #include "kernels/row_stream.cuh"
+#include "kernels/tensor_core.cuh"
 
 namespace ssdq::kernels {
 namespace {
@@ -278,6 +279,88 @@ __global__ void __launch_bounds__(kThreads) qgemv_w8a16_kernel(QgemvArgs a) {
   }
 }
 
+// W8A16 with pack_w8a16_mma_layout's weights: a warp a tile of 16 columns, m16n8k16 fp16 MMAs
+// with fp32 sums (the columns as the MMA's rows, up to 8 x rows an n8 tile), each group's sums
+// scaled into y. A weight byte b becomes fp16 exactly: b ^ 0x80 under the exponent of 1024
+// (1024 + b + 128), minus 1152. About a quarter of the CUDA-core kernel's instructions a byte,
+// which issued ~100 instructions a 16-byte piece and streamed the 8B-like head at 2.2–2.4 TB/s.
+constexpr int kMmaWarps = 4;
+constexpr int kMmaUnroll = 8;  // 16-byte loads in flight per lane
+__device__ inline uint32_t int8x2_to_half2(uint32_t biased, uint32_t selector) {
+  const uint32_t bits = __byte_perm(biased, 0x64646464u, selector);
+  const __half2 v = __hsub2(*reinterpret_cast<const __half2*>(&bits), __half2half2(__ushort_as_half(0x6480)));  // 1152
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <int kNTiles>  // n8 tiles of x rows: 1 (m ≤ 8) or 2 (m ≤ 16)
+__global__ void __launch_bounds__(kMmaWarps * 32) qgemv_w8a16_mma_kernel(QgemvArgs a) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int tile = blockIdx.x * kMmaWarps + warp, tiles = (a.n + 15) / 16, chunks = a.k / 32;
+  const uint4* tile_w = static_cast<const uint4*>(a.w) + static_cast<int64_t>(tile) * chunks * 32;
+  if (tile < tiles) prefetch_l2(tile_w, chunks * 512ll, lane);
+  wait_for_previous_grid();
+  allow_next_grid();
+  if (tile >= tiles) return;  // the whole warp
+  const int col0 = tile * 16 + g, col1 = col0 + 8, groups = a.k / a.group_size, chunks_per_group = a.group_size / 32;
+  const float* scales0 = a.w_scales + static_cast<int64_t>(min(col0, a.n - 1)) * groups;
+  const float* scales1 = a.w_scales + static_cast<int64_t>(min(col1, a.n - 1)) * groups;
+  const uint32_t* x_rows[kNTiles];  // x row g + 8j from column 2q, as half2 words
+  bool x_valid[kNTiles];
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) {
+    x_valid[j] = g + 8 * j < a.m;
+    x_rows[j] = reinterpret_cast<const uint32_t*>(a.x_f16 + static_cast<int64_t>(x_valid[j] ? g + 8 * j : 0) * a.ldx + 2 * q);
+  }
+  float y[kNTiles][4] = {}, acc[kNTiles][4] = {};
+  int group = 0, group_left = chunks_per_group;  // chunks of the current group still to come
+  for (int c0 = 0; c0 < chunks; c0 += kMmaUnroll) {
+    uint4 wv[kMmaUnroll];
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u)
+      wv[u] = c0 + u < chunks ? __ldg(tile_w + (c0 + u) * 32 + lane) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u) {
+      const int c = c0 + u;
+      if (c >= chunks) break;
+      const uint32_t words[4] = {wv[u].x ^ 0x80808080u, wv[u].y ^ 0x80808080u, wv[u].z ^ 0x80808080u, wv[u].w ^ 0x80808080u};
+#pragma unroll
+      for (int step = 0; step < 2; ++step) {
+        const uint32_t af[4] = {int8x2_to_half2(words[2 * step], 0x5140), int8x2_to_half2(words[2 * step], 0x7362),
+                                int8x2_to_half2(words[2 * step + 1], 0x5140), int8x2_to_half2(words[2 * step + 1], 0x7362)};
+        const int k_half2 = (32 * c + 16 * step) / 2;  // the step's first column, in half2 words
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+          const uint32_t b0 = x_valid[j] ? __ldg(x_rows[j] + k_half2) : 0u;
+          const uint32_t b1 = x_valid[j] ? __ldg(x_rows[j] + k_half2 + 4) : 0u;
+          mma_f16_16816(acc[j], af, b0, b1);
+        }
+      }
+      if (--group_left == 0) {  // the group's sums, scaled, into y
+        group_left = chunks_per_group;
+        const float scale0 = __ldg(scales0 + group), scale1 = __ldg(scales1 + group);
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+          y[j][0] = __fmaf_rn(acc[j][0], scale0, y[j][0]);
+          y[j][1] = __fmaf_rn(acc[j][1], scale0, y[j][1]);
+          y[j][2] = __fmaf_rn(acc[j][2], scale1, y[j][2]);
+          y[j][3] = __fmaf_rn(acc[j][3], scale1, y[j][3]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+        }
+        ++group;
+      }
+    }
+  }
+  // Lane (g, q) holds x rows 8j + 2q, +1 of columns col0 (y[j][0..1]) and col1 (y[j][2..3]).
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = 8 * j + 2 * q + (e & 1), col = e < 2 ? col0 : col1;
+      if (row < a.m && col < a.n) store(a, row, col, y[j][e]);
+    }
+}
+
 // Per group, four lanes per column (kQuad): a warp computes 8 columns; in group g lane j of a
 // column's quad takes pieces j, j + 4, … of the group (group_size a multiple of 128 for int4), the
 // quad adds its sums with two shuffles, and the quad's first lane extends each row's fp32 chain
@@ -376,7 +459,13 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
       if (quad) return launch(qgemv_quad_kernel<M, QgemvKind::kW4A16>, quad_grid, kQuadWarps * 32, a, stream);
       return launch(qgemv_kernel<M, QgemvKind::kW4A16>, grid, kThreads, a, stream);
     }
-    case QgemvKind::kW8A16: return launch(qgemv_w8a16_kernel<M>, grid, kThreads, a, stream);
+    case QgemvKind::kW8A16:
+      if (a.w_mma_layout) {
+        const dim3 mma_grid(((a.n + 15) / 16 + kMmaWarps - 1) / kMmaWarps);
+        return M <= 8 ? launch(qgemv_w8a16_mma_kernel<1>, mma_grid, kMmaWarps * 32, a, stream)
+                      : launch(qgemv_w8a16_mma_kernel<2>, mma_grid, kMmaWarps * 32, a, stream);
+      }
+      return launch(qgemv_w8a16_kernel<M>, grid, kThreads, a, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -400,7 +489,10 @@ bool qgemv_supported(const QgemvArgs& a) {
   } else {
     if (!a.x_int8 || !aligned16(a.x_int8) || a.ldx < a.k || a.ldx % 16 != 0) return false;
   }
-  if (a.kind == QgemvKind::kW8A8) return a.k % 16 == 0;
+  if (a.kind == QgemvKind::kW8A8) return a.k % 16 == 0 && !a.w_mma_layout;
+  if (a.w_mma_layout &&
+      (a.kind != QgemvKind::kW8A16 || a.k % 32 != 0 || a.group_size % 32 != 0 || a.schedule != QgemvSchedule::kAuto))
+    return false;
   // Grouped kinds: a group spans a power of two of lanes, ≤ 32, at one 16-byte piece a lane.
   const int cols = a.kind == QgemvKind::kW8A16 ? 16 : 32, lanes = a.group_size / cols;
   if (a.kind == QgemvKind::kW8A16 && a.schedule == QgemvSchedule::kQuad) return false;  // int4 only
@@ -408,6 +500,25 @@ bool qgemv_supported(const QgemvArgs& a) {
   if (a.schedule == QgemvSchedule::kSplitK) return false;  // W8A8 only (returned above)
   return a.group_size >= cols && a.group_size % cols == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0 &&
          a.k % a.group_size == 0;
+}
+
+std::vector<int8_t> pack_w8a16_mma_layout(const int8_t* w, int64_t n, int64_t k) {
+  const int64_t tiles = (n + 15) / 16, chunks = k / 32;
+  std::vector<int8_t> packed(static_cast<size_t>(tiles * 16 * k), 0);
+  auto at = [&](int64_t row, int64_t col) { return row < n ? w[row * k + col] : int8_t{0}; };
+  int8_t* out = packed.data();
+  for (int64_t t = 0; t < tiles; ++t)
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int64_t r0 = 16 * t + lane / 4, r1 = r0 + 8;
+        for (int step = 0; step < 2; ++step) {
+          const int64_t k0 = 32 * c + 16 * step + 2 * (lane % 4);
+          const int8_t bytes[8] = {at(r0, k0),     at(r0, k0 + 1), at(r1, k0),     at(r1, k0 + 1),
+                                   at(r0, k0 + 8), at(r0, k0 + 9), at(r1, k0 + 8), at(r1, k0 + 9)};
+          for (int b = 0; b < 8; ++b) *out++ = bytes[b];
+        }
+      }
+  return packed;
 }
 
 cudaError_t launch_qgemv(const QgemvArgs& a, cudaStream_t stream) {

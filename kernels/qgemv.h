@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/element_type.h"
 
@@ -44,6 +45,7 @@ struct QgemvArgs {
   int64_t ldx = 0;
   float x_scale = 1.f;             // s_x of the int8 input
   const void* w = nullptr;         // int8 [n, k] or packed int4 [n, k/2]; 16-byte aligned
+  bool w_mma_layout = false;       // kW8A16: w is pack_w8a16_mma_layout's (tensor-core kernel)
   const float* w_scales = nullptr; // [n] (kW8A8) or [n, k / group_size]
   int group_size = 0;              // int4 kinds: a multiple of 32 dividing k; kW8A16: 16·2^j ≤ 512 dividing k
   const float* bias = nullptr;     // optional [n], added after scaling (SSDi8 mean correction)
@@ -60,6 +62,13 @@ struct QgemvArgs {
   float norm_eps = 1e-5f;
   QgemvSchedule schedule = QgemvSchedule::kAuto;
 };
+
+// kW8A16 weights in the order the tensor-core kernel loads them: for each tile of 16 columns (n
+// padded to a multiple of 16 with zero rows) and each 32 input columns, 32 lanes × 16 bytes,
+// lane (g, q) holding for the two k16 steps the bytes of mma.sync m16n8k16's A fragment: w[g][2q],
+// w[g][2q+1], w[g+8][2q], w[g+8][2q+1], then the same at 2q+8, 2q+9 (rows relative to the tile,
+// columns to the step). k a multiple of 32. The kernel then needs group_size a multiple of 32.
+std::vector<int8_t> pack_w8a16_mma_layout(const int8_t* w, int64_t n, int64_t k);
 
 constexpr int kQgemvMaxRows = 16;
 constexpr int kQgemvNormMaxBytes = 96 * 1024;

@@ -204,6 +204,7 @@ struct QuantizedCudaBackend::Impl {
   DeviceBlock embedding, embedding_scales, norm_f, head16, hadamard_base;
   DeviceBlock head_q, head_q_scales;  // upload_quantized_head
   kernels::QgemvKind head_q_kind = kernels::QgemvKind::kW8A16;
+  bool head_q_mma = false;  // head_q in kernels::pack_w8a16_mma_layout's order
   int head_q_group = 0;
   std::vector<int8_t> hadamard_base_host;  // the launcher passes H_K in the kernel's parameters
   kernels::EmbeddingArgs::Table embedding_table = kernels::EmbeddingArgs::Table::kF32;
@@ -780,8 +781,11 @@ struct QuantizedCudaBackend::Impl {
           for (int64_t c0 = 0; c0 < q.cols; c0 += group) scales.push_back(q.scales[q.scale_index(r, c0)]);
       }
     }
-    head_q = int4 ? device_copy(pack_int4(q.values.data(), static_cast<int64_t>(q.values.size())), &counter, "lm_head")
-                  : device_copy(q.values, &counter, "lm_head");
+    // int8 heads with groups of 32 or more go to the tensor-core GEMV, in its layout.
+    head_q_mma = !int4 && group % 32 == 0 && q.cols % 32 == 0;
+    head_q = int4         ? device_copy(pack_int4(q.values.data(), static_cast<int64_t>(q.values.size())), &counter, "lm_head")
+             : head_q_mma ? device_copy(kernels::pack_w8a16_mma_layout(q.values.data(), q.rows, q.cols), &counter, "lm_head")
+                          : device_copy(q.values, &counter, "lm_head");
     head_q_scales = device_copy(scales, &counter, "lm_head scales");
     head_q_kind = int4 ? kernels::QgemvKind::kW4A16 : kernels::QgemvKind::kW8A16;
     head_q_group = static_cast<int>(group);
@@ -807,6 +811,7 @@ struct QuantizedCudaBackend::Impl {
     q.ldx = ldx;
     q.w = head_q.bytes() ? head_q.at<void>(0) : nullptr;
     q.w_scales = head_q_scales.bytes() ? head_q_scales.at<float>(0) : nullptr;
+    q.w_mma_layout = head_q_mma;
     q.group_size = head_q_group;
     q.out = work.logits;
     q.ldout = config.vocab_size;

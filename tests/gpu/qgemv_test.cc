@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "kernels/add_rmsnorm.h"
 
 #include <cstring>
@@ -22,6 +24,7 @@ struct Case {
   int m, n, k, group_size;
   bool bias_and_accumulate;
   kernels::QgemvSchedule schedule = kernels::QgemvSchedule::kSplitGroups;
+  bool mma_layout = false;  // kW8A16: pack_w8a16_mma_layout's weights (the tensor-core kernel)
 };
 
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
@@ -34,7 +37,8 @@ std::string name_of(const ::testing::TestParamInfo<Case>& info) {
                      c.schedule == kernels::QgemvSchedule::kQuad      ? "_quad"
                      : c.schedule == kernels::QgemvSchedule::kSplitK  ? "_splitk"
                      : c.schedule == kernels::QgemvSchedule::kAuto    ? "_auto"
-                                                                       : "");
+                                                                       : "") +
+         (c.mma_layout ? "_mma" : "");
 }
 
 // Expects got and expected to hold the same float bits, reporting the first few differences.
@@ -99,6 +103,8 @@ TEST_P(Qgemv, MatchesTheCpuSpecification) {
   if (int4) {
     const std::vector<uint8_t> packed = pack_int4(wm.quantized.values.data(), int64_t(c.n) * c.k);
     w_bytes.assign(packed.begin(), packed.end());
+  } else if (c.mma_layout) {
+    w_bytes = kernels::pack_w8a16_mma_layout(wm.quantized.values.data(), c.n, c.k);
   } else {
     w_bytes = wm.quantized.values;
   }
@@ -124,6 +130,7 @@ TEST_P(Qgemv, MatchesTheCpuSpecification) {
   a.out_type = kernels::ElementType::kF32;
   a.accumulate = c.bias_and_accumulate;
   a.schedule = c.schedule;
+  a.w_mma_layout = c.mma_layout;
   ASSERT_TRUE(kernels::qgemv_supported(a));
   ASSERT_EQ(kernels::launch_qgemv(a, nullptr), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -134,7 +141,9 @@ TEST_P(Qgemv, MatchesTheCpuSpecification) {
       diff = std::max(diff, std::abs(double(got[i]) - expected[i]));
       scale = std::max(scale, std::abs(double(expected[i])));
     }
-    EXPECT_LT(diff / scale, 2e-6) << "max |Δ| " << diff << " of max " << scale;
+    std::printf("[ %s ] max |gpu - cpu| / max |cpu| = %.2e\n", name_of({c, 0}).c_str(), diff / scale);
+    // The tensor cores' fp32 sums are not rounded to nearest at every addition.
+    EXPECT_LT(diff / scale, c.mma_layout ? 2e-5 : 2e-6) << "max |Δ| " << diff << " of max " << scale;
     return;
   }
   expect_same_bits(got, expected, "GPU", "CPU");
@@ -154,6 +163,11 @@ std::vector<Case> cases() {
   // W8A16 (the head-to-toe lm_head at decode): groups of 16 to 512 columns
   for (int m : {1, 2, 5, 16}) out.push_back({K::kW8A16, m, 300, 2560, 128, false});
   for (int g : {16, 64, 512}) out.push_back({K::kW8A16, 3, 129, 1024, g, true});
+  // ... and on tensor cores: n not a multiple of 16, one and two n8 tiles of rows, groups 32–512
+  for (int m : {1, 2, 8, 9, 16})
+    out.push_back({K::kW8A16, m, 300, 2560, 128, false, kernels::QgemvSchedule::kAuto, true});
+  for (int g : {32, 512}) out.push_back({K::kW8A16, 3, 129, 1024, g, true, kernels::QgemvSchedule::kAuto, true});
+  out.push_back({K::kW8A16, 1, 4096, 4096, 512, false, kernels::QgemvSchedule::kAuto, true});
   out.push_back({K::kW8A8, 1, 4, 8192, 128, true});     // long rows: several rounds per lane
   out.push_back({K::kW4A8, 4, 4, 16384, 128, true});    // 128 groups: four rounds of chain updates
   out.push_back({K::kW4A8, 1, 2000, 5120, 128, true});  // 2.7b out_proj's k
@@ -300,6 +314,11 @@ TEST(Qgemv, RefusesWhatItCannotRun) {
   a.accumulate = true;
   EXPECT_FALSE(kernels::qgemv_supported(a));
   EXPECT_EQ(kernels::launch_qgemv(a, nullptr), cudaErrorInvalidValue);
+  a.out_type = kernels::ElementType::kF32;
+  a.accumulate = false;
+  EXPECT_TRUE(kernels::qgemv_supported(a));
+  a.w_mma_layout = true;  // the tensor-core layout is W8A16's only
+  EXPECT_FALSE(kernels::qgemv_supported(a));
 }
 
 }  // namespace
