@@ -188,6 +188,7 @@ cudaError_t launch_width(const CausalConv1dArgs& a, cudaStream_t stream) {
 
 bool output_parts_supported(const CausalConv1dArgs& a) {
   if (a.part_count == 0) return a.out != nullptr;
+  if (a.part_count < 0) return false;
   if (a.part_count > CausalConv1dArgs::kMaxParts || a.out || a.in_type != ElementType::kF32) return false;
   for (int i = 0; i < a.part_count; ++i) {
     const CausalConv1dOutputPart& p = a.parts[i];

@@ -22,18 +22,8 @@ __device__ inline void unpack_int4(uint32_t packed, int& even, int& odd) {
   odd = static_cast<int>(((hi ^ 0x08080808u) + 0x78787878u) ^ 0x80808080u);
 }
 
-
-// The four signed bytes of a word as exact floats without I2F (a conversion unit at 1/8 of the FMA
-// rate; W4A16's one-row in_proj 12.8 → 12.1 µs): byte b becomes the float 2^23 + (b + 128) by
-// placing b ^ 0x80 under the exponent of 2^23, then 2^23 + 128 is subtracted.
 __host__ __device__ constexpr bool takes_fp16_input(QgemvKind kind) {
   return kind == QgemvKind::kW4A16 || kind == QgemvKind::kW8A16;
-}
-
-__device__ inline void int8x4_to_float(uint32_t word, float (&out)[4]) {
-  const uint32_t biased = word ^ 0x80808080u;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) out[i] = __uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7650 + i)) - 8388736.f;
 }
 
 // Where the int8 input rows are: global memory (read through the non-coherent cache) or the
@@ -503,6 +493,7 @@ bool qgemv_supported(const QgemvArgs& a) {
 }
 
 std::vector<int8_t> pack_w8a16_mma_layout(const int8_t* w, int64_t n, int64_t k) {
+  if (n < 1 || k < 32 || k % 32 != 0) return {};
   const int64_t tiles = (n + 15) / 16, chunks = k / 32;
   std::vector<int8_t> packed(static_cast<size_t>(tiles * 16 * k), 0);
   auto at = [&](int64_t row, int64_t col) { return row < n ? w[row * k + col] : int8_t{0}; };

@@ -8,9 +8,10 @@
 // The integer cases reproduce runtime/quantized_ops.h `linear_forward` bit for bit: exact int32
 // dot products per weight group (dp4a), then the fp32 chain y ← fma(float(acc_g), s_w[n, g], y)
 // over g in increasing order from y = 0, then y·s_x, then + bias[n]; with accumulate,
-// out ← out + that. W4A16 sums x·q in fp32 per group and scales once per group, W8A16 scales
-// each 16-column piece's fp32 sum by its group's scale (neither bit-exact to the CPU's
-// dequantize-then-GEMM: a different summation order).
+// out ← out + that. W4A16 sums x·q in fp32 per group and scales once per group; W8A16 scales
+// each 16-column piece's fp32 sum by its group's scale, or (w_mma_layout) each group's sum from
+// the tensor cores, whose fp32 additions are not all rounded to nearest. None of the float kinds
+// is bit-exact to the CPU's dequantize-then-GEMM: a different summation order.
 // int4 packing is quant/quantizer.h `pack_int4` of the row-major [n, k] matrix (column 2i in the
 // low nibble, 2i+1 in the high nibble of byte i of a row).
 #pragma once
@@ -45,7 +46,8 @@ struct QgemvArgs {
   int64_t ldx = 0;
   float x_scale = 1.f;             // s_x of the int8 input
   const void* w = nullptr;         // int8 [n, k] or packed int4 [n, k/2]; 16-byte aligned
-  bool w_mma_layout = false;       // kW8A16: w is pack_w8a16_mma_layout's (tensor-core kernel)
+  bool w_mma_layout = false;       // kW8A16 with schedule kAuto: w is pack_w8a16_mma_layout's [ceil(n/16)·16, k]
+                                   // (the tensor-core kernel; k and group_size multiples of 32)
   const float* w_scales = nullptr; // [n] (kW8A8) or [n, k / group_size]
   int group_size = 0;              // int4 kinds: a multiple of 32 dividing k; kW8A16: 16·2^j ≤ 512 dividing k
   const float* bias = nullptr;     // optional [n], added after scaling (SSDi8 mean correction)
@@ -67,7 +69,8 @@ struct QgemvArgs {
 // padded to a multiple of 16 with zero rows) and each 32 input columns, 32 lanes × 16 bytes,
 // lane (g, q) holding for the two k16 steps the bytes of mma.sync m16n8k16's A fragment: w[g][2q],
 // w[g][2q+1], w[g+8][2q], w[g+8][2q+1], then the same at 2q+8, 2q+9 (rows relative to the tile,
-// columns to the step). k a multiple of 32. The kernel then needs group_size a multiple of 32.
+// columns to the step). Empty unless k is a positive multiple of 32. The kernel then needs
+// group_size a multiple of 32.
 std::vector<int8_t> pack_w8a16_mma_layout(const int8_t* w, int64_t n, int64_t k);
 
 constexpr int kQgemvMaxRows = 16;

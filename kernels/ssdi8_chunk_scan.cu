@@ -2,8 +2,6 @@
 
 #include <cuda_fp16.h>
 
-#include <algorithm>
-
 #include "kernels/tensor_core.cuh"
 #include "kernels/quant_epilogue.cuh"
 
@@ -93,11 +91,6 @@ __device__ inline int requantize(int acc, float multiplier) {
   return static_cast<int>(fminf(fmaxf(r, -127.f), 127.f));
 }
 
-// requantize's value as a float (no round trip through int).
-__device__ inline float requantize_to_float(int acc, float multiplier) {
-  return fminf(fmaxf(rintf(__fmul_rn(static_cast<float>(acc), multiplier)), -127.f), 127.f);
-}
-
 // runtime/quantized_ssd.cc pass_state: sat8(local + ((Qd·prev + 64) >> 7)), arithmetic shift.
 __device__ inline int pass_state(int local, int decay_q7, int prev) {
   return min(max(local + ((decay_q7 * prev + 64) >> 7), -127), 127);
@@ -120,6 +113,21 @@ __device__ inline float exp2_approx(float x) {
 __device__ inline uint32_t pack_half2(float lo, float hi) {
   const __half2 pair = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
+// CBq, the requantized int8 C·Bᵀ of a chunk's lower-triangle 16 × 16 tiles (T, S ≤ T), is the same
+// for every head of a group: ssdi8_chunk_bmm_kernel computes it once per (sequence, chunk, group)
+// into the workspace, tile pair T·(T+1)/2 + S at 256 bytes, lane (g, q) holding its 8 values of the
+// m16n8 accumulator layout of the pair's two n8 tiles — CBq[t0+g][s0+8u+2q+{0,1}] at bytes 4u + {0,1}
+// and CBq[t0+g+8][…] at bytes 4u + {2,3} — as one 8-byte word.
+__host__ __device__ inline int tile_pairs(int chunk) {
+  const int tiles = (chunk + kTile - 1) / kTile;
+  return tiles * (tiles + 1) / 2;
+}
+__device__ inline const uint2* chunk_cbq(const Ssdi8ChunkScanArgs& a, int b, int chunk_index, int grp) {
+  const int chunks = (a.seqlen + a.chunk - 1) / a.chunk;
+  const int64_t block = (int64_t(b) * chunks + chunk_index) * a.groups + grp;
+  return reinterpret_cast<const uint2*>(a.workspace) + block * tile_pairs(a.chunk) * 32;
 }
 
 // The kernel's phases. kWhole walks all chunks of a (sequence, head, slice) in one block. With
@@ -177,7 +185,6 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
   const int grp = h / (a.heads / a.groups);
   const int col0 = h * a.headdim + p0;  // first x / y column of the slice
   const float s_B = a.B_scales[grp], s_C = a.C_scales[grp], s_cb = a.cb_scales[grp];
-  const float cb_mult = __fdiv_rn(__fmul_rn(s_C, s_B), s_cb);
   const float A = a.A[h], Dh = a.D[h], bias = a.dt_bias[h];
 
   for (int p = tid; p < kSlice; p += kThreads) {
@@ -224,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
     const int rows = (L + 31) / 32 * 32;  // padded to the int8 MMA's k
     const int64_t row0 = int64_t(b) * a.seqlen + start;
 
-    // Bq and Cq rows of the chunk (cp.async, in flight until the end of ChunkCumsum), zero past the
+    // Bq and Cq rows of the chunk (cp.async, in flight while dt is computed), zero past the
     // chunk's end and past dstate: a warp a row, lane j the 16-byte piece j of [Bq | Cq] (NK/16 ≤ 16
     // pieces each).
     {
@@ -320,8 +327,8 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
     {
       const float last = cs[L - 1];
       for (int t = tid; t < rows; t += kThreads) {
-        if (t >= L) {  // the padding rows' X_scaled come out zero (x16 is zero there too)
-          lut_state[t] = 0.f;
+        if (t >= L) {  // the padding rows' X_scaled come out zero (x16 is zero there too); W finite
+          lut_state[t] = cs2[t] = dt_cb[t] = 0.f;
           continue;
         }
         decay[t] = exp_like_cpu(cs[t]);
@@ -397,19 +404,18 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
             yacc[j][e] = __fmul_rn(__fmul_rn(static_cast<float>(acc[j][e]), e & 1 ? scale.y : scale.x), decay_t[e / 2]);
         }
       }
-      const uint32_t b_rows = Bq_s + 2 * bt_lane_offset(lane, RB / 2);
       const float cs2_t0 = cs2[t0 + g], cs2_t1 = cs2[t0 + g + 8];
       const uint32_t x_rows = x16_s + 2 * b_lane_offset(lane, XS);
+      // This row tile's CBq words (pairs T·(T+1)/2 + S), each loaded one pair ahead.
+      const uint2* cbq = chunk_cbq(a, b, start / a.chunk, grp) + (T * (T + 1) / 2) * 32 + lane;
+      uint2 cbq_next = __ldg(cbq);
       for (int s0 = 0; s0 <= t0; s0 += kTile) {
-        // CB of rows t0.. and columns s0..: two n8 tiles, exact in int32.
-        int cb[2][4] = {};
-        for (int k = 0; k < NK; k += 32) {
-          uint32_t af[4], bf[4];
-          ldmatrix_x4(af, c_rows + k);
-          ldmatrix_x4(bf, b_rows + s0 * RB + k);
-          mma_s8_16832(cb[0], af, bf[0], bf[1]);
-          mma_s8_16832(cb[1], af, bf[2], bf[3]);
-        }
+        // CBq of rows t0.. and columns s0.. as floats, cb[u][e] in the layout of two n8 tiles.
+        const uint2 word = cbq_next;
+        if (s0 < t0) cbq_next = __ldg(cbq + (s0 / kTile + 1) * 32);
+        float cb[2][4];
+        int8x4_to_float(word.x, cb[0]);
+        int8x4_to_float(word.y, cb[1]);
         // W = f16(float(CBq)·(s_cb·dt[s]·2^(cs2[t] - cs2[s]))) for s ≤ t, else 0 (rows t ≥ L are not
         // stored): the accumulator layout of the two n8 tiles is the A fragment of the m16n8k16
         // below. exp through ex2.approx is a float part of the specification (within tolerance).
@@ -423,8 +429,8 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
           for (int half = 0; half < 2; ++half) {
             const int t = t0 + g + 8 * half;
             const float ct = half ? cs2_t1 : cs2_t0;
-            float v0 = __fmul_rn(requantize_to_float(cb[u][2 * half], cb_mult), __fmul_rn(dtcb_s.x, exp2_approx(ct - cs2_s.x)));
-            float v1 = __fmul_rn(requantize_to_float(cb[u][2 * half + 1], cb_mult), __fmul_rn(dtcb_s.y, exp2_approx(ct - cs2_s.y)));
+            float v0 = __fmul_rn(cb[u][2 * half], __fmul_rn(dtcb_s.x, exp2_approx(ct - cs2_s.x)));
+            float v1 = __fmul_rn(cb[u][2 * half + 1], __fmul_rn(dtcb_s.y, exp2_approx(ct - cs2_s.y)));
             if (diagonal) {
               v0 = s <= t ? v0 : 0.f;
               v1 = s + 1 <= t ? v1 : 0.f;
@@ -571,22 +577,74 @@ __global__ void __launch_bounds__(kPassThreads) state_pass_kernel(Ssdi8ChunkScan
   *at = S;
 }
 
+// ChunkBMM: the CBq words of one (chunk, sequence, group) — blockIdx (x, y, z) — into the
+// workspace (chunk_cbq's layout). Bq and Cq rows by cp.async (zero past the chunk's end and past
+// dstate), then a warp a tile pair at a time: two int8 MMAs a k step, requantized as the CPU does.
+__global__ void __launch_bounds__(kThreads) ssdi8_chunk_bmm_kernel(Ssdi8ChunkScanArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int c = blockIdx.x, b = blockIdx.y, grp = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int N = a.dstate, NK = (N + 31) / 32 * 32, RB = NK + 16;
+  const int start = c * a.chunk, L = min(a.chunk, a.seqlen - start), rows = (L + 31) / 32 * 32;
+  int8_t* Bq = reinterpret_cast<int8_t*>(smem);
+  int8_t* Cq = Bq + rows * RB;
+  const int64_t row0 = int64_t(b) * a.seqlen + start;
+  {
+    const int pieces = NK / 16, vecs = N / 16;
+    const bool is_c = lane >= pieces;
+    const int k = is_c ? lane - pieces : lane;
+    int8_t* dst = (is_c ? Cq : Bq) + 16 * k;
+    const int8_t* src = (is_c ? a.Cq : a.Bq) + row0 * a.bc_stride + grp * N + 16 * k;
+    if (lane < 2 * pieces)
+      for (int t = warp; t < rows; t += kWarps) {
+        if (t < L && k < vecs)
+          cp_async_16(dst + t * RB, src + int64_t(t) * a.bc_stride);
+        else
+          *reinterpret_cast<int4*>(dst + t * RB) = make_int4(0, 0, 0, 0);
+      }
+  }
+  cp_async_wait_all();
+  __syncthreads();
+  const float cb_mult = __fdiv_rn(__fmul_rn(a.C_scales[grp], a.B_scales[grp]), a.cb_scales[grp]);
+  const uint32_t Bq_s = shared_address(Bq), Cq_s = shared_address(Cq);
+  uint2* out = const_cast<uint2*>(chunk_cbq(a, b, c, grp));
+  const int tiles = (L + kTile - 1) / kTile;
+  for (int T = 0, pair = 0; T < tiles; ++T)
+    for (int S = 0; S <= T; ++S, ++pair) {
+      if (pair % kWarps != warp) continue;
+      const uint32_t c_rows = Cq_s + T * kTile * RB + 2 * a_lane_offset(lane, RB / 2);
+      const uint32_t b_rows = Bq_s + S * kTile * RB + 2 * bt_lane_offset(lane, RB / 2);
+      int cb[2][4] = {};
+      for (int k = 0; k < NK; k += 32) {
+        uint32_t af[4], bf[4];
+        ldmatrix_x4(af, c_rows + k);
+        ldmatrix_x4(bf, b_rows + k);
+        mma_s8_16832(cb[0], af, bf[0], bf[1]);
+        mma_s8_16832(cb[1], af, bf[2], bf[3]);
+      }
+      out[pair * 32 + lane] =
+          make_uint2(pack4(requantize(cb[0][0], cb_mult), requantize(cb[0][1], cb_mult), requantize(cb[0][2], cb_mult),
+                           requantize(cb[0][3], cb_mult)),
+                     pack4(requantize(cb[1][0], cb_mult), requantize(cb[1][1], cb_mult), requantize(cb[1][2], cb_mult),
+                           requantize(cb[1][3], cb_mult)));
+    }
+}
+
 bool shape_supported(const Ssdi8ChunkScanArgs& a) {
   if (a.batch < 1 || a.batch > 65535 || a.seqlen < 1 || a.heads < 1 || a.groups < 1) return false;
   if (a.heads % a.groups != 0) return false;
   if (a.headdim < 16 || a.headdim > 2 * kMaxSlice || a.headdim % 16 != 0) return false;
   if (a.dstate < 16 || a.dstate > 256 || a.dstate % 16 != 0) return false;
   if (a.chunk < 1 || a.chunk > 256) return false;
-  if (int64_t(a.heads) * 2 * a.headdim > INT32_MAX || int64_t(a.batch) * a.seqlen > INT32_MAX) return false;
-  if (int64_t(a.batch) * a.seqlen >= INT32_MAX) return false;
+  if (int64_t(a.heads) * 2 * a.headdim > INT32_MAX || int64_t(a.batch) * a.seqlen >= INT32_MAX) return false;
   return true;
 }
 
 bool pointers_supported(const Ssdi8ChunkScanArgs& a) {
   if (!a.x || !a.Bq || !a.Cq || !a.dt_raw || !a.dt_bias || !a.A || !a.D || !a.B_scales || !a.C_scales ||
-      !a.x_scaled_scales || !a.state_scales || !a.cb_scales || !a.state || !a.y)
+      !a.x_scaled_scales || !a.state_scales || !a.cb_scales || !a.state || !a.y || !a.workspace)
     return false;
-  if (reinterpret_cast<uintptr_t>(a.state) % 16 != 0 || reinterpret_cast<uintptr_t>(a.Bq) % 16 != 0 ||
+  if (reinterpret_cast<uintptr_t>(a.state) % 16 != 0 || reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0 || reinterpret_cast<uintptr_t>(a.Bq) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(a.Cq) % 16 != 0 || a.bc_stride % 16 != 0)
     return false;
   const int64_t row = int64_t(a.heads) * a.headdim;
@@ -599,7 +657,12 @@ struct Plan {
   int chunks = 1;       // chunks per sequence
   bool split = false;   // kLocal, state_pass_kernel, kScan rather than kWhole
   size_t smem = 0;
+  size_t bmm_smem = 0;  // ssdi8_chunk_bmm_kernel's Bq and Cq rows
 };
+
+size_t bmm_shared_bytes(const Ssdi8ChunkScanArgs& a) {
+  return 2 * size_t((a.chunk + 31) / 32 * 32) * ((a.dstate + 31) / 32 * 32 + 16);
+}
 
 // Splits the work by chunk (three launches) when blocks per (sequence, head) leave the GPU short of
 // blocks (batch ≤ 2 or so at 80 heads on 132 SMs) and the scratch fits in a chunk. Then takes the
@@ -637,7 +700,8 @@ bool make_plan(const Ssdi8ChunkScanArgs& a, Plan* plan) {
   while (make_layout(a.chunk, a.dstate, slice).total > static_cast<size_t>(max_smem) && slice > 16) slice /= 2;
   plan->slice = slice;
   plan->smem = make_layout(a.chunk, a.dstate, slice).total;
-  return plan->smem <= static_cast<size_t>(max_smem);
+  plan->bmm_smem = bmm_shared_bytes(a);
+  return plan->smem <= static_cast<size_t>(max_smem) && plan->bmm_smem <= static_cast<size_t>(max_smem);
 }
 
 template <int kSlice, int kDstate>
@@ -646,6 +710,10 @@ cudaError_t launch_with(const Ssdi8ChunkScanArgs& a, const Plan& plan, cudaStrea
   const cudaError_t status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem));
   if (status != cudaSuccess) return status;
+  const cudaError_t bmm_status = cudaFuncSetAttribute(ssdi8_chunk_bmm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      static_cast<int>(plan.bmm_smem));
+  if (bmm_status != cudaSuccess) return bmm_status;
+  ssdi8_chunk_bmm_kernel<<<dim3(plan.chunks, a.batch, a.groups), kThreads, plan.bmm_smem, stream>>>(a);
   const int blocks_x = a.heads * (a.headdim / kSlice);
   if (!plan.split) {
     kernel<<<dim3(blocks_x, a.batch), kThreads, plan.smem, stream>>>(a, kWhole);
@@ -659,6 +727,12 @@ cudaError_t launch_with(const Ssdi8ChunkScanArgs& a, const Plan& plan, cudaStrea
 }
 
 }  // namespace
+
+size_t ssdi8_chunk_scan_workspace_bytes(const Ssdi8ChunkScanArgs& a) {
+  if (a.batch < 1 || a.seqlen < 1 || a.groups < 1 || a.chunk < 1) return 0;
+  const int64_t chunks = (a.seqlen + a.chunk - 1) / a.chunk;
+  return size_t(a.batch) * chunks * a.groups * tile_pairs(a.chunk) * 256;
+}
 
 bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& a) {
   Plan plan;

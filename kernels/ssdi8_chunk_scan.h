@@ -22,6 +22,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace ssdq::kernels {
@@ -49,6 +50,9 @@ struct Ssdi8ChunkScanArgs {
   const float* cb_scales = nullptr;       // [groups]  s_cb[g]
   int8_t* state = nullptr;                // [batch, heads, headdim, dstate] the int8 state q (value q·s_s[h,p]): initial in, final out
   float* y = nullptr; int64_t y_stride = 0;  // y[row * y_stride + h*headdim + p]; must not overlap the inputs
+  // ssdi8_chunk_scan_workspace_bytes of scratch, 16-byte aligned: the requantized C·Bᵀ of every
+  // (sequence, chunk, group), computed once for all the group's heads.
+  void* workspace = nullptr;
   Ssdi8ChunkScanSchedule schedule = Ssdi8ChunkScanSchedule::kAuto;
 };
 
@@ -61,10 +65,15 @@ struct Ssdi8ChunkScanArgs {
 // (179,232 B at chunk 256, dstate 128, c = 64; dstate 256 needs chunk ≤ 224).
 bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& args);
 
-// One launch on `stream` (the chunked scan), or three when too few (sequence, head) pairs to fill
-// the GPU and chunk ≥ dstate/2 + 1 (the chunks then run in parallel: chunk-local states, a pass
-// over the chunks, then y; same results bit for bit). No allocation: y serves as scratch between
-// the launches, so it must not be read or written by others until the launches complete.
+// batch · chunks · groups · T(T+1)/2 · 256 bytes, T = ceil(chunk / 16): 34,816 bytes a (sequence,
+// chunk, group) at chunk 256.
+size_t ssdi8_chunk_scan_workspace_bytes(const Ssdi8ChunkScanArgs& args);
+
+// Two launches on `stream` (ChunkBMM into the workspace, then the chunked scan), or four when too
+// few (sequence, head) pairs to fill the GPU and chunk ≥ dstate/2 + 1 (the chunks then run in
+// parallel: chunk-local states, a pass over the chunks, then y; same results bit for bit). No
+// allocation: y serves as scratch between the launches, so it must not be read or written by
+// others until the launches complete.
 // cudaErrorInvalidValue for unsupported arguments.
 cudaError_t launch_ssdi8_chunk_scan(const Ssdi8ChunkScanArgs& args, cudaStream_t stream);
 

@@ -139,13 +139,15 @@ SsdModuleTiming time_ssdi8(const Mamba2Config& c, int64_t batch, int64_t length,
   a.state = scratch.alloc<int8_t>(batch * H * P * N);
   a.y = scratch.alloc<float>(M * H * P);
   a.y_stride = H * P;
+  a.workspace = scratch.alloc<char>(kernels::ssdi8_chunk_scan_workspace_bytes(a));
   if (!kernels::ssdi8_chunk_scan_supported(a)) fail("the SSDi8 kernel does not support this shape");
   SsdModuleTiming t;
   t.batch = batch;
   t.length = length;
   t.ms = median_ms([&] { cuda_ok(kernels::launch_ssdi8_chunk_scan(a, nullptr), "ssdi8_chunk_scan"); }, repeats);
   t.flops = ssd_flops(c, M);
-  // fp16 x, int8 B and C, fp32 dt read once, fp32 y written once, the int8 state read and written once.
+  // fp16 x, int8 B and C, fp32 dt read once, fp32 y written once, the int8 state read and written
+  // once (the C·Bᵀ workspace, written once and read from L2 by every head, not counted).
   t.bytes = M * (H * P * 2.0 + 2 * G * N + H * 4.0) + M * H * P * 4.0 + 2.0 * batch * H * P * N;
   return t;
 }

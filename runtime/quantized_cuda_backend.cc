@@ -223,6 +223,7 @@ struct QuantizedCudaBackend::Impl {
     int32_t *tokens, *targets, *argmax, *acc;
     float *residual, *normed, *zxbcdt, *xbc, *y, *gated, *proj, *chain, *logits, *nll;
     int8_t *x8, *ssd_bc;
+    void* ssd_cb;  // the SSDi8 kernel's workspace
     __half* x16;
     void* expanded;
     int64_t logits_rows;
@@ -359,6 +360,12 @@ struct QuantizedCudaBackend::Impl {
                  logits = layout.add(logits_rows * c.vocab_size * 4), nll = layout.add(M * 4);
     const size_t x8 = layout.add(M * widest_in), x16 = layout.add(M * widest_in * 2), expanded = layout.add(expand_bytes);
     const size_t ssd_bc = layout.add(any_ssdi8 ? M * 2 * c.ngroups * c.d_state : 0);  // the SSDi8 kernel's int8 B|C rows
+    kernels::Ssdi8ChunkScanArgs ssdi8_shape;  // the SSDi8 kernel's C·Bᵀ workspace at the largest batch and length
+    ssdi8_shape.batch = static_cast<int>(batch);
+    ssdi8_shape.seqlen = static_cast<int>(length);
+    ssdi8_shape.groups = static_cast<int>(c.ngroups);
+    ssdi8_shape.chunk = static_cast<int>(c.chunk_size);
+    const size_t ssd_cb = layout.add(any_ssdi8 ? kernels::ssdi8_chunk_scan_workspace_bytes(ssdi8_shape) : 0);
     cuda_ok(cudaStreamSynchronize(stream), "synchronize before resizing the workspace");
     work_block = DeviceBlock();
     work_block = DeviceBlock(layout.total(), "activations", &counter);
@@ -367,6 +374,7 @@ struct QuantizedCudaBackend::Impl {
             b.at<float>(residual), b.at<float>(normed),    b.at<float>(zxbcdt),    b.at<float>(xbc),
             b.at<float>(y),        b.at<float>(gated),     b.at<float>(proj),      b.at<float>(chain),
             b.at<float>(logits),   b.at<float>(nll),       b.at<int8_t>(x8),       b.at<int8_t>(ssd_bc),
+            b.at<void>(ssd_cb),
             b.at<__half>(x16),     b.at<void>(expanded),   logits_rows};
     work_batch = batch;
     work_length = length;
@@ -642,6 +650,7 @@ struct QuantizedCudaBackend::Impl {
       s.state = static_cast<int8_t*>(state.ssm(l));
       s.y = work.y;
       s.y_stride = E;
+      s.workspace = work.ssd_cb;
       if (!kernels::ssdi8_chunk_scan_supported(s))
         fail("CUDA: the SSDi8 kernel does not support heads {} × headdim {}, d_state {}, chunk {} on this device", H, P,
              N, c.chunk_size);
@@ -797,6 +806,7 @@ struct QuantizedCudaBackend::Impl {
     if (config.d_model % 8 != 0 || !kernels::qgemv_supported(check)) {
       head_q = DeviceBlock{};
       head_q_scales = DeviceBlock{};
+      head_q_mma = false;
     }
   }
 

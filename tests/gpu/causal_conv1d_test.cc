@@ -352,6 +352,7 @@ TEST(CausalConv1dParts, EqualTheFormattedOutput) {
         {"bf16 part", [](kernels::CausalConv1dArgs& a) { a.parts[2].type = kernels::ElementType::kBF16; }},
         {"no part pointer", [](kernels::CausalConv1dArgs& a) { a.parts[1].out = nullptr; }},
         {"four parts", [](kernels::CausalConv1dArgs& a) { a.part_count = 4; }},
+        {"negative part count", [](kernels::CausalConv1dArgs& a) { a.part_count = -1; }},
         {"int8 input", [](kernels::CausalConv1dArgs& a) { a.in_type = kernels::ElementType::kS8; }},
     };
     for (const Bad& b : bad) {

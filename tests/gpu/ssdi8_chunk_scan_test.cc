@@ -268,6 +268,9 @@ Outputs run_gpu(const Problem& pr, kernels::Ssdi8ChunkScanSchedule schedule = ke
   testing::DeviceBuffer<float> y(std::vector<float>(int64_t(c.batch) * c.seqlen * pr.y_stride,
                                                     std::numeric_limits<float>::quiet_NaN()));
   kernels::Ssdi8ChunkScanArgs a = make_args(pr, d, c.batch, c.seqlen, 0, state.get(), y.get());
+  // Garbage in the workspace: the kernels must write every byte they read.
+  testing::DeviceBuffer<int8_t> workspace(std::vector<int8_t>(kernels::ssdi8_chunk_scan_workspace_bytes(a), 0x55));
+  a.workspace = workspace.get();
   a.schedule = schedule;
   Outputs out;
   EXPECT_TRUE(kernels::ssdi8_chunk_scan_supported(a));
@@ -380,8 +383,12 @@ TEST(Ssdi8ChunkScanCarry, TwoLaunchesEqualOneExactly) {
   testing::DeviceBuffer<float> y(std::vector<float>(int64_t(c.seqlen) * pr.y_stride, std::numeric_limits<float>::quiet_NaN()));
   const int first = 384;
   const int parts[2][2] = {{0, first}, {first, c.seqlen - first}};  // {first row, length}
+  // One workspace for both launches, sized for the whole sequence (more chunks than either part).
+  testing::DeviceBuffer<int8_t> workspace(std::vector<int8_t>(
+      kernels::ssdi8_chunk_scan_workspace_bytes(make_args(pr, d, 1, c.seqlen, 0, state.get(), y.get())), 0x55));
   for (const auto& part : parts) {
-    const kernels::Ssdi8ChunkScanArgs a = make_args(pr, d, 1, part[1], part[0], state.get(), y.get());
+    kernels::Ssdi8ChunkScanArgs a = make_args(pr, d, 1, part[1], part[0], state.get(), y.get());
+    a.workspace = workspace.get();
     ASSERT_EQ(kernels::launch_ssdi8_chunk_scan(a, nullptr), cudaSuccess);
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -415,6 +422,7 @@ TEST(Ssdi8ChunkScanArgs, RejectsUnsupportedArguments) {
   good.y = fp;
   good.x_stride = good.y_stride = 2048;
   good.bc_stride = 1024;
+  good.workspace = fp;
   good.dt_stride = 16;
   ASSERT_TRUE(kernels::ssdi8_chunk_scan_supported(good));
 
@@ -438,6 +446,8 @@ TEST(Ssdi8ChunkScanArgs, RejectsUnsupportedArguments) {
       {"no cb scales", [](kernels::Ssdi8ChunkScanArgs& a) { a.cb_scales = nullptr; }},
       {"no dt_bias", [](kernels::Ssdi8ChunkScanArgs& a) { a.dt_bias = nullptr; }},
       {"state not 16-byte aligned", [](kernels::Ssdi8ChunkScanArgs& a) { a.state += 4; }},
+      {"no workspace", [](kernels::Ssdi8ChunkScanArgs& a) { a.workspace = nullptr; }},
+      {"workspace not 16-byte aligned", [](kernels::Ssdi8ChunkScanArgs& a) { a.workspace = static_cast<char*>(a.workspace) + 8; }},
       {"no B", [](kernels::Ssdi8ChunkScanArgs& a) { a.Bq = nullptr; }},
       {"no C", [](kernels::Ssdi8ChunkScanArgs& a) { a.Cq = nullptr; }},
       {"B not 16-byte aligned", [](kernels::Ssdi8ChunkScanArgs& a) { a.Bq += 8; }},
