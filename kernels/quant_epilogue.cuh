@@ -1,7 +1,9 @@
 // Device helpers of the quantized kernels, each the GPU spelling of one CPU definition:
 // - quantize_int8: quant/quantizer.h quantize_value at int8 (IEEE division, ties to even,
 //   saturation to ±127, NaN → 0); fake_quantize_int8 / round_to_fp16 / apply_format_code: an
-//   activation point's format on one value;
+//   activation point's format on one value (the _fast / by_reciprocal forms: the same bits with a
+//   multiply where it cannot differ);
+// - int8x4_to_float: four int8 bytes to exact floats without I2F (the GEMVs' weights, SSDi8's CBq);
 // - store_projection: the float epilogue of an integer projection, shared by the int8 GEMM's
 //   scaling kernel and the quantized GEMV: y (already scaled) + bias[col], stored as out_type or
 //   added into fp32 out, with explicitly rounded operations so the compiler cannot fuse them

@@ -201,9 +201,10 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
   const int nquads = N / 4, words = kSlice * nquads;  // words of the slice's state in the scratch
   int8_t* state = a.state + ((int64_t(b) * a.heads + h) * a.headdim + p0) * N;
   // The state's padding bytes (n ≥ N) stay zero: the C·S product reads them.
-  for (int i = tid; i < kSlice * (NK - N) / 4; i += kThreads) {
-    const int p = i / ((NK - N) / 4), k = i % ((NK - N) / 4);
-    *reinterpret_cast<int*>(S + p * RB + N + 4 * k) = 0;
+  if (NK > N) {
+    const int pad_words = max((NK - N) / 4, 1);  // ≥ 1: the branch is dead when NK == N
+    for (int i = tid; i < kSlice * pad_words; i += kThreads)
+      *reinterpret_cast<int*>(S + (i / pad_words) * RB + N + 4 * (i % pad_words)) = 0;
   }
   if (phase == kWhole || (phase == kScan && last_chunk)) {
     const int vecs = N / 16;
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
   // Vector access where the pointers and strides allow it (a slice's first column is a multiple of 16).
   const bool x_vec8 = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.x_stride % 8 == 0;
   const bool y_vec2 = reinterpret_cast<uintptr_t>(a.y) % 8 == 0 && a.y_stride % 2 == 0;
-  const uint32_t Bq_s = shared_address(Bq), Cq_s = shared_address(Cq), BT_s = shared_address(BT);
+  const uint32_t Cq_s = shared_address(Cq), BT_s = shared_address(BT);
   const uint32_t S_s = shared_address(S), XT_s = shared_address(XT), x16_s = shared_address(x16);
 
   for (int start = c_begin * a.chunk; start < a.seqlen && start < c_end * a.chunk; start += a.chunk) {
