@@ -431,6 +431,54 @@ void bench_hadamard_quant(int rows, int n, int base_order, int groups) {
   fmt::print("{}\n", line);
 }
 
+// The W8A8 decode projections as a model step sees them: weights not in L2 (each launch takes
+// the next of enough copies to fill 256 MB), in_proj with the norm prologue, every W8A8 schedule.
+void bench_qgemv_cold(int m, int n, int k, bool norm_prologue, double bandwidth) {
+  std::mt19937 rng(12);
+  const size_t bytes = size_t(n) * k;
+  const int copies = static_cast<int>(std::max<size_t>(2, (size_t(256) << 20) / bytes + 1));
+  std::vector<void*> weights;
+  for (int i = 0; i < copies; ++i) weights.push_back(device_random(bytes / 4, -1, 1, rng));
+  kernels::QgemvArgs a;
+  a.kind = kernels::QgemvKind::kW8A8;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.x_int8 = reinterpret_cast<int8_t*>(device_random(size_t(m) * k / 4, -1, 1, rng));
+  a.ldx = k;
+  a.x_scale = 0.02f;
+  a.w_scales = device_random(n, 0.001f, 0.01f, rng);
+  a.out = device_random(size_t(m) * n, -1, 1, rng);
+  a.ldout = n;
+  a.w = weights[0];
+  if (norm_prologue) {
+    a.norm_residual = device_random(size_t(m) * k, -1, 1, rng);
+    a.norm_weight = device_random(k, 0.5f, 1.5f, rng);
+  }
+  std::string line = fmt::format("qgemv w8a8 cold m {} {:5d} × {:4d}{}:", m, n, k, norm_prologue ? " (norm prologue)" : "");
+  using S = kernels::QgemvSchedule;
+  for (auto [schedule, name] : {std::pair{S::kSplitGroups, "warp"}, std::pair{S::kSplitK, "splitk"},
+                                std::pair{S::kStream, "stream"}}) {
+    a.schedule = schedule;
+    if (!kernels::qgemv_supported(a)) continue;
+    int next = 0;
+    const double us = time_us([&] {
+      a.w = weights[next++ % copies];
+      return kernels::launch_qgemv(a, nullptr);
+    });
+    line += fmt::format(" | {} {:6.2f} us {:5.0f} GB/s ({:3.0f}%)", name, us, bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth);
+  }
+  fmt::print("{}\n", line);
+  for (void* w : weights) cudaFree(w);
+  cudaFree(const_cast<int8_t*>(a.x_int8));
+  cudaFree(const_cast<float*>(a.w_scales));
+  cudaFree(a.out);
+  if (norm_prologue) {
+    cudaFree(const_cast<float*>(a.norm_residual));
+    cudaFree(const_cast<float*>(a.norm_weight));
+  }
+}
+
 // in_proj's input at decode: add_rmsnorm (int8 out) then the GEMV, against the GEMV's norm prologue.
 void bench_norm_qgemv(int m, kernels::QgemvKind kind) {
   std::mt19937 rng(9);
@@ -481,6 +529,12 @@ int main() {
   for (int rows : {1, 32, 2048, 16384}) ssdq::bench_add_rmsnorm(rows, 2560, bandwidth);
   for (int m : {1, 2, 4}) ssdq::bench_gemv(m, bandwidth);
   for (int m : {1, 4, 16}) ssdq::bench_qgemv(m, bandwidth);
+  for (int m : {1, 4}) {  // mamba2-2.7b and 8B-like in_proj / out_proj
+    ssdq::bench_qgemv_cold(m, 10576, 2560, true, bandwidth);
+    ssdq::bench_qgemv_cold(m, 2560, 5120, false, bandwidth);
+    ssdq::bench_qgemv_cold(m, 18560, 4096, true, bandwidth);
+    ssdq::bench_qgemv_cold(m, 4096, 8192, false, bandwidth);
+  }
   for (int m : {1, 4, 16})
     for (auto kind : {ssdq::kernels::QgemvKind::kW8A8, ssdq::kernels::QgemvKind::kW4A8}) ssdq::bench_norm_qgemv(m, kind);
   for (int rows : {1, 4, 16, 32, 2048}) ssdq::bench_hadamard_quant(rows, 5120, 20, 1);  // mamba2-2.7b

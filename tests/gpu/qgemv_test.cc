@@ -36,6 +36,7 @@ std::string name_of(const ::testing::TestParamInfo<Case>& info) {
   return fmt::format("{}_m{}_n{}_k{}_g{}{}{}", kind, c.m, c.n, c.k, c.group_size, c.bias_and_accumulate ? "_acc" : "",
                      c.schedule == kernels::QgemvSchedule::kQuad      ? "_quad"
                      : c.schedule == kernels::QgemvSchedule::kSplitK  ? "_splitk"
+                     : c.schedule == kernels::QgemvSchedule::kStream  ? "_stream"
                      : c.schedule == kernels::QgemvSchedule::kAuto    ? "_auto"
                                                                        : "") +
          (c.mma_layout ? "_mma" : "");
@@ -177,6 +178,11 @@ std::vector<Case> cases() {
     if (out[i].kind == K::kW8A16) continue;  // one schedule
     if (out[i].kind == K::kW8A8) {
       other.schedule = kernels::QgemvSchedule::kSplitK;
+      if (out[i].m <= 4) {
+        Case streamed = out[i];
+        streamed.schedule = kernels::QgemvSchedule::kStream;
+        out.push_back(streamed);
+      }
     } else if (out[i].group_size % 128 == 0) {
       other.schedule = kernels::QgemvSchedule::kQuad;
     } else {
@@ -185,6 +191,13 @@ std::vector<Case> cases() {
     out.push_back(other);
   }
   out.push_back({K::kW8A8, 5, 2560, 5120, 0, true, kernels::QgemvSchedule::kAuto});  // picks kSplitK
+  // kStream: more columns than one wave of warps (each walks several), a whole row in one round
+  // (k 8192) and in several (k 16384), 1–4 rows
+  for (int m : {1, 2, 4}) {
+    out.push_back({K::kW8A8, m, 40000, 512, 0, true, kernels::QgemvSchedule::kStream});
+    out.push_back({K::kW8A8, m, 300, 8192, 0, false, kernels::QgemvSchedule::kStream});
+  }
+  out.push_back({K::kW8A8, 1, 129, 16384, 0, true, kernels::QgemvSchedule::kStream});
   for (K kind : {K::kW4A8, K::kW4A16}) {
     out.push_back({kind, 2, 77, 2048, 512, true, kernels::QgemvSchedule::kQuad});
     out.push_back({kind, 1, 8200, 2560, 128, true, kernels::QgemvSchedule::kAuto});  // picks kQuad
@@ -266,10 +279,12 @@ std::vector<NormCase> norm_cases() {
   for (int m : {1, 3, 16}) {
     out.push_back({K::kW8A8, m, 300, 2560, S::kSplitGroups});
     out.push_back({K::kW8A8, m, 300, 2560, S::kSplitK});
+    if (m <= 4) out.push_back({K::kW8A8, m, 300, 2560, S::kStream});
     out.push_back({K::kW4A8, m, 300, 2560, S::kSplitGroups});
     out.push_back({K::kW4A8, m, 300, 2560, S::kQuad});
   }
   out.push_back({K::kW8A8, 16, 64, 4096, S::kAuto});  // 64 KB of shared input rows: the opt-in
+  out.push_back({K::kW8A8, 4, 20000, 8192, S::kStream});  // 32 KB of rows, several columns a warp
   out.push_back({K::kW4A8, 2, 70, 1152, S::kQuad});  // 9 groups: k not a multiple of 256
   return out;
 }
@@ -318,6 +333,13 @@ TEST(Qgemv, RefusesWhatItCannotRun) {
   a.accumulate = false;
   EXPECT_TRUE(kernels::qgemv_supported(a));
   a.w_mma_layout = true;  // the tensor-core layout is W8A16's only
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.w_mma_layout = false;
+  a.schedule = kernels::QgemvSchedule::kStream;  // W8A8 only, at most 4 rows
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.kind = kernels::QgemvKind::kW8A8;
+  EXPECT_TRUE(kernels::qgemv_supported(a));
+  a.m = 5;
   EXPECT_FALSE(kernels::qgemv_supported(a));
 }
 
