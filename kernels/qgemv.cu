@@ -31,15 +31,73 @@ __host__ __device__ constexpr bool takes_fp16_input(QgemvKind kind) {
 
 // Where the int8 input rows are: global memory (read through the non-coherent cache) or the
 // block's shared copy built by the norm prologue.
+// With offsets set (W4A8, int4_input): x in shared memory already rearranged for the int4 pieces.
 struct Int8Input {
   const int8_t* x;
   int64_t ldx;
   bool shared;
+  const int* offsets = nullptr;  // [m, k / 32]: −8·Σx over each 32-column piece
+  int pieces = 0;
   __device__ inline uint4 load(int row, int index) const {  // the index-th 16 bytes of row
     const uint4* p = reinterpret_cast<const uint4*>(x + row * ldx) + index;
     return shared ? *p : __ldg(p);
   }
 };
+
+// W4A8's input rearranged once per block (when m·k ≤ kInt4InputMaxBytes): per row and 32-column
+// piece the words e0 o0 e1 o1 e2 o2 e3 o3 (e_j: bytes of columns 8j, 8j+2, 8j+4, 8j+6; o_j: 8j+1,
+// 8j+3, …), the order in which a packed int4 word's low and high nibbles come, and −8·Σx over the
+// piece. The pieces then take their nibbles as q + 8 ∈ [0, 15] with one xor and one mask each
+// (unpack_int4_offset) and add the offset back: the same integer sums, ~half the instructions.
+constexpr int kInt4InputMaxBytes = 16 * 1024;
+__host__ __device__ inline bool uses_int4_input(const QgemvArgs& a) {
+  return a.kind == QgemvKind::kW4A8 && static_cast<int64_t>(a.m) * a.k <= kInt4InputMaxBytes;
+}
+// The dynamic shared memory of a launch: the norm prologue's rows, then the rearranged W4A8 input.
+__host__ __device__ inline size_t int4_input_offset(const QgemvArgs& a) {
+  return a.norm_residual ? static_cast<size_t>(a.m) * a.k : 0;
+}
+__host__ __device__ inline size_t qgemv_shared_bytes(const QgemvArgs& a) {
+  const size_t rows = static_cast<size_t>(a.m) * a.k;
+  return int4_input_offset(a) + (uses_int4_input(a) ? rows + rows / 8 : 0);
+}
+
+template <int kThreads>
+__device__ inline Int8Input int4_input(const QgemvArgs& a, const Int8Input& x8, int8_t* shared) {
+  const int pieces = a.k / 32;
+  uint4* words = reinterpret_cast<uint4*>(shared);
+  int* offsets = reinterpret_cast<int*>(shared + static_cast<size_t>(a.m) * a.k);
+  for (int i = threadIdx.x; i < a.m * pieces; i += kThreads) {
+    const int r = i / pieces, p = i % pieces;
+    const uint4 x0 = x8.load(r, 2 * p), x1 = x8.load(r, 2 * p + 1);
+    const uint32_t x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    uint32_t out[8];
+    int sum = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      out[2 * j] = __byte_perm(x[2 * j], x[2 * j + 1], 0x6420);
+      out[2 * j + 1] = __byte_perm(x[2 * j], x[2 * j + 1], 0x7531);
+      sum = __dp4a(static_cast<int>(x[2 * j]), 0x01010101, sum);
+      sum = __dp4a(static_cast<int>(x[2 * j + 1]), 0x01010101, sum);
+    }
+    words[2 * i] = make_uint4(out[0], out[1], out[2], out[3]);
+    words[2 * i + 1] = make_uint4(out[4], out[5], out[6], out[7]);
+    offsets[i] = -8 * sum;
+  }
+  __syncthreads();
+  Int8Input result{shared, a.k, true};
+  result.offsets = offsets;
+  result.pieces = pieces;
+  return result;
+}
+
+// A packed int4 word's nibbles as q + 8 ∈ [0, 15], one per byte: low nibbles (even columns) in
+// `even`, high nibbles in `odd`; n ^ 8 = q + 8 for a two's-complement nibble n.
+__device__ inline void unpack_int4_offset(uint32_t packed, int& even, int& odd) {
+  const uint32_t t = packed ^ 0x88888888u;
+  even = static_cast<int>(t & 0x0F0F0F0Fu);
+  odd = static_cast<int>((t >> 4) & 0x0F0F0F0Fu);
+}
 
 // The norm prologue (QgemvArgs::norm_residual), or the given x.
 template <int kThreads>
@@ -76,6 +134,20 @@ __device__ inline void piece_dot(const QgemvArgs& a, const Int8Input& x8, const 
     iacc = __dp4a(static_cast<int>(w[2]), static_cast<int>(xv.z), iacc);
     iacc = __dp4a(static_cast<int>(w[3]), static_cast<int>(xv.w), iacc);
   } else if constexpr (KIND == QgemvKind::kW4A8) {
+    if (x8.offsets) {  // int4_input's rearranged rows
+      const uint4* xp = reinterpret_cast<const uint4*>(x8.x + row * x8.ldx) + 2 * piece;
+      const uint4 x0 = xp[0], x1 = xp[1];
+      const uint32_t x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+      iacc += x8.offsets[row * x8.pieces + piece];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        int even, odd;
+        unpack_int4_offset(w[j], even, odd);
+        iacc = __dp4a(even, static_cast<int>(x[2 * j]), iacc);
+        iacc = __dp4a(odd, static_cast<int>(x[2 * j + 1]), iacc);
+      }
+      return;
+    }
     const uint4 x0 = x8.load(row, 2 * piece), x1 = x8.load(row, 2 * piece + 1);
     const uint32_t x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
@@ -143,7 +215,8 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(QgemvArgs a) {
   if (col < a.n) prefetch_l2(w, pieces * 16ll, lane);
   wait_for_previous_grid();
   allow_next_grid();
-  const Int8Input x8 = takes_fp16_input(KIND) ? Int8Input{} : int8_input<kThreads>(a, normed);
+  Int8Input x8 = takes_fp16_input(KIND) ? Int8Input{} : int8_input<kThreads>(a, normed);
+  if (KIND == QgemvKind::kW4A8 && uses_int4_input(a)) x8 = int4_input<kThreads>(a, x8, normed + int4_input_offset(a));
   if (col >= a.n) return;
   const int lanes_per_group = a.group_size / kCols;  // a power of two ≤ 32 (qgemv_supported)
   const int groups = a.k / a.group_size;
@@ -424,7 +497,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) qgemv_w8a16_mma_kernel(QgemvAr
 // quad adds its sums with two shuffles, and the quad's first lane extends each row's fp32 chain
 // right away — the chain runs in registers, in group order, in 8 columns at once.
 constexpr int kQuadWarps = 4;
-template <int M, QgemvKind KIND>
+constexpr int kQuadW4A8GroupsInFlight = 8;  // W4A8's lighter pieces leave room for more loads in flight
+template <int M, QgemvKind KIND, int kGroupsInFlight>
 __global__ void __launch_bounds__(kQuadWarps * 32) qgemv_quad_kernel(QgemvArgs a) {
   extern __shared__ __align__(16) int8_t normed[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, j = lane % 4;
@@ -436,23 +510,25 @@ __global__ void __launch_bounds__(kQuadWarps * 32) qgemv_quad_kernel(QgemvArgs a
                 static_cast<long long>(min(8, a.n - first_col)) * groups * ppg * 16, lane);
   wait_for_previous_grid();
   allow_next_grid();
-  const Int8Input x8 = KIND == QgemvKind::kW4A16 ? Int8Input{} : int8_input<kQuadWarps * 32>(a, normed);
+  Int8Input x8 = KIND == QgemvKind::kW4A16 ? Int8Input{} : int8_input<kQuadWarps * 32>(a, normed);
+  if (KIND == QgemvKind::kW4A8 && uses_int4_input(a))
+    x8 = int4_input<kQuadWarps * 32>(a, x8, normed + int4_input_offset(a));
   const uint4* w = static_cast<const uint4*>(a.w) + static_cast<int64_t>(active ? col : 0) * groups * ppg;
   const float* scales = a.w_scales + static_cast<int64_t>(active ? col : 0) * groups;
   float y[M];
 #pragma unroll
   for (int r = 0; r < M; ++r) y[r] = 0.f;
-  for (int g0 = 0; g0 < groups; g0 += kUnroll) {
-    uint4 wv[kUnroll];
-    float scale[kUnroll];
+  for (int g0 = 0; g0 < groups; g0 += kGroupsInFlight) {
+    uint4 wv[kGroupsInFlight];
+    float scale[kGroupsInFlight];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {  // the first piece of each of the next kUnroll groups
+    for (int u = 0; u < kGroupsInFlight; ++u) {  // the first piece of each of the next kGroupsInFlight groups
       const bool in = active && g0 + u < groups;
       wv[u] = in ? __ldg(w + (g0 + u) * ppg + j) : make_uint4(0, 0, 0, 0);
       scale[u] = in && j == 0 ? __ldg(scales + g0 + u) : 0.f;
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kGroupsInFlight; ++u) {
       if (g0 + u >= groups) break;
       const int g = g0 + u;
 #pragma unroll
@@ -485,7 +561,7 @@ __global__ void __launch_bounds__(kQuadWarps * 32) qgemv_quad_kernel(QgemvArgs a
 // Launches kernel with the norm prologue's shared memory (m·k bytes), opting in above 48 KB.
 template <typename Kernel>
 cudaError_t launch(Kernel kernel, dim3 grid, int threads, const QgemvArgs& a, cudaStream_t stream) {
-  const size_t shared = a.norm_residual ? static_cast<size_t>(a.m) * a.k : 0;
+  const size_t shared = qgemv_shared_bytes(a);
   if (shared > 32 * 1024) {  // the kernels' static shared memory counts against the default 48 KB too
     const cudaError_t status =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
@@ -535,10 +611,10 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
                         (a.schedule == QgemvSchedule::kAuto && a.n >= 8192 && a.m <= 4 && a.group_size % 128 == 0);
       const dim3 quad_grid((a.n + 8 * kQuadWarps - 1) / (8 * kQuadWarps));
       if (a.kind == QgemvKind::kW4A8) {
-        if (quad) return launch(qgemv_quad_kernel<M, QgemvKind::kW4A8>, quad_grid, kQuadWarps * 32, a, stream);
+        if (quad) return launch(qgemv_quad_kernel<M, QgemvKind::kW4A8, kQuadW4A8GroupsInFlight>, quad_grid, kQuadWarps * 32, a, stream);
         return launch(qgemv_kernel<M, QgemvKind::kW4A8>, grid, kThreads, a, stream);
       }
-      if (quad) return launch(qgemv_quad_kernel<M, QgemvKind::kW4A16>, quad_grid, kQuadWarps * 32, a, stream);
+      if (quad) return launch(qgemv_quad_kernel<M, QgemvKind::kW4A16, kUnroll>, quad_grid, kQuadWarps * 32, a, stream);
       return launch(qgemv_kernel<M, QgemvKind::kW4A16>, grid, kThreads, a, stream);
     }
     case QgemvKind::kW8A16:
