@@ -37,7 +37,8 @@ enum class QgemvKind { kW8A8, kW4A8, kW4A16, kW8A16 };
 //   kStream:      W8A8 only, m ≤ 4: one wave of blocks, each warp walking columns with a whole round
 //                 of its row's pieces (up to 8 KB a warp) in flight; x in shared memory (m·k ≤ 96 KB)
 //   kAuto:        int4: kQuad where it measured faster (n ≥ 8192 columns, m ≤ 4), else kSplitGroups;
-//                 W8A8: kSplitK below 8192 columns from 4 rows, else one warp a column
+//                 W8A8: kStream up to 4 rows, kSplitK below 8192 columns from 5 rows, else one
+//                 warp a column
 enum class QgemvSchedule { kAuto, kSplitGroups, kQuad, kSplitK, kStream };
 
 struct QgemvArgs {
