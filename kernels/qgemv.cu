@@ -1,6 +1,7 @@
 #include "kernels/qgemv.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/quant_epilogue.cuh"
@@ -580,9 +581,17 @@ cudaError_t launch_w8a8_stream(const QgemvArgs& a, cudaStream_t stream) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
     if (status != cudaSuccess) return status;
   }
+  // Blocks an SM, asked once per shared-memory size (a decode step launches the same few shapes).
+  static std::atomic<int64_t> known{-1};  // shared bytes << 16 | blocks an SM
+  int64_t cached = known.load(std::memory_order_relaxed);
   int per_sm = 0;
-  const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, shared);
-  if (status != cudaSuccess) return status;
+  if (cached >= 0 && static_cast<size_t>(cached >> 16) == shared) {
+    per_sm = static_cast<int>(cached & 0xFFFF);
+  } else {
+    const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, shared);
+    if (status != cudaSuccess) return status;
+    known.store(static_cast<int64_t>(shared) << 16 | (per_sm & 0xFFFF), std::memory_order_relaxed);
+  }
   const int64_t wave = int64_t(per_sm > 0 ? per_sm : 1) * current_device_attribute(cudaDevAttrMultiProcessorCount);
   const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((a.n + kWarps - 1) / kWarps, wave));
   return launch_kernel(kernel, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), shared}, stream, a);
