@@ -339,23 +339,12 @@ __global__ void __launch_bounds__(kThreads) qgemv_w8a8_stream_kernel(QgemvArgs a
     int acc[M];
 #pragma unroll
     for (int r = 0; r < M; ++r) acc[r] = 0;
-    for (int base = lane; base < pieces; base += 32 * kPer) {
-      uint4 wv[kPer];
+    float unused = 0.f;
+    stream_row_pieces<kPer, /*kEvictFirst=*/true>(w, pieces, lane, [&](int p, const uint4& wv) {
 #pragma unroll
-      for (int u = 0; u < kPer; ++u) {
-        const int p = base + 32 * u;
-        wv[u] = p < pieces ? __ldcs(w + p) : make_uint4(0, 0, 0, 0);
-      }
-      float unused = 0.f;
-#pragma unroll
-      for (int u = 0; u < kPer; ++u) {
-        const int p = base + 32 * u;
-        if (p >= pieces) break;
-#pragma unroll
-        for (int r = 0; r < M; ++r)
-          if (r < a.m) piece_dot<QgemvKind::kW8A8>(a, x8, wv[u], r, p, acc[r], unused);
-      }
-    }
+      for (int r = 0; r < M; ++r)
+        if (r < a.m) piece_dot<QgemvKind::kW8A8>(a, x8, wv, r, p, acc[r], unused);
+    });
 #pragma unroll
     for (int r = 0; r < M; ++r) {
       int v = acc[r];

@@ -7,14 +7,16 @@
 
 namespace ssdq::kernels {
 
-template <int kUnroll, typename Use>
+// kEvictFirst: the loads are marked streaming (`__ldcs`: the rows are read once, so L1 and L2 may
+// drop them first), as the one-wave W8A8 GEMV reads its weights.
+template <int kUnroll, bool kEvictFirst = false, typename Use>
 __device__ inline void stream_row_pieces(const uint4* row, int pieces, int lane, Use&& use) {
   for (int base = lane; base < pieces; base += 32 * kUnroll) {
     uint4 wv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int p = base + 32 * u;
-      wv[u] = p < pieces ? __ldg(row + p) : make_uint4(0, 0, 0, 0);
+      wv[u] = p >= pieces ? make_uint4(0, 0, 0, 0) : kEvictFirst ? __ldcs(row + p) : __ldg(row + p);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
