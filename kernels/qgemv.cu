@@ -548,15 +548,19 @@ __global__ void __launch_bounds__(kQuadWarps * 32) qgemv_quad_kernel(QgemvArgs a
     if (r < a.m) store(a, r, col, KIND == QgemvKind::kW4A8 ? __fmul_rn(y[r], a.x_scale) : y[r]);
 }
 
-// Launches kernel with the norm prologue's shared memory (m·k bytes), opting in above 48 KB.
+// Lets kernel take `shared` bytes of dynamic shared memory, opting in above the default 48 KB.
+template <typename Kernel>
+cudaError_t allow_shared(Kernel kernel, size_t shared) {
+  if (shared <= 32 * 1024) return cudaSuccess;  // the kernels' static shared memory counts against the 48 KB too
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+}
+
+// Launches kernel with the norm prologue's rows and W4A8's rearranged input (qgemv_shared_bytes).
 template <typename Kernel>
 cudaError_t launch(Kernel kernel, dim3 grid, int threads, const QgemvArgs& a, cudaStream_t stream) {
   const size_t shared = qgemv_shared_bytes(a);
-  if (shared > 32 * 1024) {  // the kernels' static shared memory counts against the default 48 KB too
-    const cudaError_t status =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
-    if (status != cudaSuccess) return status;
-  }
+  const cudaError_t status = allow_shared(kernel, shared);
+  if (status != cudaSuccess) return status;
   return launch_kernel(kernel, LaunchShape{grid, dim3(threads), shared}, stream, a);
 }
 
@@ -565,11 +569,7 @@ template <int M, int kPer>
 cudaError_t launch_w8a8_stream(const QgemvArgs& a, cudaStream_t stream) {
   const auto kernel = qgemv_w8a8_stream_kernel<M, kPer>;
   const size_t shared = static_cast<size_t>(a.m) * a.k;
-  if (shared > 32 * 1024) {
-    const cudaError_t status =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
-    if (status != cudaSuccess) return status;
-  }
+  if (const cudaError_t status = allow_shared(kernel, shared); status != cudaSuccess) return status;
   // Blocks an SM, asked once per shared-memory size (a decode step launches the same few shapes).
   static std::atomic<int64_t> known{-1};  // shared bytes << 16 | blocks an SM
   int64_t cached = known.load(std::memory_order_relaxed);
