@@ -437,8 +437,11 @@ void bench_qgemv_cold(int m, int n, int k, bool norm_prologue, double bandwidth)
   std::mt19937 rng(12);
   const size_t bytes = size_t(n) * k;
   const int copies = static_cast<int>(std::max<size_t>(2, (size_t(256) << 20) / bytes + 1));
-  std::vector<void*> weights;
-  for (int i = 0; i < copies; ++i) weights.push_back(device_random(bytes / 4, -1, 1, rng));
+  std::vector<void*> weights{device_random(bytes / 4, -1, 1, rng)};  // one random matrix, copied
+  for (int i = 1; i < copies; ++i) {
+    check_cuda(cudaMalloc(&weights.emplace_back(), bytes), "cudaMalloc");
+    check_cuda(cudaMemcpy(weights.back(), weights[0], bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+  }
   kernels::QgemvArgs a;
   a.kind = kernels::QgemvKind::kW8A8;
   a.m = m;
