@@ -548,10 +548,14 @@ __global__ void __launch_bounds__(kQuadWarps * 32) qgemv_quad_kernel(QgemvArgs a
     if (r < a.m) store(a, r, col, KIND == QgemvKind::kW4A8 ? __fmul_rn(y[r], a.x_scale) : y[r]);
 }
 
-// Lets kernel take `shared` bytes of dynamic shared memory, opting in above the default 48 KB.
+// Lets kernel take `shared` bytes of dynamic shared memory, opting in where they and the kernel's
+// static shared memory exceed the default 48 KB together.
 template <typename Kernel>
 cudaError_t allow_shared(Kernel kernel, size_t shared) {
-  if (shared <= 32 * 1024) return cudaSuccess;  // the kernels' static shared memory counts against the 48 KB too
+  if (shared <= 24 * 1024) return cudaSuccess;  // no kernel here has 24 KB of static shared memory
+  cudaFuncAttributes attributes{};
+  if (const cudaError_t status = cudaFuncGetAttributes(&attributes, kernel); status != cudaSuccess) return status;
+  if (shared + attributes.sharedSizeBytes <= 48 * 1024) return cudaSuccess;
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
 }
 

@@ -286,6 +286,8 @@ std::vector<NormCase> norm_cases() {
   out.push_back({K::kW8A8, 16, 64, 4096, S::kAuto});  // 64 KB of shared input rows: the opt-in
   out.push_back({K::kW8A8, 4, 20000, 8192, S::kStream});  // 32 KB of rows, several columns a warp
   out.push_back({K::kW4A8, 2, 70, 1152, S::kQuad});  // 9 groups: k not a multiple of 256
+  // 32 KB of rows plus the kernel's 16 KB of static shared memory: over 48 KB only together
+  out.push_back({K::kW4A8, 16, 300, 2048, S::kSplitGroups});
   return out;
 }
 
