@@ -37,55 +37,104 @@ __device__ inline In format_input(In raw, const ChannelFormat& format) {
   }
 }
 
-// The output of one thread's channel when the conv writes parts (CausalConv1dOutputPart).
+// How a thread formats and stores its fp32-input channel, fixed for the whole tile. The
+// specialized plans spell the quantized backend's cases without a branch per element (an int8
+// conv.in, then the SSDi8 prefill's fp16 x or int8 B|C, or int8-formatted fp32); kAny dispatches
+// on the channel's codes and part type for every element. Each plan gives the same bits.
+enum class Plan { kAny, kInt8ToF16, kInt8ToS8, kInt8ToF32Int8 };
+
+// The output of one thread's channel when the conv writes parts (CausalConv1dOutputPart); a plain
+// fp32 output is one part. `at` walks the rows: advance() moves it to the next token.
 struct PartWriter {
-  char* base = nullptr;  // the channel's element of row 0 of the sequence
-  int64_t stride = 0;    // elements between rows
+  char* at = nullptr;
+  int64_t row_bytes = 0;
   ElementType type = ElementType::kF32;
 
-  PartWriter() = default;
-  __device__ PartWriter(const CausalConv1dArgs& a, int c, int b) {
-    int i = 0;
-    while (i + 1 < a.part_count && c >= a.parts[i + 1].first_channel) ++i;
-    const CausalConv1dOutputPart& part = a.parts[i];
+  __device__ PartWriter(const CausalConv1dArgs& a, int c, int b, int t) {
+    CausalConv1dOutputPart part{a.out, 0, a.channels, ElementType::kF32};
+    if (a.part_count > 0) {
+      int i = 0;
+      while (i + 1 < a.part_count && c >= a.parts[i + 1].first_channel) ++i;
+      part = a.parts[i];
+    }
     type = part.type;
-    stride = part.stride;
     const int size = type == ElementType::kS8 ? 1 : type == ElementType::kF16 ? 2 : 4;
-    base = static_cast<char*>(part.out) + (static_cast<int64_t>(b) * a.seqlen * stride + (c - part.first_channel)) * size;
+    row_bytes = part.stride * size;
+    at = static_cast<char*>(part.out) + ((static_cast<int64_t>(b) * a.seqlen + t) * part.stride + (c - part.first_channel)) * size;
   }
-  __device__ void store(int t, float y, const ChannelFormat& format) const {
-    const int64_t at = static_cast<int64_t>(t) * stride;
+  __device__ void store(float y, const ChannelFormat& format) const {
     switch (type) {
-      case ElementType::kS8: reinterpret_cast<int8_t*>(base)[at] = quantize_int8_fast(y, format.code, format.inv_code); break;
-      case ElementType::kF16: reinterpret_cast<__half*>(base)[at] = __float2half_rn(format.apply(y)); break;
-      default: reinterpret_cast<float*>(base)[at] = format.apply(y);
+      case ElementType::kS8: *reinterpret_cast<int8_t*>(at) = quantize_int8_fast(y, format.code, format.inv_code); break;
+      case ElementType::kF16: *reinterpret_cast<__half*>(at) = __float2half_rn(format.apply(y)); break;
+      default: *reinterpret_cast<float*>(at) = format.apply(y);
     }
   }
+  // N consecutive rows, advancing past them; the int8 plans quantize all N with one fallback branch.
+  template <Plan kPlan, int N>
+  __device__ void store_rows(const float (&y)[N], const ChannelFormat& format) {
+    if constexpr (kPlan == Plan::kInt8ToF16) {  // the fp16 format: rounding y once is the same half
+#pragma unroll
+      for (int i = 0; i < N; ++i, at += row_bytes) *reinterpret_cast<__half*>(at) = __float2half_rn(y[i]);
+    } else if constexpr (kPlan == Plan::kInt8ToS8 || kPlan == Plan::kInt8ToF32Int8) {
+      float q[N];
+      quantize_int8_to_float(y, format.code, format.inv_code, q);
+#pragma unroll
+      for (int i = 0; i < N; ++i, at += row_bytes) {
+        if constexpr (kPlan == Plan::kInt8ToS8) {
+          *reinterpret_cast<int8_t*>(at) = int8_byte(q[i]);
+        } else {  // + 0: the +0 that float(int8) gives for a −0 q
+          *reinterpret_cast<float*>(at) = __fmul_rn(__fadd_rn(q[i], 0.f), format.code);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; ++i, advance()) store(y[i], format);
+    }
+  }
+  __device__ void advance() { at += row_bytes; }
 };
 
+// The output of an int8 or bf16-input conv: one tensor [batch * seqlen, channels].
 template <typename Out>
-__device__ inline Out store_output(float v, float scale) {
-  if constexpr (std::is_same_v<Out, int8_t>) {
-    return quantize_int8(v, scale);
+struct PlainWriter {
+  Out* at;
+  int64_t stride;
+  float scale;
+  __device__ PlainWriter(const CausalConv1dArgs& a, int c, int b, int t)
+      : at(static_cast<Out*>(a.out) + (static_cast<int64_t>(b) * a.seqlen + t) * a.channels + c),
+        stride(a.channels),
+        scale(a.out_scales ? a.out_scales[c] : 1.f) {}
+  __device__ void store(float y, const ChannelFormat&) const {
+    if constexpr (std::is_same_v<Out, int8_t>) {
+      *at = quantize_int8(y, scale);
+    } else {
+      *at = from_float<Out>(y);
+    }
+  }
+  template <Plan kPlan, int N>
+  __device__ void store_rows(const float (&y)[N], const ChannelFormat& format) {
+#pragma unroll
+    for (int i = 0; i < N; ++i, advance()) store(y[i], format);
+  }
+  __device__ void advance() { at += stride; }
+};
+
+template <typename In, Plan kPlan>
+__device__ inline In format_input(In raw, const ChannelFormat& format) {
+  if constexpr (kPlan == Plan::kAny) {
+    return format_input(raw, format);
   } else {
-    return from_float<Out>(v);
+    return fake_quantize_int8_fast(raw, format.code, format.inv_code);
   }
 }
 
-// Each thread runs one channel over a tile of `tile` tokens, starting from the W-1 inputs
-// before the tile (from the input, or from the conv state before t = 0). Out = PartWriter: fp32
-// in, the output in parts.
-template <int W, typename In, typename Out>
-__global__ void __launch_bounds__(kChannels)
-    causal_conv1d_kernel(CausalConv1dArgs a, int tile, bool update_state) {
-  wait_for_previous_grid();
-  allow_next_grid();
-  const int c = blockIdx.x * kChannels + threadIdx.x;
-  const int t0 = blockIdx.y * tile, b = blockIdx.z;
-  if (c >= a.channels) return;
+// One thread's channel over tokens [t0, t_end), starting from the W-1 inputs before t0 (from the
+// input, or from the conv state before t = 0).
+template <int W, typename In, typename Writer, Plan kPlan>
+__device__ void conv_channel(const CausalConv1dArgs& a, int c, int b, int t0, int t_end) {
   const In* in = static_cast<const In*>(a.in) + static_cast<int64_t>(b) * a.seqlen * a.in_stride + c;
   In* state = static_cast<In*>(a.state) + (static_cast<int64_t>(b) * a.channels + c) * (W - 1);
-  const float in_scale = a.in_scales ? a.in_scales[c] : 1.f, out_scale = a.out_scales ? a.out_scales[c] : 1.f;
+  const float in_scale = a.in_scales ? a.in_scales[c] : 1.f;
   const ChannelFormat in_format(a.in_formats, c), out_format(a.out_formats, c);
   In raw[W];  // the window's inputs as stored (the state keeps them unchanged)
   float w[W], window[W];
@@ -95,64 +144,97 @@ __global__ void __launch_bounds__(kChannels)
 #pragma unroll
   for (int k = 0; k < W - 1; ++k) {
     const int t = t0 - (W - 1) + k;
-    raw[k] = t >= 0 ? format_input(in[static_cast<int64_t>(t) * a.in_stride], in_format) : state[W - 1 + t];
+    raw[k] = t >= 0 ? format_input<In, kPlan>(in[static_cast<int64_t>(t) * a.in_stride], in_format) : state[W - 1 + t];
     window[k] = load_input(raw[k], in_scale);
   }
-  const int t_end = min(t0 + tile, a.seqlen);
-  constexpr bool kParts = std::is_same_v<Out, PartWriter>;
-  using Stored = std::conditional_t<kParts, float, Out>;
-  Stored* out = kParts ? nullptr : static_cast<Stored*>(a.out) + static_cast<int64_t>(b) * a.seqlen * a.channels + c;
-  const PartWriter parts = kParts ? PartWriter(a, c, b) : PartWriter{};
-  auto step = [&](In value, int t) {
-    raw[W - 1] = format_input(value, in_format);
-    window[W - 1] = load_input(raw[W - 1], in_scale);
+  Writer out(a, c, b, t0);
+  const In* next_in = in + static_cast<int64_t>(t0) * a.in_stride;
+  // The next output from the next (formatted) input.
+  auto convolve = [&](In formatted) {
+    raw[W - 1] = formatted;
+    window[W - 1] = load_input(formatted, in_scale);
     float acc = bias;
 #pragma unroll
     for (int k = 0; k < W; ++k) acc = __fmaf_rn(w[k], window[k], acc);  // the CPU's order
-    float y = silu(acc);
-    if constexpr (kParts) {
-      parts.store(t, y, out_format);
-    } else {
-      if constexpr (std::is_same_v<Out, float>) y = out_format.apply(y);
-      out[static_cast<int64_t>(t) * a.channels] = store_output<Out>(y, out_scale);
-    }
 #pragma unroll
     for (int k = 0; k < W - 1; ++k) window[k] = window[k + 1], raw[k] = raw[k + 1];
+    return silu(acc);
   };
-  if (t_end - t0 < kLoadBatch) {  // decode: the plain loop has the shortest latency
-    for (int t = t0; t < t_end; ++t) step(in[static_cast<int64_t>(t) * a.in_stride], t);
-  } else {
-    // Prefill: kLoadBatch tokens' inputs are loaded before any of their outputs is stored (the
-    // stores would otherwise hold each load behind the previous token's store); 2.7b W8A8 conv of
-    // 2,048 tokens 102 → 74 µs (kernels_bench, H100).
-    for (int tb = t0; tb < t_end; tb += kLoadBatch) {
-      In next[kLoadBatch];
+  int t = t0;
+  // Prefill: kLoadBatch tokens' inputs are loaded before any of their outputs is stored (the
+  // stores would otherwise hold each load behind the previous token's store; 2.7b W8A8 conv of
+  // 2,048 tokens 102 → 74 µs, kernels_bench, H100), formatted and stored as a batch.
+  for (; t + kLoadBatch <= t_end; t += kLoadBatch) {
+    In next[kLoadBatch];
 #pragma unroll
-      for (int u = 0; u < kLoadBatch; ++u) next[u] = tb + u < t_end ? in[static_cast<int64_t>(tb + u) * a.in_stride] : In{};
+    for (int u = 0; u < kLoadBatch; ++u) next[u] = next_in[u * a.in_stride];
+    next_in += kLoadBatch * a.in_stride;
+    float y[kLoadBatch];
+    if constexpr (kPlan == Plan::kAny) {
 #pragma unroll
-      for (int u = 0; u < kLoadBatch; ++u)
-        if (tb + u < t_end) step(next[u], tb + u);
+      for (int u = 0; u < kLoadBatch; ++u) y[u] = convolve(format_input(next[u], in_format));
+    } else {
+      float q[kLoadBatch];
+      quantize_int8_to_float(next, in_format.code, in_format.inv_code, q);
+#pragma unroll
+      for (int u = 0; u < kLoadBatch; ++u) y[u] = convolve(__fmul_rn(__fadd_rn(q[u], 0.f), in_format.code));
     }
+    out.template store_rows<kPlan>(y, out_format);
   }
-  // Only when this thread is the single reader of the old state may it write the new one.
-  if (update_state && t_end == a.seqlen) {
+  for (; t < t_end; ++t, next_in += a.in_stride) {  // decode steps and a tile's last tokens
+    const float y[1] = {convolve(format_input<In, kPlan>(*next_in, in_format))};
+    out.template store_rows<kPlan>(y, out_format);
+  }
+  // The new state: the last W-1 inputs as stored. Only the first tile reads the old state, so its
+  // thread writes the new one, once it has read the old (a tile that ends the sequence has them in
+  // its window; others load them).
+  if (t0 == 0) {
+    if (t_end == a.seqlen) {
 #pragma unroll
-    for (int k = 0; k < W - 1; ++k) state[k] = raw[k];
+      for (int k = 0; k < W - 1; ++k) state[k] = raw[k];
+    } else {  // seqlen > tile ≥ 16 > W - 1
+#pragma unroll
+      for (int k = 0; k < W - 1; ++k)
+        state[k] = format_input<In, kPlan>(in[static_cast<int64_t>(a.seqlen - (W - 1) + k) * a.in_stride], in_format);
+    }
   }
 }
 
-// The new state when the conv ran in several tiles: the last W-1 inputs (seqlen ≥ W-1 here
-// because seqlen > tile ≥ 16).
-template <int W, typename In>
-__global__ void conv_state_update_kernel(CausalConv1dArgs a) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
+// The plan of an fp32-input channel (see Plan).
+__device__ inline Plan plan_of(const CausalConv1dArgs& a, int c) {
+  if (!a.specialize || !a.in_formats || !a.out_formats || !(a.in_formats[c] > 0.f)) return Plan::kAny;
+  ElementType type = ElementType::kF32;
+  for (int i = 0; i < a.part_count; ++i)
+    if (c >= a.parts[i].first_channel) type = a.parts[i].type;
+  const float out_code = a.out_formats[c];
+  if (type == ElementType::kF16 && out_code < 0.f) return Plan::kInt8ToF16;
+  if (type == ElementType::kS8 && out_code > 0.f) return Plan::kInt8ToS8;
+  if (type == ElementType::kF32 && out_code > 0.f) return Plan::kInt8ToF32Int8;
+  return Plan::kAny;
+}
+
+// Each thread runs one channel over a tile of `tile` tokens. fp32 inputs write through
+// PartWriter (parts, or the one fp32 output), the others through PlainWriter<Out>.
+template <int W, typename In, typename Out>
+__global__ void __launch_bounds__(kChannels)
+    causal_conv1d_kernel(CausalConv1dArgs a, int tile) {
+  wait_for_previous_grid();
+  allow_next_grid();
+  const int c = blockIdx.x * kChannels + threadIdx.x;
+  const int t0 = blockIdx.y * tile, b = blockIdx.z;
   if (c >= a.channels) return;
-  const In* in = static_cast<const In*>(a.in) + static_cast<int64_t>(b) * a.seqlen * a.in_stride + c;
-  In* state = static_cast<In*>(a.state) + (static_cast<int64_t>(b) * a.channels + c) * (W - 1);
-  const ChannelFormat in_format(a.in_formats, c);
-#pragma unroll
-  for (int k = 0; k < W - 1; ++k)
-    state[k] = format_input(in[static_cast<int64_t>(a.seqlen - (W - 1) + k) * a.in_stride], in_format);
+  const int t_end = min(t0 + tile, a.seqlen);
+  if constexpr (std::is_same_v<In, float>) {
+    switch (plan_of(a, c)) {
+      case Plan::kInt8ToF16: return conv_channel<W, In, PartWriter, Plan::kInt8ToF16>(a, c, b, t0, t_end);
+      case Plan::kInt8ToS8: return conv_channel<W, In, PartWriter, Plan::kInt8ToS8>(a, c, b, t0, t_end);
+      case Plan::kInt8ToF32Int8:
+        return conv_channel<W, In, PartWriter, Plan::kInt8ToF32Int8>(a, c, b, t0, t_end);
+      default: return conv_channel<W, In, PartWriter, Plan::kAny>(a, c, b, t0, t_end);
+    }
+  } else {
+    conv_channel<W, In, PlainWriter<Out>, Plan::kAny>(a, c, b, t0, t_end);
+  }
 }
 
 // Tokens per thread: the largest tile (fewest window re-reads) that still gives ~4 waves of
@@ -170,17 +252,12 @@ template <int W, typename In, typename Out>
 cudaError_t launch_types(const CausalConv1dArgs& a, cudaStream_t stream) {
   const int tile = tile_tokens(a), tiles = (a.seqlen + tile - 1) / tile;
   const dim3 grid((a.channels + kChannels - 1) / kChannels, tiles, a.batch);
-  const cudaError_t status =
-      launch_kernel(causal_conv1d_kernel<W, In, Out>, LaunchShape{grid, dim3(kChannels)}, stream, a, tile, tiles == 1);
-  if (status != cudaSuccess) return status;
-  if (tiles > 1) conv_state_update_kernel<W, In><<<dim3((a.channels + 127) / 128, a.batch), 128, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_kernel(causal_conv1d_kernel<W, In, Out>, LaunchShape{grid, dim3(kChannels)}, stream, a, tile);
 }
 
 template <int W>
 cudaError_t launch_width(const CausalConv1dArgs& a, cudaStream_t stream) {
-  if (a.in_type == ElementType::kF32)
-    return a.part_count > 0 ? launch_types<W, float, PartWriter>(a, stream) : launch_types<W, float, float>(a, stream);
+  if (a.in_type == ElementType::kF32) return launch_types<W, float, float>(a, stream);
   if (a.in_type == ElementType::kBF16) return launch_types<W, __nv_bfloat16, __nv_bfloat16>(a, stream);
   if (a.out_type == ElementType::kS8) return launch_types<W, int8_t, int8_t>(a, stream);
   return launch_types<W, int8_t, __half>(a, stream);

@@ -53,6 +53,10 @@ struct CausalConv1dArgs {
   const float* in_formats = nullptr;
   const float* out_formats = nullptr;
   int tile_tokens = 0;  // tokens a thread walks: 16, 32 or 64; 0 picks by the grid's size
+  // fp32 in: channels whose formats are a common case (int8 conv.in, then fp16, int8 or
+  // int8-formatted fp32 out) run a loop specialized for it; false sends every channel through the
+  // per-element dispatch (the same bits: the tests compare the two).
+  bool specialize = true;
   // kF32 in and out only: when part_count > 0, the output goes to these parts instead of `out`
   // (null then); parts[0].first_channel is 0 and the first channels increase.
   static constexpr int kMaxParts = 3;

@@ -32,7 +32,13 @@ __host__ __device__ inline __half from_float<__half>(float value) { return __flo
 #ifdef __CUDACC__
 // PyTorch's softplus (identity above 20).
 __device__ inline float softplus(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
-__device__ inline float silu(float x) { return x / (1.f + __expf(-x)); }
+// x / (1 + __expf(-x)) with exp's flush-to-zero form, bit for bit: the two differ only where e^-x
+// or its argument is subnormal, and 1 + e is 1 there either way (this skips exp's range fix-up).
+__device__ inline float silu(float x) {
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.44269504088896341f));
+  return x / (1.f + e);
+}
 #endif
 
 }  // namespace ssdq::kernels

@@ -35,11 +35,44 @@ __device__ inline int8_t quantize_int8(float value, float scale) {
 // (2.3e-5 below 129) of the rounded quotient, so both round to the same integer unless a
 // half-integer lies within 1e-3 of r, i.e. r is more than 0.499 from its nearest integer (r − rint(r)
 // is exact). Returns false for those, |r| ≥ 129, NaN and infinities: the caller then takes
-// quantize_int8 (batching the rare fallbacks keeps the fast path branch-free).
-__device__ inline bool quantize_int8_by_reciprocal(float value, float inv_scale, int* q) {
+// quantize_int8 (batching the rare fallbacks keeps the fast path branch-free). q is the integer as
+// a float (−0 where r rounds to zero from below), with no conversion instruction.
+__device__ inline bool quantize_int8_by_reciprocal(float value, float inv_scale, float* q) {
   const float r = __fmul_rn(value, inv_scale), nearest = rintf(r);
-  *q = static_cast<int>(fminf(fmaxf(nearest, -127.f), 127.f));
+  *q = fminf(fmaxf(nearest, -127.f), 127.f);
   return fabsf(r) < 129.f && fabsf(__fsub_rn(r, nearest)) < 0.499f;
+}
+__device__ inline bool quantize_int8_by_reciprocal(float value, float inv_scale, int* q) {
+  float f;
+  const bool exact = quantize_int8_by_reciprocal(value, inv_scale, &f);
+  *q = static_cast<int>(f);
+  return exact;
+}
+
+// quantize_int8's q as a float, with the fallback inline (for kernels that store it right away).
+__device__ inline float quantize_int8_to_float(float value, float scale, float inv_scale) {
+  float q;
+  if (!quantize_int8_by_reciprocal(value, inv_scale, &q)) q = static_cast<float>(quantize_int8(value, scale));
+  return q;
+}
+
+// quantize_int8_to_float over N values, with one branch for all their fallbacks.
+template <int N>
+__device__ inline void quantize_int8_to_float(const float (&value)[N], float scale, float inv_scale, float (&q)[N]) {
+  unsigned slow = 0;
+#pragma unroll
+  for (int i = 0; i < N; ++i) slow |= unsigned(!quantize_int8_by_reciprocal(value[i], inv_scale, &q[i])) << i;
+  if (slow) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (slow >> i & 1) q[i] = static_cast<float>(quantize_int8(value[i], scale));
+  }
+}
+
+// The byte of an integer-valued float in [−127, 127]: 1.5·2²³ + q holds q in its low mantissa
+// bits, two's complement below zero (an add instead of a float-to-int conversion).
+__device__ inline int8_t int8_byte(float q) {
+  return static_cast<int8_t>(__float_as_int(__fadd_rn(q, 12582912.f)));
 }
 
 // The four signed bytes of a word as exact floats without I2F (a conversion unit at 1/8 of the FMA
@@ -67,13 +100,18 @@ __device__ inline float apply_format_code(float value, float code) {
 // quantize_int8 bit for bit, dividing only where the reciprocal could differ (inv_scale =
 // __frcp_rn(scale)); for kernels that quantize many values with one scale.
 __device__ inline int8_t quantize_int8_fast(float value, float scale, float inv_scale) {
-  int q;
-  return quantize_int8_by_reciprocal(value, inv_scale, &q) ? static_cast<int8_t>(q) : quantize_int8(value, scale);
+  return int8_byte(quantize_int8_to_float(value, scale, inv_scale));
 }
 
-// apply_format_code bit for bit with quantize_int8_fast (inv_code = __frcp_rn(code) when code > 0).
+// fake_quantize_int8 bit for bit with the reciprocal (inv_scale = __frcp_rn(scale)); + 0 turns a
+// −0 q into the +0 that float(int8) gives.
+__device__ inline float fake_quantize_int8_fast(float value, float scale, float inv_scale) {
+  return __fmul_rn(__fadd_rn(quantize_int8_to_float(value, scale, inv_scale), 0.f), scale);
+}
+
+// apply_format_code bit for bit with the reciprocal (inv_code = __frcp_rn(code) when code > 0).
 __device__ inline float apply_format_code_fast(float value, float code, float inv_code) {
-  if (code > 0.f) return __fmul_rn(static_cast<float>(quantize_int8_fast(value, code, inv_code)), code);
+  if (code > 0.f) return fake_quantize_int8_fast(value, code, inv_code);
   return code < 0.f ? round_to_fp16(value) : value;
 }
 

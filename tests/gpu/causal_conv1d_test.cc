@@ -2,9 +2,12 @@
 // below the kernel width, a non-zero starting state, strided input rows, and the state after.
 #include "kernels/causal_conv1d.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <string>
 
 #include "formats/dtype.h"
 #include "quant/quantizer.h"
@@ -360,6 +363,96 @@ TEST(CausalConv1dParts, EqualTheFormattedOutput) {
       b.edit(a);
       EXPECT_FALSE(kernels::causal_conv1d_supported(a)) << b.why;
     }
+  }
+}
+
+// The loops specialized per channel plan (int8 conv.in, then fp16 x, int8 B|C, int8-formatted
+// fp32) give the bits of the per-element dispatch: parts as in the SSDi8 prefill plus a mixed fp32
+// part, and one plain fp32 output; inputs that saturate, sit on rounding ties, are NaN or infinite.
+TEST(CausalConv1dPlans, SpecializedLoopsGiveTheGenericBits) {
+  testing::require_device();
+  struct Shape {
+    int batch, seqlen, channels, x_end, bc_end, tile;
+  };
+  for (const Shape sh : {Shape{2, 300, 1344, 1024, 1280, 0}, Shape{3, 1, 200, 72, 136, 0},
+                         Shape{1, 70, 100, 40, 90, 16}, Shape{1, 2048, 640, 384, 512, 64}}) {
+    const int width = 4, hist = width - 1;
+    std::mt19937 rng(sh.seqlen * 3 + sh.channels);
+    std::vector<float> in_codes(sh.channels), out_codes(sh.channels);
+    for (int ch = 0; ch < sh.channels; ++ch) {
+      in_codes[ch] = ch % 17 == 5 ? -1.f : 0.011f + 0.0007f * (ch % 13);  // a few fp16 conv.in channels
+      out_codes[ch] = ch < sh.x_end ? -1.f : ch < sh.bc_end ? 0.004f + 0.0003f * (ch % 11) : (ch % 2 ? 0.006f : -1.f);
+    }
+    const int64_t rows = int64_t(sh.batch) * sh.seqlen, in_stride = sh.channels + 5;
+    auto input = testing::random_vector(size_t(rows) * in_stride, -2.f, 2.f, rng);
+    std::uniform_int_distribution<size_t> pick(0, input.size() - 1);
+    for (int i = 0; i < 40; ++i) {  // ties of q·code, saturation, NaN, ±∞
+      const size_t at = pick(rng);
+      const float code = in_codes[at % in_stride < size_t(sh.channels) ? at % in_stride : 0];
+      input[at] = i % 4 == 0 ? (float(i) + 0.5f) * code : i % 4 == 1 ? 1e3f : i % 4 == 2 ? NAN : -INFINITY;
+    }
+    const auto state = testing::random_vector(size_t(sh.batch) * sh.channels * hist, -2.f, 2.f, rng);
+    testing::DeviceBuffer<float> d_in(input), d_w(testing::random_vector(size_t(sh.channels) * width, -0.5f, 0.5f, rng)),
+        d_b(testing::random_vector(sh.channels, -0.2f, 0.2f, rng)), d_in_codes(in_codes), d_out_codes(out_codes);
+    kernels::CausalConv1dArgs args;
+    args.batch = sh.batch;
+    args.seqlen = sh.seqlen;
+    args.channels = sh.channels;
+    args.width = width;
+    args.in = d_in.get();
+    args.in_stride = in_stride;
+    args.weight = d_w.get();
+    args.bias = d_b.get();
+    args.in_type = args.out_type = kernels::ElementType::kF32;
+    args.in_formats = d_in_codes.get();
+    args.out_formats = d_out_codes.get();
+    args.tile_tokens = sh.tile;
+
+    struct Result {
+      std::vector<uint16_t> x;
+      std::vector<int8_t> bc;
+      std::vector<float> f, plain, state, plain_state;
+    };
+    auto run = [&](bool specialize) {
+      Result r;
+      const int64_t x_stride = sh.x_end + 8, bc_stride = sh.bc_end - sh.x_end + 16, f_stride = sh.channels - sh.bc_end + 3;
+      testing::DeviceBuffer<float> d_state(state), d_plain_state(state), d_f(std::vector<float>(size_t(rows) * f_stride, -7.f)),
+          d_plain(std::vector<float>(size_t(rows) * sh.channels, -7.f));
+      testing::DeviceBuffer<uint16_t> d_x(std::vector<uint16_t>(size_t(rows) * x_stride, 0x7e00));
+      testing::DeviceBuffer<int8_t> d_bc(std::vector<int8_t>(size_t(rows) * bc_stride, 0x55));
+      kernels::CausalConv1dArgs split = args;
+      split.specialize = specialize;
+      split.state = d_state.get();
+      split.part_count = 3;
+      split.parts[0] = {d_x.get(), 0, x_stride, kernels::ElementType::kF16};
+      split.parts[1] = {d_bc.get(), sh.x_end, bc_stride, kernels::ElementType::kS8};
+      split.parts[2] = {d_f.get(), sh.bc_end, f_stride, kernels::ElementType::kF32};
+      EXPECT_EQ(kernels::launch_causal_conv1d(split, nullptr), cudaSuccess);
+      kernels::CausalConv1dArgs plain = args;
+      plain.specialize = specialize;
+      plain.state = d_plain_state.get();
+      plain.out = d_plain.get();
+      EXPECT_EQ(kernels::launch_causal_conv1d(plain, nullptr), cudaSuccess);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      r.x = d_x.to_host();
+      r.bc = d_bc.to_host();
+      r.f = d_f.to_host();
+      r.plain = d_plain.to_host();
+      r.state = d_state.to_host();
+      r.plain_state = d_plain_state.to_host();
+      return r;
+    };
+    const Result generic = run(false), special = run(true);
+    auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    const std::string where = fmt::format("{} × {} tokens, {} channels", sh.batch, sh.seqlen, sh.channels);
+    EXPECT_EQ(special.x, generic.x) << where;
+    EXPECT_EQ(special.bc, generic.bc) << where;
+    EXPECT_TRUE(same_bits(special.f, generic.f)) << where;
+    EXPECT_TRUE(same_bits(special.plain, generic.plain)) << where;
+    EXPECT_TRUE(same_bits(special.state, generic.state)) << where;
+    EXPECT_TRUE(same_bits(special.plain_state, generic.plain_state)) << where;
   }
 }
 
