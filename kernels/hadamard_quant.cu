@@ -3,9 +3,15 @@
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
 #include "kernels/block_reduce.cuh"
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/quant_epilogue.cuh"
+#include "quant/hadamard_base.h"
 
 namespace ssdq::kernels {
 namespace {
@@ -119,21 +125,98 @@ __device__ inline void butterfly_in_shared_memory(float* x, int n, int m) {
   }
 }
 
-// H_K as ±1.0f, passed in the kernel's parameters: with K a template constant and the mix
-// unrolled, each term is one FFMA reading its sign from the constant bank, fma(v, ±1, acc) = acc ± v
-// with the generic loop's single rounding (which spends a shared-memory load and a select per term).
-template <int K>
-struct SignMatrix {
-  float sign[K * K];
-};
-template <>
-struct SignMatrix<0> {};
+// Output A of the H_K mix of one column: Σ_k ±v[k] in k's order, each sign H_K[k][A] a
+// compile-time constant (quant/hadamard_base.h), so a term is one add or subtract with the generic
+// loop's single rounding (acc + (±v)) and no load of the sign.
+template <int K, int A, int... Ks>
+__device__ inline float mix_output(const float (&v)[K], std::integer_sequence<int, Ks...>) {
+  float acc = 0.f;
+  ((acc = std::integral_constant<int, hadamard_base_entry(K, Ks, A)>::value > 0 ? __fadd_rn(acc, v[Ks])
+                                                                                : __fsub_rn(acc, v[Ks])),
+   ...);
+  return acc;
+}
 
-// One block per row; the row lives in shared memory. kOrder: K when the launcher passes H_K in
-// `h_k` (K 12, 20 or 28: the orders hadamard_quant_supported takes), else 0.
-template <int kThreads, int kOrder>
-__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
-    hadamard_quant_kernel(HadamardQuantArgs a, SignMatrix<kOrder> h_k) {
+// Outputs first … first + count - 1 of the column, each handed to store(a2, value).
+template <int K, typename Store, int... As>
+__device__ inline void mix_outputs(const float (&v)[K], int first, int count, const Store& store,
+                                   std::integer_sequence<int, As...> order) {
+  ((As >= first && As < first + count ? store(As, mix_output<K, As>(v, order)) : void()), ...);
+}
+
+// The gated norm's loads: V consecutive floats (V = 4: one 16-byte load).
+template <int V>
+__device__ inline void load_floats(const float* from, float (&to)[V]) {
+  if constexpr (V == 4) {
+    const float4 f = *reinterpret_cast<const float4*>(from);
+    to[0] = f.x, to[1] = f.y, to[2] = f.z, to[3] = f.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) to[e] = from[e];
+  }
+}
+
+// Group [g0, g0 + group_size) of the row: x = y·silu(z) normalized by the group's RMS and
+// weighted. A thread takes V consecutive elements at a time (kGatedBatch of them loaded before any
+// is used: the loads are in flight together rather than each behind the previous element's silu).
+template <int kThreads, int V>
+__device__ inline void gated_norm_group(const HadamardQuantArgs& a, const float* y, const float* z, float* x, int g0) {
+  constexpr int kVectors = kGatedBatch / V, kStride = kThreads * V;
+  float sum = 0.f;
+  for (int i0 = threadIdx.x * V; i0 < a.group_size; i0 += kGatedBatch * kThreads) {
+    float yv[kVectors][V], zv[kVectors][V];
+#pragma unroll
+    for (int u = 0; u < kVectors; ++u) {
+      const int i = i0 + u * kStride;
+      if (i < a.group_size) {
+        load_floats(y + g0 + i, yv[u]);
+        load_floats(z + g0 + i, zv[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kVectors; ++u) {
+      const int i = i0 + u * kStride;
+      if (i >= a.group_size) break;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float g = __fmul_rn(yv[u][e], silu(zv[u][e]));
+        x[g0 + i + e] = g;
+        sum += g * g;
+      }
+    }
+  }
+  const float scale = rsqrtf(block_sum<kThreads>(sum) / a.group_size + a.eps);
+  for (int i0 = threadIdx.x * V; i0 < a.group_size; i0 += kGatedBatch * kThreads) {
+    float wv[kVectors][V];
+#pragma unroll
+    for (int u = 0; u < kVectors; ++u) {
+      const int i = i0 + u * kStride;
+      if (i < a.group_size) load_floats(a.norm_weight + g0 + i, wv[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kVectors; ++u) {
+      const int i = i0 + u * kStride;
+      if (i >= a.group_size) break;
+#pragma unroll
+      for (int e = 0; e < V; ++e) x[g0 + i + e] = __fmul_rn(__fmul_rn(x[g0 + i + e], scale), wv[u][e]);
+    }
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Whether the gated norm can load four floats at a time (every group and row start 16-byte aligned).
+bool vector_loads_ok(const HadamardQuantArgs& a) {
+  return a.z && a.group_size % 4 == 0 && a.ldy % 4 == 0 && a.z_stride % 4 == 0 && aligned16(a.y) && aligned16(a.z) &&
+         aligned16(a.norm_weight);
+}
+
+// One block per row; the row lives in shared memory. kOrder: K when the mix is unrolled with
+// H_K's signs as constants (K 12, 20 or 28: the orders hadamard_quant_supported takes), else 0.
+// kVector: 4 where the gated norm loads four floats at a time (vector_loads_ok), else 1 (the two
+// paths in one kernel spill registers).
+template <int kThreads, int kOrder, int kVector>
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads) hadamard_quant_kernel(HadamardQuantArgs a) {
   wait_for_previous_grid();
   allow_next_grid();
   extern __shared__ float x[];
@@ -141,42 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
   const float* y = a.y + row * a.ldy;
   if (a.z) {
     const float* z = a.z + row * a.z_stride;
-    for (int g0 = 0; g0 < a.n; g0 += a.group_size) {
-      // kGatedBatch elements' y and z are loaded before any is used: the loads are in flight
-      // together rather than each behind the previous element's silu (its division branches).
-      float sum = 0.f;
-      for (int i0 = threadIdx.x; i0 < a.group_size; i0 += kGatedBatch * kThreads) {
-        float yv[kGatedBatch], zv[kGatedBatch];
-#pragma unroll
-        for (int u = 0; u < kGatedBatch; ++u) {
-          const int i = i0 + u * kThreads;
-          yv[u] = i < a.group_size ? y[g0 + i] : 0.f;
-          zv[u] = i < a.group_size ? z[g0 + i] : 0.f;
-        }
-#pragma unroll
-        for (int u = 0; u < kGatedBatch; ++u) {
-          const int i = i0 + u * kThreads;
-          if (i >= a.group_size) break;
-          const float g = __fmul_rn(yv[u], silu(zv[u]));
-          x[g0 + i] = g;
-          sum += g * g;
-        }
-      }
-      const float scale = rsqrtf(block_sum<kThreads>(sum) / a.group_size + a.eps);
-      for (int i0 = threadIdx.x; i0 < a.group_size; i0 += kGatedBatch * kThreads) {
-        float wv[kGatedBatch];
-#pragma unroll
-        for (int u = 0; u < kGatedBatch; ++u) {
-          const int i = i0 + u * kThreads;
-          wv[u] = i < a.group_size ? a.norm_weight[g0 + i] : 0.f;
-        }
-#pragma unroll
-        for (int u = 0; u < kGatedBatch; ++u) {
-          const int i = i0 + u * kThreads;
-          if (i < a.group_size) x[g0 + i] = __fmul_rn(__fmul_rn(x[g0 + i], scale), wv[u]);
-        }
-      }
-    }
+    for (int g0 = 0; g0 < a.n; g0 += a.group_size) gated_norm_group<kThreads, kVector>(a, y, z, x, g0);
   } else {
     for (int i = threadIdx.x; i < a.n; i += kThreads) x[i] = y[i];
   }
@@ -196,14 +244,10 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
       float v[kOrder];
 #pragma unroll
       for (int k = 0; k < kOrder; ++k) v[k] = x[k * m + b];
-#pragma unroll
-      for (int a2 = 0; a2 < kOrder; ++a2) {
-        if (a2 < first || a2 >= first + per_thread) continue;
-        float acc = 0.f;
-#pragma unroll
-        for (int k = 0; k < kOrder; ++k) acc = __fmaf_rn(v[k], h_k.sign[k * kOrder + a2], acc);
-        store_output(a, inv_out_scale, row * a.n + a2 * m + b, acc);
-      }
+      const int64_t column = row * a.n + b;
+      mix_outputs<kOrder>(
+          v, first, per_thread, [&](int a2, float acc) { store_output(a, inv_out_scale, column + a2 * m, acc); },
+          std::make_integer_sequence<int, kOrder>{});
     }
     return;
   }
@@ -423,37 +467,50 @@ cudaError_t launch_cluster(const HadamardQuantArgs& a, cudaStream_t stream) {
   return launch_kernel(hadamard_quant_cluster_kernel, shape, stream, a);
 }
 
-template <int kThreads, int kOrder>
-cudaError_t launch_rows_with(const HadamardQuantArgs& a, const SignMatrix<kOrder>& h_k, size_t shared,
-                             cudaStream_t stream) {
+template <int kThreads, int kOrder, int kVector>
+cudaError_t launch_rows_with(const HadamardQuantArgs& a, size_t shared, cudaStream_t stream) {
+  const auto kernel = hadamard_quant_kernel<kThreads, kOrder, kVector>;
   if (shared > 48 * 1024) {
-    const cudaError_t status = cudaFuncSetAttribute(hadamard_quant_kernel<kThreads, kOrder>,
-                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+    const cudaError_t status =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
     if (status != cudaSuccess) return status;
   }
-  return launch_kernel(hadamard_quant_kernel<kThreads, kOrder>,
-                       LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads), shared}, stream, a, h_k);
+  return launch_kernel(kernel, LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads), shared}, stream, a);
 }
 
-template <int K>
-SignMatrix<K> sign_matrix(const int8_t* h_k) {
-  SignMatrix<K> out;
-  for (int i = 0; i < K * K; ++i) out.sign[i] = h_k[i] > 0 ? 1.f : -1.f;
-  return out;
+std::vector<int8_t> builtin_base(int k) {
+  std::vector<int8_t> h(static_cast<size_t>(k) * k);
+  for (int i = 0; i < k; ++i)
+    for (int j = 0; j < k; ++j) h[i * k + j] = static_cast<int8_t>(hadamard_base_entry(k, i, j));
+  return h;
 }
 
-// The unrolled mix where the host copy of H_K is at hand, the generic kernel otherwise.
+// Whether the host copy of H_K (K 12, 20 or 28) is the matrix the unrolled kernels spell.
+bool is_builtin_base(const int8_t* h, int k) {
+  static const std::vector<int8_t> h12 = builtin_base(12), h20 = builtin_base(20), h28 = builtin_base(28);
+  const std::vector<int8_t>& builtin = k == 12 ? h12 : k == 20 ? h20 : h28;
+  return std::memcmp(h, builtin.data(), builtin.size()) == 0;
+}
+
+template <int kThreads, int kOrder>
+cudaError_t launch_rows_order(const HadamardQuantArgs& a, size_t shared, cudaStream_t stream) {
+  return vector_loads_ok(a) ? launch_rows_with<kThreads, kOrder, 4>(a, shared, stream)
+                            : launch_rows_with<kThreads, kOrder, 1>(a, shared, stream);
+}
+
+// The unrolled mix where the host copy of H_K is given (and is the built-in one), the generic
+// kernel otherwise.
 template <int kThreads>
 cudaError_t launch_rows(const HadamardQuantArgs& a, size_t shared, cudaStream_t stream) {
-  if (a.rotate && a.base_matrix_host) {
-    switch (a.base_order) {
-      case 12: return launch_rows_with<kThreads>(a, sign_matrix<12>(a.base_matrix_host), shared, stream);
-      case 20: return launch_rows_with<kThreads>(a, sign_matrix<20>(a.base_matrix_host), shared, stream);
-      case 28: return launch_rows_with<kThreads>(a, sign_matrix<28>(a.base_matrix_host), shared, stream);
-      default: break;
+  const int k = a.base_order;
+  if (a.rotate && a.base_matrix_host && (k == 12 || k == 20 || k == 28) && is_builtin_base(a.base_matrix_host, k)) {
+    switch (k) {
+      case 12: return launch_rows_order<kThreads, 12>(a, shared, stream);
+      case 20: return launch_rows_order<kThreads, 20>(a, shared, stream);
+      default: return launch_rows_order<kThreads, 28>(a, shared, stream);
     }
   }
-  return launch_rows_with<kThreads>(a, SignMatrix<0>{}, shared, stream);
+  return launch_rows_order<kThreads, 0>(a, shared, stream);
 }
 
 }  // namespace

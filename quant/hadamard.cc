@@ -4,59 +4,23 @@
 #include <cmath>
 
 #include "formats/error.h"
+#include "quant/hadamard_base.h"
 
 namespace ssdq {
 namespace {
 
-// Quadratic character of a mod the prime q: 0, 1 (a non-zero square) or -1.
-int quadratic_character(int64_t a, int64_t q) {
-  a = ((a % q) + q) % q;
-  if (a == 0) return 0;
-  for (int64_t x = 1; x < q; ++x)
-    if (x * x % q == a) return 1;
-  return -1;
-}
-
-// Paley construction I, q prime with q ≡ 3 (mod 4): order q + 1.
-std::vector<int8_t> paley_one(int64_t q) {
-  const int64_t n = q + 1;
-  std::vector<int8_t> h(n * n);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      int s;
-      if (i == 0) {
-        s = j == 0 ? 0 : 1;
-      } else if (j == 0) {
-        s = -1;
-      } else {
-        s = quadratic_character(j - i, q);
-      }
-      h[i * n + j] = static_cast<int8_t>((i == j ? 1 : 0) + s);
-    }
-  return h;
-}
-
-// Paley construction II, q prime with q ≡ 1 (mod 4): order 2(q + 1).
-std::vector<int8_t> paley_two(int64_t q) {
-  const int64_t c_order = q + 1, n = 2 * c_order;
-  static const int kDiagonal[2][2] = {{1, -1}, {-1, -1}};
-  static const int kOffDiagonal[2][2] = {{1, 1}, {1, -1}};
-  std::vector<int8_t> h(n * n);
-  for (int64_t i = 0; i < c_order; ++i)
-    for (int64_t j = 0; j < c_order; ++j) {
-      const int c = (i == j) ? 0 : (i == 0 || j == 0) ? 1 : quadratic_character(j - i, q);
-      for (int r = 0; r < 2; ++r)
-        for (int s = 0; s < 2; ++s)
-          h[(2 * i + r) * n + 2 * j + s] = static_cast<int8_t>(i == j ? kDiagonal[r][s] : c * kOffDiagonal[r][s]);
-    }
+std::vector<int8_t> base_matrix_of(int k) {
+  std::vector<int8_t> h(static_cast<size_t>(k) * k);
+  for (int i = 0; i < k; ++i)
+    for (int j = 0; j < k; ++j) h[i * k + j] = static_cast<int8_t>(hadamard_base_entry(k, i, j));
   return h;
 }
 
 const std::vector<int8_t>& base_matrix(int64_t k) {
-  static const std::vector<int8_t> h1 = {1};
-  static const std::vector<int8_t> h12 = paley_one(11);
-  static const std::vector<int8_t> h20 = paley_one(19);
-  static const std::vector<int8_t> h28 = paley_two(13);
+  static const std::vector<int8_t> h1 = base_matrix_of(1);
+  static const std::vector<int8_t> h12 = base_matrix_of(12);
+  static const std::vector<int8_t> h20 = base_matrix_of(20);
+  static const std::vector<int8_t> h28 = base_matrix_of(28);
   switch (k) {
     case 1: return h1;
     case 12: return h12;

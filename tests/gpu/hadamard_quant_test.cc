@@ -24,12 +24,13 @@ struct Case {
   bool gated;
   Schedule schedule;
   bool host_matrix = false;  // pass H_K's host copy too: kRowPerBlock's unrolled mix for K 12, 20, 28
+  bool odd_strides = false;  // rows of y and z not 16-byte aligned: the gated norm's scalar loads
 };
 
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
-  return fmt::format("rows{}_n{}_g{}{}_{}{}", info.param.rows, info.param.n, info.param.groups,
+  return fmt::format("rows{}_n{}_g{}{}_{}{}{}", info.param.rows, info.param.n, info.param.groups,
                      info.param.gated ? "_gated" : "", info.param.schedule == Schedule::kCluster ? "cluster" : "rows",
-                     info.param.host_matrix ? "_unrolled" : "");
+                     info.param.host_matrix ? "_unrolled" : "", info.param.odd_strides ? "_odd_strides" : "");
 }
 
 // A cluster case on a device without clusters is skipped; on sm_90 it must run.
@@ -44,7 +45,7 @@ TEST_P(HadamardQuant, MatchesTheCpuSteps) {
   const Case c = GetParam();
   if (!schedule_available(c.schedule)) GTEST_SKIP() << "thread block clusters need sm_90";
   std::mt19937 rng(c.rows * 5 + c.n);
-  const int64_t ldy = c.n + 8, z_stride = c.n + 40;
+  const int64_t ldy = c.n + (c.odd_strides ? 1 : 8), z_stride = c.n + (c.odd_strides ? 3 : 40);
   auto y = testing::random_vector(size_t(c.rows) * ldy, -2.f, 2.f, rng);
   auto z = testing::random_vector(size_t(c.rows) * z_stride, -3.f, 3.f, rng);
   auto weight = testing::random_vector(c.n, 0.5f, 1.5f, rng);
@@ -149,6 +150,10 @@ std::vector<Case> cases() {
       all.push_back(c);
       if (schedule == Schedule::kRowPerBlock && hadamard_base_order(c.n) > 1) {
         c.host_matrix = true;
+        all.push_back(c);
+      }
+      if (schedule == Schedule::kRowPerBlock && c.gated) {
+        c.odd_strides = true;
         all.push_back(c);
       }
     }

@@ -20,6 +20,7 @@
 #include "kernels/qgemv.h"
 #include "kernels/scale_int32.h"
 #include "kernels/ssd_state_update.h"
+#include "quant/hadamard_base.h"
 
 namespace ssdq {
 namespace {
@@ -392,6 +393,28 @@ void bench_conv_prefill(int seqlen, double bandwidth) {
     fmt::print("causal_conv1d     {:5d} tokens fp32, int8 formats, tile {:>4}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n",
                seqlen, tile ? std::to_string(tile) : "auto", us, bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth);
   }
+  // The SSDi8 prefill's conv: fp16 x (its fp16 format) and int8 B|C rows, each plan specialized
+  // or through the per-element dispatch.
+  const int x_channels = 5120;
+  std::vector<float> codes(channels);
+  for (int c = 0; c < channels; ++c) codes[c] = c < x_channels ? -1.f : 0.01f;
+  float* out_codes = device_random(channels, 0, 0, rng);
+  check_cuda(cudaMemcpy(out_codes, codes.data(), channels * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+  a.tile_tokens = 0;
+  a.out = nullptr;
+  a.out_formats = out_codes;
+  a.part_count = 2;
+  a.parts[0] = {device_random(size_t(seqlen) * x_channels / 2, -1, 1, rng), 0, x_channels, kernels::ElementType::kF16};
+  a.parts[1] = {device_random(size_t(seqlen) * (channels - x_channels) / 4, -1, 1, rng), x_channels,
+                channels - x_channels, kernels::ElementType::kS8};
+  const double part_bytes = double(seqlen) * (channels * sizeof(float) + x_channels * 2 + (channels - x_channels));
+  for (bool specialize : {true, false}) {
+    a.specialize = specialize;
+    const double us = time_us([&] { return kernels::launch_causal_conv1d(a, nullptr); });
+    fmt::print("causal_conv1d     {:5d} tokens fp32 → fp16 x, int8 B|C, {:>11}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n",
+               seqlen, specialize ? "specialized" : "generic", us, part_bytes / us / 1e3,
+               100 * part_bytes / us / 1e3 / bandwidth);
+  }
 }
 
 // out_proj's input: gated norm + Hadamard + int8, one block a row against a cluster.
@@ -407,8 +430,9 @@ void bench_hadamard_quant(int rows, int n, int base_order, int groups) {
   a.norm_weight = device_random(n, 0.5f, 1.5f, rng);
   a.group_size = n / groups;
   a.base_order = base_order;
-  std::vector<int8_t> signs(size_t(base_order) * base_order);
-  for (size_t i = 0; i < signs.size(); ++i) signs[i] = (i * 7 + i / base_order) % 3 ? 1 : -1;
+  std::vector<int8_t> signs(size_t(base_order) * base_order);  // H_K: the unrolled kernels take only it
+  for (int i = 0; i < base_order; ++i)
+    for (int j = 0; j < base_order; ++j) signs[i * base_order + j] = static_cast<int8_t>(hadamard_base_entry(base_order, i, j));
   int8_t* d_signs = nullptr;
   check_cuda(cudaMalloc(&d_signs, signs.size()), "cudaMalloc");
   check_cuda(cudaMemcpy(d_signs, signs.data(), signs.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
