@@ -256,7 +256,8 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
     // the other warps copy the chunk's fp16 x rows (cp.async, 16 bytes an item, zero past the
     // chunk's end) and transpose Bq; then the per-token exps by every thread.
     for (int t = tid; t < L; t += kThreads) {
-      const float raw = a.dt_raw[(row0 + t) * a.dt_stride + h];
+      float raw = a.dt_raw[(row0 + t) * a.dt_stride + h];
+      if (a.dt_format != 0.f) raw = apply_format_code(raw, a.dt_format);
       dt[t] = fminf(fmaxf(softplus_like_cpu(__fadd_rn(raw, bias)), a.dt_min), a.dt_max);
     }
     cp_async_wait_all();  // Bq, Cq: the other warps transpose Bq while warp 0 runs the cumsum

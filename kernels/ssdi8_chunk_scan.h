@@ -42,6 +42,8 @@ struct Ssdi8ChunkScanArgs {
   const int8_t* Bq = nullptr; const int8_t* Cq = nullptr; int64_t bc_stride = 0;  // Bq[row*bc_stride + g*dstate + n]
   const float* dt_raw = nullptr; int64_t dt_stride = 0;  // before bias/softplus: dt = clamp(softplus(dt_raw + dt_bias[h]), dt_min, dt_max)
   const float* dt_bias = nullptr; float dt_min = 0.f, dt_max = 3.4e38f;
+  float dt_format = 0.f;  // the dt point's format applied to dt_raw first, as one code
+                          // (quant_epilogue.cuh apply_format_code); 0: as is
   const float* A = nullptr; const float* D = nullptr;   // [heads]
   const float* B_scales = nullptr;        // [groups]  s_B[g]
   const float* C_scales = nullptr;        // [groups]  s_C[g]

@@ -616,8 +616,8 @@ struct QuantizedCudaBackend::Impl {
     }
     cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d (with the x|B|C formats)");
     float* dt_raw = work.zxbcdt + E + conv_dim;
-    // dt's format rides in the recurrence kernel when it is one code for every head.
-    const bool dt_in_kernel = !ssdi8_prefill && d.ssd_dt.index.bytes() == 0;
+    // dt's format rides in the SSD kernel when it is one code for every head.
+    const bool dt_in_kernel = d.ssd_dt.index.bytes() == 0;
     if (!dt_in_kernel) enqueue_format(d.ssd_dt, dt_raw, M, H, in_dim, Reader::kFloat32, "ssd dt");
 
     const float dt_min = static_cast<float>(c.dt_min), dt_max = static_cast<float>(std::min<double>(c.dt_max, 3e38));
@@ -640,6 +640,7 @@ struct QuantizedCudaBackend::Impl {
       s.dt_bias = d.dt_bias.at<float>(0);
       s.dt_min = dt_min;
       s.dt_max = dt_max;
+      if (dt_in_kernel) s.dt_format = d.dt_code;
       s.A = d.A.at<float>(0);
       s.D = d.D.at<float>(0);
       s.B_scales = d.s_B.at<float>(0);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/dtype.h"
 #include "quant/quantizer.h"
 #include "runtime/cpu_ops.h"
 #include "runtime/quantized_model.h"
@@ -398,6 +399,39 @@ TEST(Ssdi8ChunkScanCarry, TwoLaunchesEqualOneExactly) {
   for (int64_t r = 0; r < c.seqlen; ++r)
     for (int64_t i = 0; i < pr.E; ++i) differ += !(two[r * pr.y_stride + i] == one.y[r * pr.y_stride + i]);
   EXPECT_EQ(differ, 0);
+}
+
+// dt's format applied in the kernel (dt_format: int8, fp16) equals formatting dt_raw first.
+TEST(Ssdi8ChunkScanDtFormat, EqualsFormattingDtFirst) {
+  testing::require_device();
+  const Case c{"dt_format", 2, 300, 8, 64, 2, 128, 128, -0.2f, -0.01f};
+  for (const float code : {0.013f, -1.f}) {
+    Problem pr = make_problem(c, 91);
+    const Outputs in_kernel = [&] {
+      DeviceProblem d(pr);
+      testing::DeviceBuffer<int8_t> state(pr.state);
+      testing::DeviceBuffer<float> y(std::vector<float>(int64_t(c.batch) * c.seqlen * pr.y_stride,
+                                                        std::numeric_limits<float>::quiet_NaN()));
+      kernels::Ssdi8ChunkScanArgs a = make_args(pr, d, c.batch, c.seqlen, 0, state.get(), y.get());
+      testing::DeviceBuffer<int8_t> workspace(std::vector<int8_t>(kernels::ssdi8_chunk_scan_workspace_bytes(a), 0x55));
+      a.workspace = workspace.get();
+      a.dt_format = code;
+      EXPECT_EQ(kernels::launch_ssdi8_chunk_scan(a, nullptr), cudaSuccess);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      return Outputs{state.to_host(), y.to_host()};
+    }();
+    for (int64_t r = 0; r < int64_t(c.batch) * c.seqlen; ++r)
+      for (int64_t h = 0; h < c.heads; ++h) {
+        float& v = pr.inputs[r * pr.row + pr.E + 2 * pr.GN + h];
+        v = code > 0 ? dequantize_value(quantize_value(v, code, QuantBits::kInt8), code) : half_to_float(float_to_half(v));
+      }
+    const Outputs formatted_first = run_gpu(pr);
+    EXPECT_EQ(in_kernel.state, formatted_first.state) << "code " << code;
+    int64_t differ = 0;  // the rows' first E values (the padding stays NaN in both)
+    for (int64_t r = 0; r < int64_t(c.batch) * c.seqlen; ++r)
+      differ += std::memcmp(&in_kernel.y[r * pr.y_stride], &formatted_first.y[r * pr.y_stride], pr.E * sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0) << "code " << code;
+  }
 }
 
 TEST(Ssdi8ChunkScanArgs, RejectsUnsupportedArguments) {
