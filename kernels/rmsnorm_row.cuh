@@ -7,19 +7,15 @@
 
 namespace ssdq::kernels {
 
+// The scale from each thread's partial sums (sum[j]: lane threadIdx.x + j·kThreads's elements).
 template <int kThreads>
-__device__ inline float rmsnorm_row_scale(const float* row, int dim, float eps) {
+__device__ inline float rmsnorm_scale_from_lanes(float (&sum)[256 / kThreads], int dim, float eps) {
   constexpr int kLanes = 256, kPer = kLanes / kThreads, kWarpsPerPass = kThreads / 32;
-  static_assert(kThreads % 32 == 0 && kLanes % kThreads == 0, "whole warps dividing 256");
   __shared__ float warp_sums[kLanes / 32];
-  float sum[kPer];
 #pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    sum[j] = 0.f;
-    for (int i = threadIdx.x + j * kThreads; i < dim; i += kLanes) sum[j] = __fmaf_rn(row[i], row[i], sum[j]);
+  for (int j = 0; j < kPer; ++j)
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) sum[j] += __shfl_xor_sync(0xffffffffu, sum[j], offset);
-  }
   __syncthreads();  // a previous call's readers are done with warp_sums
   if (threadIdx.x % 32 == 0)
 #pragma unroll
@@ -29,6 +25,36 @@ __device__ inline float rmsnorm_row_scale(const float* row, int dim, float eps) 
 #pragma unroll
   for (int w = 0; w < kLanes / 32; ++w) total += warp_sums[w];
   return rsqrtf(total / dim + eps);
+}
+
+template <int kThreads>
+__device__ inline float rmsnorm_row_scale(const float* row, int dim, float eps) {
+  constexpr int kLanes = 256, kPer = kLanes / kThreads;
+  static_assert(kThreads % 32 == 0 && kLanes % kThreads == 0, "whole warps dividing 256");
+  float sum[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    sum[j] = 0.f;
+    for (int i = threadIdx.x + j * kThreads; i < dim; i += kLanes) sum[j] = __fmaf_rn(row[i], row[i], sum[j]);
+  }
+  return rmsnorm_scale_from_lanes<kThreads>(sum, dim, eps);
+}
+
+// rmsnorm_row_scale<256> for rows of at most 256·kMaxPer elements, keeping the thread's elements in
+// v (v[k] = row[threadIdx.x + 256·k]): the same sum in the same order, every load issued before
+// the first is needed.
+template <int kMaxPer>
+__device__ inline float rmsnorm_row_scale_kept(const float* row, int dim, float eps, float (&v)[kMaxPer]) {
+#pragma unroll
+  for (int k = 0; k < kMaxPer; ++k) {
+    const int i = threadIdx.x + 256 * k;
+    v[k] = i < dim ? row[i] : 0.f;
+  }
+  float sum[1] = {0.f};
+#pragma unroll
+  for (int k = 0; k < kMaxPer; ++k)
+    if (threadIdx.x + 256 * k < dim) sum[0] = __fmaf_rn(v[k], v[k], sum[0]);
+  return rmsnorm_scale_from_lanes<256>(sum, dim, eps);
 }
 
 // One normalized element, as the norm kernels round it: (x · scale) · weight.

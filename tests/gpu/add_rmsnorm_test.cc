@@ -98,7 +98,8 @@ TEST_P(AddRmsNorm, Int8OutputMatchesQuantizedCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AddRmsNorm,
                          ::testing::Values(std::make_pair(1, 256), std::make_pair(7, 768), std::make_pair(64, 2560),
-                                           std::make_pair(3, 4096), std::make_pair(5, 1000)));
+                                           std::make_pair(3, 4096), std::make_pair(5, 1000),
+                                           std::make_pair(2, 5000)));  // past the rows kept in registers
 
 }  // namespace
 }  // namespace ssdq
