@@ -101,11 +101,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
 template <int M>
 cudaError_t launch_rows(const GemvArgs& a, cudaStream_t stream) {
   const size_t shared = static_cast<size_t>(M) * a.k * sizeof(__nv_bfloat16);
-  if (shared > 32 * 1024) {  // the static scratch counts against the 48 KB default too
-    const cudaError_t status =
-        cudaFuncSetAttribute(gemv_kernel<M>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
-    if (status != cudaSuccess) return status;
-  }
+  if (const cudaError_t status = allow_dynamic_shared(gemv_kernel<M>, shared); status != cudaSuccess) return status;
   return launch_kernel(gemv_kernel<M>, LaunchShape{dim3((a.n + kWarps - 1) / kWarps), dim3(kThreads), shared}, stream, a);
 }
 

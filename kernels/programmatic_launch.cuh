@@ -89,7 +89,22 @@ cudaError_t launch_kernel(void (*kernel)(Params...), const LaunchShape& shape, c
     attribute[config.numAttrs++].val.clusterDim.z = 1;
   }
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-  return status != cudaSuccess ? status : cudaGetLastError();
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();  // the failure is returned here, not left for the next launch to report
+    return status;
+  }
+  return cudaGetLastError();
+}
+
+// Lets `kernel` take `shared` bytes of dynamic shared memory: opts in above the default 48 KB
+// where those bytes and the kernel's static shared memory exceed it together.
+template <typename... Params>
+cudaError_t allow_dynamic_shared(void (*kernel)(Params...), size_t shared) {
+  if (shared == 0) return cudaSuccess;
+  cudaFuncAttributes attributes{};
+  if (const cudaError_t status = cudaFuncGetAttributes(&attributes, kernel); status != cudaSuccess) return status;
+  if (shared + attributes.sharedSizeBytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
 }
 
 }  // namespace ssdq::kernels

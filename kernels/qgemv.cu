@@ -548,22 +548,11 @@ __global__ void __launch_bounds__(kQuadWarps * 32) qgemv_quad_kernel(QgemvArgs a
     if (r < a.m) store(a, r, col, KIND == QgemvKind::kW4A8 ? __fmul_rn(y[r], a.x_scale) : y[r]);
 }
 
-// Lets kernel take `shared` bytes of dynamic shared memory, opting in where they and the kernel's
-// static shared memory exceed the default 48 KB together.
-template <typename Kernel>
-cudaError_t allow_shared(Kernel kernel, size_t shared) {
-  if (shared <= 24 * 1024) return cudaSuccess;  // no kernel here has 24 KB of static shared memory
-  cudaFuncAttributes attributes{};
-  if (const cudaError_t status = cudaFuncGetAttributes(&attributes, kernel); status != cudaSuccess) return status;
-  if (shared + attributes.sharedSizeBytes <= 48 * 1024) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
-}
-
 // Launches kernel with the norm prologue's rows and W4A8's rearranged input (qgemv_shared_bytes).
 template <typename Kernel>
 cudaError_t launch(Kernel kernel, dim3 grid, int threads, const QgemvArgs& a, cudaStream_t stream) {
   const size_t shared = qgemv_shared_bytes(a);
-  const cudaError_t status = allow_shared(kernel, shared);
+  const cudaError_t status = allow_dynamic_shared(kernel, shared);
   if (status != cudaSuccess) return status;
   return launch_kernel(kernel, LaunchShape{grid, dim3(threads), shared}, stream, a);
 }
@@ -573,7 +562,7 @@ template <int M, int kPer>
 cudaError_t launch_w8a8_stream(const QgemvArgs& a, cudaStream_t stream) {
   const auto kernel = qgemv_w8a8_stream_kernel<M, kPer>;
   const size_t shared = static_cast<size_t>(a.m) * a.k;
-  if (const cudaError_t status = allow_shared(kernel, shared); status != cudaSuccess) return status;
+  if (const cudaError_t status = allow_dynamic_shared(kernel, shared); status != cudaSuccess) return status;
   // Blocks an SM, asked once per shared-memory size (a decode step launches the same few shapes).
   static std::atomic<int64_t> known{-1};  // shared bytes << 16 | blocks an SM
   int64_t cached = known.load(std::memory_order_relaxed);
