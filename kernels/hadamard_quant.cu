@@ -11,6 +11,7 @@
 #include "kernels/block_reduce.cuh"
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/quant_epilogue.cuh"
+#include "kernels/tensor_core.cuh"
 #include "quant/hadamard_base.h"
 
 namespace ssdq::kernels {
@@ -144,7 +145,7 @@ __device__ inline void mix_outputs(const float (&v)[K], int first, int count, co
   ((As >= first && As < first + count ? store(As, mix_output<K, As>(v, order)) : void()), ...);
 }
 
-// The gated norm's loads: V consecutive floats (V = 4: one 16-byte load).
+// The norm weights' loads: V consecutive floats (V = 4: one 16-byte load).
 template <int V>
 __device__ inline void load_floats(const float* from, float (&to)[V]) {
   if constexpr (V == 4) {
@@ -156,11 +157,12 @@ __device__ inline void load_floats(const float* from, float (&to)[V]) {
   }
 }
 
-// Group [g0, g0 + group_size) of the row: x = y·silu(z) normalized by the group's RMS and
-// weighted. A thread takes V consecutive elements at a time (kGatedBatch of them loaded before any
-// is used: the loads are in flight together rather than each behind the previous element's silu).
+// Group [g0, g0 + group_size) of the row: x = y·silu(z), returning the scale 1/RMS of the group.
+// A thread takes V consecutive elements at a time (V = 4: 16-byte loads); kGatedBatch elements' y
+// and z are loaded before any is used: the loads are in flight together rather than each behind
+// the previous element's silu (its division branches).
 template <int kThreads, int V>
-__device__ inline void gated_norm_group(const HadamardQuantArgs& a, const float* y, const float* z, float* x, int g0) {
+__device__ inline float gate_group(const HadamardQuantArgs& a, const float* y, const float* z, float* x, int g0) {
   constexpr int kVectors = kGatedBatch / V, kStride = kThreads * V;
   float sum = 0.f;
   for (int i0 = threadIdx.x * V; i0 < a.group_size; i0 += kGatedBatch * kThreads) {
@@ -185,7 +187,26 @@ __device__ inline void gated_norm_group(const HadamardQuantArgs& a, const float*
       }
     }
   }
-  const float scale = rsqrtf(block_sum<kThreads>(sum) / a.group_size + a.eps);
+  return rsqrtf(block_sum<kThreads>(sum) / a.group_size + a.eps);
+}
+
+// The same with y's and z's rows already in shared memory (x holds y's, zs z's): every operand a
+// shared-memory load, the summation in gate_group<kThreads, 1>'s order.
+template <int kThreads>
+__device__ inline float gate_group_staged(const HadamardQuantArgs& a, float* x, const float* zs, int g0) {
+  float sum = 0.f;
+  for (int i = g0 + threadIdx.x; i < g0 + a.group_size; i += kThreads) {
+    const float g = __fmul_rn(x[i], silu(zs[i]));
+    x[i] = g;
+    sum += g * g;
+  }
+  return rsqrtf(block_sum<kThreads>(sum) / a.group_size + a.eps);
+}
+
+// x = (x · scale) · w over the group, V consecutive elements a step (kGatedBatch loaded at once).
+template <int kThreads, int V>
+__device__ inline void scale_group(const HadamardQuantArgs& a, float* x, int g0, float scale) {
+  constexpr int kVectors = kGatedBatch / V, kStride = kThreads * V;
   for (int i0 = threadIdx.x * V; i0 < a.group_size; i0 += kGatedBatch * kThreads) {
     float wv[kVectors][V];
 #pragma unroll
@@ -205,26 +226,44 @@ __device__ inline void gated_norm_group(const HadamardQuantArgs& a, const float*
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Whether the gated norm can load four floats at a time (every group and row start 16-byte aligned).
-bool vector_loads_ok(const HadamardQuantArgs& a) {
+// How the gated norm reads y and z: one float at a time, four (every row and group start 16-byte
+// aligned), or both rows copied into shared memory first (cp.async, the whole row in flight; aligned,
+// and only where the 2n floats still let four 256-thread blocks share an SM: 2.7b's n = 5120 63.2 →
+// 59.6 µs, while 8B-like's n = 8192 went 100 → 130 µs with one block an SM fewer).
+enum class GatedLoads { kScalar, kVector, kStaged };
+constexpr int kStagedMaxWidth = 7168;
+
+bool gated_rows_aligned(const HadamardQuantArgs& a) {
   return a.z && a.group_size % 4 == 0 && a.ldy % 4 == 0 && a.z_stride % 4 == 0 && aligned16(a.y) && aligned16(a.z) &&
          aligned16(a.norm_weight);
 }
 
 // One block per row; the row lives in shared memory. kOrder: K when the mix is unrolled with
 // H_K's signs as constants (K 12, 20 or 28: the orders hadamard_quant_supported takes), else 0.
-// kVector: 4 where the gated norm loads four floats at a time (vector_loads_ok), else 1 (the two
-// paths in one kernel spill registers).
-template <int kThreads, int kOrder, int kVector>
+// kLoads: how the gated norm reads y and z (GatedLoads); with kStaged, x = [y | z], 2n floats.
+template <int kThreads, int kOrder, GatedLoads kLoads>
 __global__ void __launch_bounds__(kThreads, 1024 / kThreads) hadamard_quant_kernel(HadamardQuantArgs a) {
   wait_for_previous_grid();
   allow_next_grid();
-  extern __shared__ float x[];
+  extern __shared__ __align__(16) float x[];
   const int64_t row = blockIdx.x;
   const float* y = a.y + row * a.ldy;
   if (a.z) {
     const float* z = a.z + row * a.z_stride;
-    for (int g0 = 0; g0 < a.n; g0 += a.group_size) gated_norm_group<kThreads, kVector>(a, y, z, x, g0);
+    if constexpr (kLoads == GatedLoads::kStaged) {
+      float* zs = x + a.n;
+      for (int i = 4 * threadIdx.x; i < a.n; i += 4 * kThreads) {
+        cp_async_16(x + i, y + i);
+        cp_async_16(zs + i, z + i);
+      }
+      cp_async_commit();
+      cp_async_wait_all();
+      __syncthreads();
+      for (int g0 = 0; g0 < a.n; g0 += a.group_size) scale_group<kThreads, 4>(a, x, g0, gate_group_staged<kThreads>(a, x, zs, g0));
+    } else {
+      constexpr int V = kLoads == GatedLoads::kVector ? 4 : 1;
+      for (int g0 = 0; g0 < a.n; g0 += a.group_size) scale_group<kThreads, V>(a, x, g0, gate_group<kThreads, V>(a, y, z, x, g0));
+    }
   } else {
     for (int i = threadIdx.x; i < a.n; i += kThreads) x[i] = y[i];
   }
@@ -467,14 +506,10 @@ cudaError_t launch_cluster(const HadamardQuantArgs& a, cudaStream_t stream) {
   return launch_kernel(hadamard_quant_cluster_kernel, shape, stream, a);
 }
 
-template <int kThreads, int kOrder, int kVector>
+template <int kThreads, int kOrder, GatedLoads kLoads>
 cudaError_t launch_rows_with(const HadamardQuantArgs& a, size_t shared, cudaStream_t stream) {
-  const auto kernel = hadamard_quant_kernel<kThreads, kOrder, kVector>;
-  if (shared > 48 * 1024) {
-    const cudaError_t status =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
-    if (status != cudaSuccess) return status;
-  }
+  const auto kernel = hadamard_quant_kernel<kThreads, kOrder, kLoads>;
+  if (const cudaError_t status = allow_dynamic_shared(kernel, shared); status != cudaSuccess) return status;
   return launch_kernel(kernel, LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads), shared}, stream, a);
 }
 
@@ -494,8 +529,12 @@ bool is_builtin_base(const int8_t* h, int k) {
 
 template <int kThreads, int kOrder>
 cudaError_t launch_rows_order(const HadamardQuantArgs& a, size_t shared, cudaStream_t stream) {
-  return vector_loads_ok(a) ? launch_rows_with<kThreads, kOrder, 4>(a, shared, stream)
-                            : launch_rows_with<kThreads, kOrder, 1>(a, shared, stream);
+  const bool aligned = gated_rows_aligned(a);
+  if (aligned && a.n <= kStagedMaxWidth) return launch_rows_with<kThreads, kOrder, GatedLoads::kStaged>(a, 2 * shared, stream);
+  if constexpr (kOrder != 20 && kOrder != 28) {  // with the 20- and 28-term mixes the vector loads spill registers
+    if (aligned) return launch_rows_with<kThreads, kOrder, GatedLoads::kVector>(a, shared, stream);
+  }
+  return launch_rows_with<kThreads, kOrder, GatedLoads::kScalar>(a, shared, stream);
 }
 
 // The unrolled mix where the host copy of H_K is given (and is the built-in one), the generic

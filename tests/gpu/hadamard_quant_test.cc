@@ -142,7 +142,10 @@ std::vector<Case> cases() {
                                     {5, 5120, 1, false}, {1, 8192, 8, false}, {1, 20480, 1, false}, {4, 5120, 1, true},
                                     {3, 8192, 8, true},  {2, 512, 2, true},   {40, 1280, 4, true},
                                     // enough rows for the narrow one-block-a-row kernel (prefill)
-                                    {600, 5120, 1, true}, {600, 8192, 8, false}};
+                                    {600, 5120, 1, true}, {600, 8192, 8, false},
+                                    // rows too wide for the gated norm's shared-memory copy: its 16-byte
+                                    // loads (K 12) or, with the 20-term mix, one float at a time
+                                    {2, 12288, 4, true}, {2, 10240, 1, true}};
   std::vector<Case> all;
   for (Schedule schedule : {Schedule::kRowPerBlock, Schedule::kCluster})
     for (Case c : shapes) {
