@@ -400,7 +400,6 @@ void bench_conv_prefill(int seqlen, double bandwidth) {
   for (int c = 0; c < channels; ++c) codes[c] = c < x_channels ? -1.f : 0.01f;
   float* out_codes = device_random(channels, 0, 0, rng);
   check_cuda(cudaMemcpy(out_codes, codes.data(), channels * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
-  a.tile_tokens = 0;
   a.out = nullptr;
   a.out_formats = out_codes;
   a.part_count = 2;
@@ -408,13 +407,16 @@ void bench_conv_prefill(int seqlen, double bandwidth) {
   a.parts[1] = {device_random(size_t(seqlen) * (channels - x_channels) / 4, -1, 1, rng), x_channels,
                 channels - x_channels, kernels::ElementType::kS8};
   const double part_bytes = double(seqlen) * (channels * sizeof(float) + x_channels * 2 + (channels - x_channels));
-  for (bool specialize : {true, false}) {
-    a.specialize = specialize;
-    const double us = time_us([&] { return kernels::launch_causal_conv1d(a, nullptr); });
-    fmt::print("causal_conv1d     {:5d} tokens fp32 → fp16 x, int8 B|C, {:>11}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n",
-               seqlen, specialize ? "specialized" : "generic", us, part_bytes / us / 1e3,
-               100 * part_bytes / us / 1e3 / bandwidth);
-  }
+  for (int tile : {0, 64, 32, 16})
+    for (bool specialize : {true, false}) {
+      if (!specialize && tile) continue;
+      a.tile_tokens = tile;
+      a.specialize = specialize;
+      const double us = time_us([&] { return kernels::launch_causal_conv1d(a, nullptr); });
+      fmt::print("causal_conv1d     {:5d} tokens fp32 → fp16 x, int8 B|C, {:>11}, tile {:>4}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n",
+                 seqlen, specialize ? "specialized" : "generic", tile ? std::to_string(tile) : "auto", us,
+                 part_bytes / us / 1e3, 100 * part_bytes / us / 1e3 / bandwidth);
+    }
 }
 
 // out_proj's input: gated norm + Hadamard + int8, one block a row against a cluster.
