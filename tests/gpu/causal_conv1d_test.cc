@@ -271,6 +271,22 @@ TEST(CausalConv1dTiles, EveryTileSizeGivesTheSameBits) {
   EXPECT_FALSE(kernels::causal_conv1d_supported(bad));
 }
 
+// An fp32-input conv over device buffers (no state, output or formats yet).
+kernels::CausalConv1dArgs fp32_conv(int batch, int seqlen, int channels, int width, const float* in, int64_t in_stride,
+                                    const float* weight, const float* bias) {
+  kernels::CausalConv1dArgs args;
+  args.batch = batch;
+  args.seqlen = seqlen;
+  args.channels = channels;
+  args.width = width;
+  args.in = in;
+  args.in_stride = in_stride;
+  args.weight = weight;
+  args.bias = bias;
+  args.in_type = args.out_type = kernels::ElementType::kF32;
+  return args;
+}
+
 // Output parts (the SSDi8 prefill's fp16 x and int8 B|C): the same values as the one fp32 output
 // with formats, bit for bit — fp16 channels as their fp16, int8 channels as q with q·code equal to
 // the formatted value, fp32 channels as they are — and the same state.
@@ -290,16 +306,8 @@ TEST(CausalConv1dParts, EqualTheFormattedOutput) {
     const auto state = testing::random_vector(size_t(sh.batch) * sh.channels * hist, -2.f, 2.f, rng);
     testing::DeviceBuffer<float> d_in(input), d_w(testing::random_vector(size_t(sh.channels) * width, -0.5f, 0.5f, rng)),
         d_b(testing::random_vector(sh.channels, -0.2f, 0.2f, rng)), d_codes(codes);
-    kernels::CausalConv1dArgs args;
-    args.batch = sh.batch;
-    args.seqlen = sh.seqlen;
-    args.channels = sh.channels;
-    args.width = width;
-    args.in = d_in.get();
-    args.in_stride = sh.channels;
-    args.weight = d_w.get();
-    args.bias = d_b.get();
-    args.in_type = args.out_type = kernels::ElementType::kF32;
+    kernels::CausalConv1dArgs args =
+        fp32_conv(sh.batch, sh.seqlen, sh.channels, width, d_in.get(), sh.channels, d_w.get(), d_b.get());
     args.out_formats = d_codes.get();
 
     testing::DeviceBuffer<float> ref_state(state), ref_out(std::vector<float>(size_t(rows) * sh.channels));
@@ -394,16 +402,8 @@ TEST(CausalConv1dPlans, SpecializedLoopsGiveTheGenericBits) {
     const auto state = testing::random_vector(size_t(sh.batch) * sh.channels * hist, -2.f, 2.f, rng);
     testing::DeviceBuffer<float> d_in(input), d_w(testing::random_vector(size_t(sh.channels) * width, -0.5f, 0.5f, rng)),
         d_b(testing::random_vector(sh.channels, -0.2f, 0.2f, rng)), d_in_codes(in_codes), d_out_codes(out_codes);
-    kernels::CausalConv1dArgs args;
-    args.batch = sh.batch;
-    args.seqlen = sh.seqlen;
-    args.channels = sh.channels;
-    args.width = width;
-    args.in = d_in.get();
-    args.in_stride = in_stride;
-    args.weight = d_w.get();
-    args.bias = d_b.get();
-    args.in_type = args.out_type = kernels::ElementType::kF32;
+    kernels::CausalConv1dArgs args =
+        fp32_conv(sh.batch, sh.seqlen, sh.channels, width, d_in.get(), in_stride, d_w.get(), d_b.get());
     args.in_formats = d_in_codes.get();
     args.out_formats = d_out_codes.get();
     args.tile_tokens = sh.tile;

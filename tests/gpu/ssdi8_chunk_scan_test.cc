@@ -261,7 +261,8 @@ kernels::Ssdi8ChunkScanArgs make_args(const Problem& pr, const DeviceProblem& d,
   return a;
 }
 
-Outputs run_gpu(const Problem& pr, kernels::Ssdi8ChunkScanSchedule schedule = kernels::Ssdi8ChunkScanSchedule::kAuto) {
+Outputs run_gpu(const Problem& pr, kernels::Ssdi8ChunkScanSchedule schedule = kernels::Ssdi8ChunkScanSchedule::kAuto,
+                float dt_format = 0.f) {
   const Case& c = pr.c;
   DeviceProblem d(pr);
   testing::DeviceBuffer<int8_t> state(pr.state);
@@ -273,6 +274,7 @@ Outputs run_gpu(const Problem& pr, kernels::Ssdi8ChunkScanSchedule schedule = ke
   testing::DeviceBuffer<int8_t> workspace(std::vector<int8_t>(kernels::ssdi8_chunk_scan_workspace_bytes(a), 0x55));
   a.workspace = workspace.get();
   a.schedule = schedule;
+  a.dt_format = dt_format;
   Outputs out;
   EXPECT_TRUE(kernels::ssdi8_chunk_scan_supported(a));
   EXPECT_EQ(kernels::launch_ssdi8_chunk_scan(a, nullptr), cudaSuccess);
@@ -407,19 +409,7 @@ TEST(Ssdi8ChunkScanDtFormat, EqualsFormattingDtFirst) {
   const Case c{"dt_format", 2, 300, 8, 64, 2, 128, 128, -0.2f, -0.01f};
   for (const float code : {0.013f, -1.f}) {
     Problem pr = make_problem(c, 91);
-    const Outputs in_kernel = [&] {
-      DeviceProblem d(pr);
-      testing::DeviceBuffer<int8_t> state(pr.state);
-      testing::DeviceBuffer<float> y(std::vector<float>(int64_t(c.batch) * c.seqlen * pr.y_stride,
-                                                        std::numeric_limits<float>::quiet_NaN()));
-      kernels::Ssdi8ChunkScanArgs a = make_args(pr, d, c.batch, c.seqlen, 0, state.get(), y.get());
-      testing::DeviceBuffer<int8_t> workspace(std::vector<int8_t>(kernels::ssdi8_chunk_scan_workspace_bytes(a), 0x55));
-      a.workspace = workspace.get();
-      a.dt_format = code;
-      EXPECT_EQ(kernels::launch_ssdi8_chunk_scan(a, nullptr), cudaSuccess);
-      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      return Outputs{state.to_host(), y.to_host()};
-    }();
+    const Outputs in_kernel = run_gpu(pr, kernels::Ssdi8ChunkScanSchedule::kAuto, code);
     for (int64_t r = 0; r < int64_t(c.batch) * c.seqlen; ++r)
       for (int64_t h = 0; h < c.heads; ++h) {
         float& v = pr.inputs[r * pr.row + pr.E + 2 * pr.GN + h];
