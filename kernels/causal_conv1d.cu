@@ -43,20 +43,23 @@ __device__ inline In format_input(In raw, const ChannelFormat& format) {
 // on the channel's codes and part type for every element. Each plan gives the same bits.
 enum class Plan { kAny, kInt8ToF16, kInt8ToS8, kInt8ToF32Int8 };
 
-// The output of one thread's channel when the conv writes parts (CausalConv1dOutputPart); a plain
-// fp32 output is one part. `at` walks the rows: advance() moves it to the next token.
+// The output part holding fp32-input channel c (a plain fp32 output is one part).
+__device__ inline CausalConv1dOutputPart part_of(const CausalConv1dArgs& a, int c) {
+  if (a.part_count == 0) return CausalConv1dOutputPart{a.out, 0, a.channels, ElementType::kF32};
+  int i = 0;
+  while (i + 1 < a.part_count && c >= a.parts[i + 1].first_channel) ++i;
+  return a.parts[i];
+}
+
+// The output of one thread's fp32-input channel, in its part. `at` walks the rows: advance()
+// moves it to the next token.
 struct PartWriter {
   char* at = nullptr;
   int64_t row_bytes = 0;
   ElementType type = ElementType::kF32;
 
   __device__ PartWriter(const CausalConv1dArgs& a, int c, int b, int t) {
-    CausalConv1dOutputPart part{a.out, 0, a.channels, ElementType::kF32};
-    if (a.part_count > 0) {
-      int i = 0;
-      while (i + 1 < a.part_count && c >= a.parts[i + 1].first_channel) ++i;
-      part = a.parts[i];
-    }
+    const CausalConv1dOutputPart part = part_of(a, c);
     type = part.type;
     const int size = type == ElementType::kS8 ? 1 : type == ElementType::kF16 ? 2 : 4;
     row_bytes = part.stride * size;
@@ -82,8 +85,8 @@ struct PartWriter {
       for (int i = 0; i < N; ++i, at += row_bytes) {
         if constexpr (kPlan == Plan::kInt8ToS8) {
           *reinterpret_cast<int8_t*>(at) = int8_byte(q[i]);
-        } else {  // + 0: the +0 that float(int8) gives for a −0 q
-          *reinterpret_cast<float*>(at) = __fmul_rn(__fadd_rn(q[i], 0.f), format.code);
+        } else {
+          *reinterpret_cast<float*>(at) = dequantize_int8_float(q[i], format.code);
         }
       }
     } else {
@@ -177,7 +180,7 @@ __device__ void conv_channel(const CausalConv1dArgs& a, int c, int b, int t0, in
       float q[kLoadBatch];
       quantize_int8_to_float(next, in_format.code, in_format.inv_code, q);
 #pragma unroll
-      for (int u = 0; u < kLoadBatch; ++u) y[u] = convolve(__fmul_rn(__fadd_rn(q[u], 0.f), in_format.code));
+      for (int u = 0; u < kLoadBatch; ++u) y[u] = convolve(dequantize_int8_float(q[u], in_format.code));
     }
     out.template store_rows<kPlan>(y, out_format);
   }
@@ -203,9 +206,7 @@ __device__ void conv_channel(const CausalConv1dArgs& a, int c, int b, int t0, in
 // The plan of an fp32-input channel (see Plan).
 __device__ inline Plan plan_of(const CausalConv1dArgs& a, int c) {
   if (!a.specialize || !a.in_formats || !a.out_formats || !(a.in_formats[c] > 0.f)) return Plan::kAny;
-  ElementType type = ElementType::kF32;
-  for (int i = 0; i < a.part_count; ++i)
-    if (c >= a.parts[i].first_channel) type = a.parts[i].type;
+  const ElementType type = part_of(a, c).type;
   const float out_code = a.out_formats[c];
   if (type == ElementType::kF16 && out_code < 0.f) return Plan::kInt8ToF16;
   if (type == ElementType::kS8 && out_code > 0.f) return Plan::kInt8ToS8;

@@ -103,10 +103,13 @@ __device__ inline int8_t quantize_int8_fast(float value, float scale, float inv_
   return int8_byte(quantize_int8_to_float(value, scale, inv_scale));
 }
 
-// fake_quantize_int8 bit for bit with the reciprocal (inv_scale = __frcp_rn(scale)); + 0 turns a
-// −0 q into the +0 that float(int8) gives.
+// q·scale for an integer-valued float q (quantize_int8_to_float's): + 0 turns a −0 q into the +0
+// that float(int8) gives, so the product has dequantize's bits.
+__device__ inline float dequantize_int8_float(float q, float scale) { return __fmul_rn(__fadd_rn(q, 0.f), scale); }
+
+// fake_quantize_int8 bit for bit with the reciprocal (inv_scale = __frcp_rn(scale)).
 __device__ inline float fake_quantize_int8_fast(float value, float scale, float inv_scale) {
-  return __fmul_rn(__fadd_rn(quantize_int8_to_float(value, scale, inv_scale), 0.f), scale);
+  return dequantize_int8_float(quantize_int8_to_float(value, scale, inv_scale), scale);
 }
 
 // apply_format_code bit for bit with the reciprocal (inv_code = __frcp_rn(code) when code > 0).
