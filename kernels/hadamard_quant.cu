@@ -513,16 +513,10 @@ cudaError_t launch_rows_with(const HadamardQuantArgs& a, size_t shared, cudaStre
   return launch_kernel(kernel, LaunchShape{dim3(static_cast<unsigned>(a.rows)), dim3(kThreads), shared}, stream, a);
 }
 
-std::vector<int8_t> builtin_base(int k) {
-  std::vector<int8_t> h(static_cast<size_t>(k) * k);
-  for (int i = 0; i < k; ++i)
-    for (int j = 0; j < k; ++j) h[i * k + j] = static_cast<int8_t>(hadamard_base_entry(k, i, j));
-  return h;
-}
-
 // Whether the host copy of H_K (K 12, 20 or 28) is the matrix the unrolled kernels spell.
 bool is_builtin_base(const int8_t* h, int k) {
-  static const std::vector<int8_t> h12 = builtin_base(12), h20 = builtin_base(20), h28 = builtin_base(28);
+  static const std::vector<int8_t> h12 = hadamard_base_matrix(12), h20 = hadamard_base_matrix(20),
+                                   h28 = hadamard_base_matrix(28);
   const std::vector<int8_t>& builtin = k == 12 ? h12 : k == 20 ? h20 : h28;
   return std::memcmp(h, builtin.data(), builtin.size()) == 0;
 }

@@ -9,18 +9,11 @@
 namespace ssdq {
 namespace {
 
-std::vector<int8_t> base_matrix_of(int k) {
-  std::vector<int8_t> h(static_cast<size_t>(k) * k);
-  for (int i = 0; i < k; ++i)
-    for (int j = 0; j < k; ++j) h[i * k + j] = static_cast<int8_t>(hadamard_base_entry(k, i, j));
-  return h;
-}
-
 const std::vector<int8_t>& base_matrix(int64_t k) {
-  static const std::vector<int8_t> h1 = base_matrix_of(1);
-  static const std::vector<int8_t> h12 = base_matrix_of(12);
-  static const std::vector<int8_t> h20 = base_matrix_of(20);
-  static const std::vector<int8_t> h28 = base_matrix_of(28);
+  static const std::vector<int8_t> h1 = hadamard_base_matrix(1);
+  static const std::vector<int8_t> h12 = hadamard_base_matrix(12);
+  static const std::vector<int8_t> h20 = hadamard_base_matrix(20);
+  static const std::vector<int8_t> h28 = hadamard_base_matrix(28);
   switch (k) {
     case 1: return h1;
     case 12: return h12;

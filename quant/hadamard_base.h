@@ -4,6 +4,9 @@
 //   H_28: Paley II for q = 13: C = [[0, 1ᵀ], [1, Q]], H = I_14 ⊗ [[1, -1], [-1, -1]] + C ⊗ [[1, 1], [1, -1]].
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 namespace ssdq {
 
 // Quadratic character of a mod the prime q: 0, 1 (a non-zero square) or -1.
@@ -38,6 +41,14 @@ constexpr int hadamard_base_entry(int k, int i, int j) {
     case 28: return paley_two_entry(13, i, j);
     default: return 0;
   }
+}
+
+// H_K row-major as ±1 bytes (host code).
+inline std::vector<int8_t> hadamard_base_matrix(int k) {
+  std::vector<int8_t> h(static_cast<size_t>(k) * k);
+  for (int i = 0; i < k; ++i)
+    for (int j = 0; j < k; ++j) h[i * k + j] = static_cast<int8_t>(hadamard_base_entry(k, i, j));
+  return h;
 }
 
 }  // namespace ssdq

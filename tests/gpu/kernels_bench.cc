@@ -432,9 +432,7 @@ void bench_hadamard_quant(int rows, int n, int base_order, int groups) {
   a.norm_weight = device_random(n, 0.5f, 1.5f, rng);
   a.group_size = n / groups;
   a.base_order = base_order;
-  std::vector<int8_t> signs(size_t(base_order) * base_order);  // H_K: the unrolled kernels take only it
-  for (int i = 0; i < base_order; ++i)
-    for (int j = 0; j < base_order; ++j) signs[i * base_order + j] = static_cast<int8_t>(hadamard_base_entry(base_order, i, j));
+  const std::vector<int8_t> signs = hadamard_base_matrix(base_order);  // H_K: the unrolled kernels take only it
   int8_t* d_signs = nullptr;
   check_cuda(cudaMalloc(&d_signs, signs.size()), "cudaMalloc");
   check_cuda(cudaMemcpy(d_signs, signs.data(), signs.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
