@@ -22,6 +22,7 @@ __device__ inline void store(Out* out, int i, float y, float scale, float inv_sc
 
 // Rows of up to kKeptMax·256 elements keep theirs in registers between the sum and the scaling.
 constexpr int kKeptMax = 16;
+static_assert(kThreads == 256, "rmsnorm_row_scale_kept's lanes are the block's threads");
 
 // One block per row: the add (each thread updates the elements it will square), then the
 // norm in rmsnorm_row's order (shared with the quantized GEMV's prologue), then the scaling.
