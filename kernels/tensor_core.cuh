@@ -11,6 +11,21 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_s
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src) : "memory");
 }
+// cp_async_16 where `valid`, else 16 zero bytes written and nothing read (the source is not touched).
+__device__ __forceinline__ void cp_async_16_or_zero(void* smem_dst, const void* global_src, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(valid ? 16 : 0) : "memory");
+}
+// 4 bytes where `valid`, else 4 zero bytes (cp.async.ca: through L1, for scattered small reads).
+__device__ __forceinline__ void cp_async_4_or_zero(void* smem_dst, const void* global_src, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global_src), "r"(valid ? 4 : 0) : "memory");
+}
+// Waits until at most `kPending` committed groups of this thread's copies are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait_pending() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 // Tensor-core fragments of mma.sync.m16n8k16 (16-bit elements in, fp32 accumulate), lane = 4·g + q:

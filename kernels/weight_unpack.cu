@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdint>
 
 namespace ssdq::kernels {
 namespace {
@@ -31,6 +32,34 @@ __global__ void __launch_bounds__(kThreads) weight_unpack_kernel(WeightUnpackArg
   }
 }
 
+// kS8 from int4 where rows are whole 16-byte pieces: one thread turns 16 packed bytes into 32
+// int8 values (two 16-byte stores). A byte holds columns 2j (low nibble) and 2j + 1.
+__global__ void __launch_bounds__(kThreads) weight_unpack_s8_pieces_kernel(WeightUnpackArgs a) {
+  const int64_t pieces = a.rows * a.cols / 32;
+  const uint4* in = static_cast<const uint4*>(a.values);
+  uint4* out = static_cast<uint4*>(a.out);
+  for (int64_t i = blockIdx.x * int64_t(kThreads) + threadIdx.x; i < pieces; i += int64_t(gridDim.x) * kThreads) {
+    const uint4 packed = in[i];
+    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+    uint32_t bytes[8];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t low = words[w] & 0x0F0F0F0Fu, high = (words[w] >> 4) & 0x0F0F0F0Fu;
+      // Interleave the nibbles back into column order, then sign-extend each byte: n ^ 8 is
+      // n + 8 ∈ [0, 15] for a two's-complement nibble; + 0x78 ^ 0x80 makes it n (no carry leaves a byte).
+      bytes[2 * w] = ((__byte_perm(low, high, 0x5140) ^ 0x08080808u) + 0x78787878u) ^ 0x80808080u;
+      bytes[2 * w + 1] = ((__byte_perm(low, high, 0x7362) ^ 0x08080808u) + 0x78787878u) ^ 0x80808080u;
+    }
+    out[2 * i] = make_uint4(bytes[0], bytes[1], bytes[2], bytes[3]);
+    out[2 * i + 1] = make_uint4(bytes[4], bytes[5], bytes[6], bytes[7]);
+  }
+}
+
+bool pieces_apply(const WeightUnpackArgs& a) {
+  return a.out_type == ElementType::kS8 && a.bits == 4 && a.cols % 32 == 0 &&
+         reinterpret_cast<uintptr_t>(a.values) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+}
+
 }  // namespace
 
 bool weight_unpack_supported(const WeightUnpackArgs& a) {
@@ -42,6 +71,11 @@ bool weight_unpack_supported(const WeightUnpackArgs& a) {
 
 cudaError_t launch_weight_unpack(const WeightUnpackArgs& a, cudaStream_t stream) {
   if (!weight_unpack_supported(a)) return cudaErrorInvalidValue;
+  if (pieces_apply(a)) {
+    const int64_t blocks = std::min<int64_t>((a.rows * a.cols / 32 + kThreads - 1) / kThreads, 4096);
+    weight_unpack_s8_pieces_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a);
+    return cudaGetLastError();
+  }
   const int64_t blocks = std::min<int64_t>((a.rows * a.cols + kThreads - 1) / kThreads, 4096);
   weight_unpack_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a);
   return cudaGetLastError();

@@ -14,6 +14,7 @@
 #include "kernels/causal_conv1d.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_s8_grouped.h"
 #include "kernels/gemm_s8_scaled.h"
 #include "kernels/hadamard_quant.h"
 #include "kernels/qgemv.h"
@@ -35,6 +36,10 @@ using Format = kernels::ActivationFormatArgs::Format;
 
 // Rows up to which a W8A8 projection runs the GEMV rather than the int8 GEMM + scaling pass.
 constexpr int64_t kW8A8GemvMaxRows = 4;
+// W4A8 likewise: at 8 rows the grouped GEMM with the int4 → int8 unpack took 30.6 µs against the
+// GEMV's 50.9 µs on 2.7b's in_proj (out_proj 31.9 against 26.0), at 16 rows 30.9 / 32.2 against
+// 93.3 / 46.4 µs; at 4 rows the GEMV wins both (H100, kernels_bench; docs/kernels/gemm.md).
+constexpr int64_t kW4A8GemvMaxRows = 4;
 // Rows from which a per-channel int8 projection runs the fused sm_90 GEMM (kernels/gemm_s8_scaled.h)
 // rather than cuBLASLt + the scaling pass: measured on an H100, the fused kernel is 1.5–1.8× faster
 // from 64 rows, but decode at batch 8 and 32 was 3–4 % slower with it (docs/kernels/gemm.md).
@@ -55,8 +60,8 @@ DeviceBlock device_copy(const std::vector<T>& values, MemoryCounter* counter, co
 
 // A projection's weights in the form its CUDA path reads.
 //   kInt8PerChannel: int8 x · int8 w per output channel (W8A8).
-//   kInt8Grouped:    int8 x · int4 (or int8) w with group scales (W4A8): qgemv for decode, one
-//                    int8 GEMM per group for prefill (int4 unpacked to int8 first).
+//   kInt8Grouped:    int8 x · int4 (or int8) w with group scales (W4A8): qgemv for decode, the
+//                    grouped int8 GEMM for prefill (int4 unpacked to int8 first).
 //   kFloat:          fp16 x · fp16 w (float weights, or quantized weights with a float input:
 //                    W4A16, expanded to fp16 for prefill; qgemv's W4A16 for int4 decode).
 struct DeviceLinear {
@@ -409,10 +414,38 @@ struct QuantizedCudaBackend::Impl {
   }
 
   // The decode GEMV of a projection at m rows, when it has one (qgemv_supported).
+  // The grouped int8 GEMM's arguments for a projection with weight groups (w8: its int8 weights,
+  // int4 ones unpacked).
+  kernels::GemmS8GroupedArgs grouped_gemm_args(const DeviceLinear& L, int64_t m, const int8_t* w8, float x_scale,
+                                               const float* bias, float* out, bool residual_add) const {
+    kernels::GemmS8GroupedArgs f;
+    f.m = m;
+    f.n = L.n;
+    f.k = L.k;
+    f.x = work.x8;
+    f.ldx = L.k;
+    f.w = w8;
+    f.ldw = L.k;
+    f.w_scales = L.scales.at<float>(0);
+    f.group_size = L.group_size;
+    f.x_scale = x_scale;
+    f.bias = bias;
+    f.out = out;
+    f.ldout = L.n;
+    f.accumulate = residual_add;
+    return f;
+  }
+
   bool decode_gemv(const DeviceLinear& L, int64_t m, float x_scale, kernels::QgemvArgs& q) const {
     using Path = DeviceLinear::Path;
-    // W8A8's GEMV does not scale with rows: above kW8A8GemvMaxRows the int8 GEMM + scaling wins.
-    const int64_t max_rows = L.path == Path::kInt8PerChannel ? kW8A8GemvMaxRows : kernels::kQgemvMaxRows;
+    // The integer GEMVs do not scale with rows: above kW8A8GemvMaxRows (W8A8) and
+    // kW4A8GemvMaxRows (W4A8, where the grouped GEMM runs) the GEMM wins.
+    const bool grouped_gemm =
+        L.path == Path::kInt8Grouped &&
+        kernels::gemm_s8_grouped_supported(grouped_gemm_args(L, m, work.x8, x_scale, nullptr, work.proj, false));
+    const int64_t max_rows = L.path == Path::kInt8PerChannel ? kW8A8GemvMaxRows
+                             : grouped_gemm                  ? kW4A8GemvMaxRows
+                                                             : kernels::kQgemvMaxRows;
     if (m > max_rows || (L.path == Path::kFloat && L.bits != 4) || (L.path == Path::kInt8Grouped && L.bits == 8))
       return false;
     q.kind = L.path == Path::kInt8PerChannel ? kernels::QgemvKind::kW8A8
@@ -534,6 +567,14 @@ struct QuantizedCudaBackend::Impl {
         return;
       }
     }
+    if (L.groups > 1) {  // the group chain in the GEMM's registers (kernels/gemm_s8_grouped.h)
+      const kernels::GemmS8GroupedArgs f = grouped_gemm_args(L, m, w8, x_scale, bias, out, residual_add);
+      if (kernels::gemm_s8_grouped_supported(f)) {
+        cuda_ok(kernels::launch_gemm_s8_grouped(f, stream), what);
+        return;
+      }
+    }
+    // Otherwise one cuBLASLt GEMM per weight group, the chain carried through memory.
     g.in_type = ElementType::kS8;
     g.out_type = ElementType::kS32;
     g.k = L.group_size;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <utility>
@@ -14,11 +15,13 @@
 #include "kernels/cuda_check.h"
 #include "kernels/causal_conv1d.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_s8_grouped.h"
 #include "kernels/gemm_s8_scaled.h"
 #include "kernels/gemv.h"
 #include "kernels/hadamard_quant.h"
 #include "kernels/qgemv.h"
 #include "kernels/scale_int32.h"
+#include "kernels/weight_unpack.h"
 #include "kernels/ssd_state_update.h"
 #include "quant/hadamard_base.h"
 
@@ -261,6 +264,12 @@ void bench_qgemv(int m, double bandwidth) {
 // The W8A8 prefill projection: cuBLASLt's int8 GEMM (IMMA) into int32, then the scaling epilogue
 // into the fp32 residual; on sm_90 the fused CUTLASS kernel (fp32 out, as the quantized backend
 // writes); the bf16 GEMM of the same shape for the speed-up.
+const char* grouped_tile_name(kernels::GemmS8GroupedTile tile) {
+  return tile == kernels::GemmS8GroupedTile::kWgmma   ? "wgmma 64×128"
+         : tile == kernels::GemmS8GroupedTile::kLarge ? "mma.sync 128×128"
+                                                      : "mma.sync 32×64";
+}
+
 void bench_gemm_s8(int64_t m, int64_t n, int64_t k, bool into_residual) {
   int8_t *x, *w;
   int32_t* acc;
@@ -341,9 +350,120 @@ void bench_gemm_s8(int64_t m, int64_t n, int64_t k, bool into_residual) {
              bf16_us / (gemm_us + scale_us));
   if (fused)
     fmt::print(" | fused (fp32 out) {:7.1f} us ({:4.0f} TOPS), {:.2f}× bf16", fused_us, ops / fused_us / 1e6, bf16_us / fused_us);
+  kernels::GemmS8GroupedArgs q;  // the portable one-kernel path, one group a row, fp32 out
+  q.m = m;
+  q.n = n;
+  q.k = k;
+  q.x = x;
+  q.ldx = k;
+  q.w = w;
+  q.ldw = k;
+  q.w_scales = scales;
+  q.group_size = k;
+  q.out = out;
+  q.ldout = n;
+  q.accumulate = into_residual;
+  for (auto tile : {kernels::GemmS8GroupedTile::kLarge, kernels::GemmS8GroupedTile::kSmall,
+                    kernels::GemmS8GroupedTile::kWgmma}) {
+    q.tile = tile;
+    if (!kernels::gemm_s8_grouped_supported(q)) continue;
+    const double us = time_us([&] { return kernels::launch_gemm_s8_grouped(q, nullptr); }, 50);
+    fmt::print(" | {} {:7.1f} us ({:4.0f} TOPS)", grouped_tile_name(tile),
+               us, ops / us / 1e6);
+  }
   fmt::print("\n");
   for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(acc), static_cast<void*>(out),
                   static_cast<void*>(scales), workspace, x16, w16})
+    cudaFree(p);
+}
+
+// The W4A8 prefill projection (int4 weights, groups of `group` columns, fp32 out): the int4 → int8
+// unpack plus the one-kernel grouped GEMM, against one cuBLASLt GEMM + chain step per group.
+void bench_gemm_w4a8(int64_t m, int64_t n, int64_t k, int64_t group) {
+  const int64_t groups = k / group;
+  int8_t *x, *w8;
+  uint8_t* w4;
+  int32_t* acc;
+  float *scales, *out, *chain;
+  check_cuda(cudaMalloc(&x, m * k), "cudaMalloc");
+  check_cuda(cudaMalloc(&w4, n * k / 2), "cudaMalloc");
+  check_cuda(cudaMalloc(&w8, n * k), "cudaMalloc");
+  check_cuda(cudaMalloc(&acc, m * n * 4), "cudaMalloc");
+  check_cuda(cudaMalloc(&out, m * n * 4), "cudaMalloc");
+  check_cuda(cudaMalloc(&chain, m * n * 4), "cudaMalloc");
+  check_cuda(cudaMalloc(&scales, n * groups * 4), "cudaMalloc");
+  check_cuda(cudaMemset(x, 3, m * k), "memset");
+  check_cuda(cudaMemset(w4, 0x35, n * k / 2), "memset");
+  check_cuda(cudaMemset(scales, 0, n * groups * 4), "memset");
+  kernels::WeightUnpackArgs u;
+  u.rows = n;
+  u.cols = static_cast<int>(k);
+  u.bits = 4;
+  u.values = w4;
+  u.out = w8;
+  u.out_type = kernels::ElementType::kS8;
+  const double unpack_us = time_us([&] { return kernels::launch_weight_unpack(u, nullptr); }, 50);
+  kernels::GemmS8GroupedArgs q;
+  q.m = m;
+  q.n = n;
+  q.k = k;
+  q.x = x;
+  q.ldx = k;
+  q.w = w8;
+  q.ldw = k;
+  q.w_scales = scales;
+  q.group_size = group;
+  q.out = out;
+  q.ldout = n;
+  const double ops = 2.0 * m * n * k;
+  fmt::print("w4a8 gemm m {:5d} n {:5d} k {:4d} group {}: unpack {:6.1f} us ({:4.0f} GB/s)", m, n, k, group, unpack_us,
+             1.5 * n * k / unpack_us / 1e3);
+  for (auto tile : {kernels::GemmS8GroupedTile::kLarge, kernels::GemmS8GroupedTile::kSmall,
+                    kernels::GemmS8GroupedTile::kWgmma}) {
+    q.tile = tile;
+    if (!kernels::gemm_s8_grouped_supported(q)) continue;
+    const double us = time_us([&] { return kernels::launch_gemm_s8_grouped(q, nullptr); }, 20);
+    fmt::print(" | {} {:7.1f} us ({:4.0f} TOPS)", grouped_tile_name(tile),
+               us, ops / us / 1e6);
+  }
+  void* workspace;
+  check_cuda(cudaMalloc(&workspace, 32 << 20), "cudaMalloc");
+  {
+    kernels::Gemm gemm(workspace, 32 << 20);
+    kernels::GemmArgs g;
+    g.m = m;
+    g.n = n;
+    g.k = group;
+    g.in_type = kernels::ElementType::kS8;
+    g.ldx = k;
+    g.ldw = k;
+    g.out = acc;
+    g.ldout = n;
+    g.out_type = kernels::ElementType::kS32;
+    kernels::ScaleInt32Args s;
+    s.m = m;
+    s.n = n;
+    s.acc = acc;
+    s.ld_acc = n;
+    s.w_scales = scales;
+    s.out = out;
+    s.ldout = n;
+    s.groups = static_cast<int>(groups);
+    s.chain = chain;
+    const double per_group_us = time_us([&] {
+      for (int group_index = 0; group_index < groups; ++group_index) {
+        g.x = x + group_index * group;
+        g.w = w8 + group_index * group;
+        gemm.run(g, nullptr);
+        s.group = group_index;
+        if (const cudaError_t status = kernels::launch_scale_int32(s, nullptr); status != cudaSuccess) return status;
+      }
+      return cudaSuccess;
+    }, 5);
+    fmt::print(" | cuBLASLt per group + chain {:7.1f} us\n", per_group_us);
+  }
+  for (void* p : {static_cast<void*>(x), static_cast<void*>(w4), static_cast<void*>(w8), static_cast<void*>(acc),
+                  static_cast<void*>(out), static_cast<void*>(chain), static_cast<void*>(scales), workspace})
     cudaFree(p);
 }
 
@@ -545,41 +665,67 @@ void bench_norm_qgemv(int m, kernels::QgemvKind kind) {
 }  // namespace
 }  // namespace ssdq
 
-int main() {
+// Sections: state, norm, gemv, qgemv, hadamard, gemm (w8a8 and w4a8), conv, decode; the arguments
+// pick some (none: all).
+int main(int argc, char** argv) {
+  const auto want = [&](const char* section) {
+    if (argc < 2) return true;
+    for (int i = 1; i < argc; ++i)
+      if (std::strcmp(argv[i], section) == 0) return true;
+    return false;
+  };
   cudaDeviceProp prop{};
   ssdq::check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   const double bandwidth = ssdq::copy_bandwidth_gbs();
   fmt::print("device {} (sm_{}{}), device-to-device copy {:.0f} GB/s\n", prop.name, prop.major, prop.minor, bandwidth);
-  for (int batch : {1, 8, 32, 128}) ssdq::bench_state_update(batch, 80, 1, bandwidth);   // mamba2-2.7b
-  for (int batch : {1, 32, 128}) ssdq::bench_state_update(batch, 80, 1, bandwidth, true);
-  ssdq::bench_state_update(1, 128, 8, bandwidth);                                         // 8B-like
-  for (int rows : {1, 32, 2048, 16384}) ssdq::bench_add_rmsnorm(rows, 2560, bandwidth);
-  for (int m : {1, 2, 4}) ssdq::bench_gemv(m, bandwidth);
-  for (int m : {1, 4, 16}) ssdq::bench_qgemv(m, bandwidth);
-  for (int m : {1, 4}) {  // mamba2-2.7b and 8B-like in_proj / out_proj
-    ssdq::bench_qgemv_cold(m, 10576, 2560, true, bandwidth);
-    ssdq::bench_qgemv_cold(m, 2560, 5120, false, bandwidth);
-    ssdq::bench_qgemv_cold(m, 18560, 4096, true, bandwidth);
-    ssdq::bench_qgemv_cold(m, 4096, 8192, false, bandwidth);
+  if (want("state")) {
+    for (int batch : {1, 8, 32, 128}) ssdq::bench_state_update(batch, 80, 1, bandwidth);  // mamba2-2.7b
+    for (int batch : {1, 32, 128}) ssdq::bench_state_update(batch, 80, 1, bandwidth, true);
+    ssdq::bench_state_update(1, 128, 8, bandwidth);  // 8B-like
   }
-  for (int m : {1, 4, 16})
-    for (auto kind : {ssdq::kernels::QgemvKind::kW8A8, ssdq::kernels::QgemvKind::kW4A8}) ssdq::bench_norm_qgemv(m, kind);
-  for (int rows : {1, 4, 16, 32, 2048}) ssdq::bench_hadamard_quant(rows, 5120, 20, 1);  // mamba2-2.7b
-  for (int rows : {1, 16, 2048}) ssdq::bench_hadamard_quant(rows, 8192, 1, 8);         // 8B-like
-  for (int64_t m : {4, 8, 16, 32, 64, 2048, 16384}) {  // few rows (against qgemv above); prefill of 1 × 2048 and 8 × 2048 tokens
-    ssdq::bench_gemm_s8(m, 10576, 2560, false);  // in_proj
-    ssdq::bench_gemm_s8(m, 2560, 5120, true);    // out_proj
+  if (want("norm"))
+    for (int rows : {1, 32, 2048, 16384}) ssdq::bench_add_rmsnorm(rows, 2560, bandwidth);
+  if (want("gemv"))
+    for (int m : {1, 2, 4}) ssdq::bench_gemv(m, bandwidth);
+  if (want("qgemv")) {
+    for (int m : {1, 4, 8, 16}) ssdq::bench_qgemv(m, bandwidth);
+    for (int m : {1, 4}) {  // mamba2-2.7b and 8B-like in_proj / out_proj
+      ssdq::bench_qgemv_cold(m, 10576, 2560, true, bandwidth);
+      ssdq::bench_qgemv_cold(m, 2560, 5120, false, bandwidth);
+      ssdq::bench_qgemv_cold(m, 18560, 4096, true, bandwidth);
+      ssdq::bench_qgemv_cold(m, 4096, 8192, false, bandwidth);
+    }
+    for (int m : {1, 4, 16})
+      for (auto kind : {ssdq::kernels::QgemvKind::kW8A8, ssdq::kernels::QgemvKind::kW4A8}) ssdq::bench_norm_qgemv(m, kind);
   }
-  ssdq::bench_gemm_s8(2048, 18560, 4096, false);  // 8B-like in_proj and out_proj, 2048 tokens
-  ssdq::bench_gemm_s8(2048, 4096, 8192, true);
-  for (int b : {1, 8}) ssdq::bench_conv_decode(b, bandwidth);
-  for (int seqlen : {2048, 16384}) ssdq::bench_conv_prefill(seqlen, bandwidth);
-  for (int m : {1, 8, 32}) {  // one decode step's projections of mamba2-2.7b (per layer) and its lm_head
-    double total = 0;
-    ssdq::bench_gemm(m, 10576, 2560, bandwidth, &total);
-    ssdq::bench_gemm(m, 2560, 5120, bandwidth, &total);
-    fmt::print("  → 64 layers of in_proj + out_proj at m = {}: {:.3f} ms\n", m, 64 * total / 1e3);
-    ssdq::bench_gemm(m, 50288, 2560, bandwidth, &total);
+  if (want("hadamard")) {
+    for (int rows : {1, 4, 16, 32, 2048}) ssdq::bench_hadamard_quant(rows, 5120, 20, 1);  // mamba2-2.7b
+    for (int rows : {1, 16, 2048}) ssdq::bench_hadamard_quant(rows, 8192, 1, 8);         // 8B-like
   }
+  if (want("gemm")) {
+    for (int64_t m : {4, 8, 16, 32, 64, 2048, 16384}) {  // few rows (against qgemv above); prefill of 1 × 2048 and 8 × 2048 tokens
+      ssdq::bench_gemm_s8(m, 10576, 2560, false);  // in_proj
+      ssdq::bench_gemm_s8(m, 2560, 5120, true);    // out_proj
+    }
+    ssdq::bench_gemm_s8(2048, 18560, 4096, false);  // 8B-like in_proj and out_proj, 2048 tokens
+    ssdq::bench_gemm_s8(2048, 4096, 8192, true);
+    for (int64_t m : {4, 8, 16, 32, 128, 2048}) {  // W4A8 (groups of 128): decode at batch 4 to 16 (against qgemv), 32, 128, prefill
+      ssdq::bench_gemm_w4a8(m, 10576, 2560, 128);
+      ssdq::bench_gemm_w4a8(m, 2560, 5120, 128);
+    }
+    ssdq::bench_gemm_w4a8(2048, 18560, 4096, 128);
+  }
+  if (want("conv")) {
+    for (int b : {1, 8}) ssdq::bench_conv_decode(b, bandwidth);
+    for (int seqlen : {2048, 16384}) ssdq::bench_conv_prefill(seqlen, bandwidth);
+  }
+  if (want("decode"))
+    for (int m : {1, 8, 32}) {  // one decode step's projections of mamba2-2.7b (per layer) and its lm_head
+      double total = 0;
+      ssdq::bench_gemm(m, 10576, 2560, bandwidth, &total);
+      ssdq::bench_gemm(m, 2560, 5120, bandwidth, &total);
+      fmt::print("  → 64 layers of in_proj + out_proj at m = {}: {:.3f} ms\n", m, 64 * total / 1e3);
+      ssdq::bench_gemm(m, 50288, 2560, bandwidth, &total);
+    }
   return 0;
 }

@@ -58,7 +58,7 @@ TEST_P(WeightUnpack, MatchesTheCpuDequantization) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, WeightUnpack,
                          ::testing::Values(Case{300, 256, 4, 64}, Case{1288, 256, 4, 128}, Case{256, 512, 8, 0},
-                                           Case{7, 96, 4, 32}));
+                                           Case{7, 96, 4, 32}, Case{5, 40, 4, 8}));
 
 TEST(WeightUnpack, RefusesOddInt4RowsAndInt8ToInt8) {
   uint8_t dummy[16];

@@ -1,0 +1,69 @@
+// Device pieces shared by the grouped integer projection's kernels (kernels/gemm_s8_grouped.h):
+// the swizzled stage layout both read, the cp.async loader that fills it, and the conversion of a
+// group's int32 sums to float.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/tensor_core.cuh"
+
+namespace ssdq::kernels::grouped_gemm {
+
+constexpr int kBK = 128;  // k bytes of each operand a pipeline stage holds: one 128-byte row
+constexpr int kChunks = kBK / 16;
+
+// 1.5·2²³ as an int32 bit pattern: an accumulator started there holds 1.5·2²³ + Σ as a float
+// while |Σ| ≤ 2²², so float(Σ) is one subtraction (I2F runs at a quarter of the FMA rate, and a
+// flush converts every accumulator). Groups of ≤ 256 products of |int8| ≤ 128 stay inside.
+constexpr int32_t kBiasedZero = 0x4B400000;
+constexpr int64_t kBiasedMaxGroup = 256;
+
+template <bool kBiased>
+__device__ __forceinline__ float group_sum(int acc) {
+  return kBiased ? __fsub_rn(__int_as_float(acc), 12582912.f) : static_cast<float>(acc);
+}
+
+// Byte offset of 16-byte chunk c of row r in a tile of 128-byte rows: the chunks are XOR-swizzled
+// by the row (the 128-byte swizzle of wgmma's shared-memory layouts, with 1024-byte aligned
+// tiles), so the eight rows one ldmatrix phase reads lie on different banks.
+__device__ __forceinline__ int swizzled(int row, int chunk) { return row * kBK + ((chunk ^ (row & 7)) << 4); }
+
+// Copies rows [row0, row0 + kRows) × k bytes [k0, k0 + kBK) of a row-major int8 matrix into a
+// stage's tile with cp.async; what lies outside [0, rows) × [0, k) is zero-filled, so it adds
+// nothing to the sums. Thread t copies chunk t % 8 of rows t / 8 + j · kThreads / 8.
+template <int kRows, int kThreads>
+struct TileLoader {
+  static_assert(kThreads % 64 == 0 && (kRows * kChunks) % kThreads == 0, "whole rows per pass, same swizzle");
+  static constexpr int kPasses = kRows * kChunks / kThreads, kRowStep = kThreads / kChunks;
+
+  __device__ TileLoader(const int8_t* base, int64_t ld, int64_t row0, int64_t rows) {
+    const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+    col = c * 16;
+    offset = swizzled(r, c);
+    stride = ld * kRowStep;
+    src = base + (row0 + r) * ld + col;
+    fallback = base;
+    valid_rows = 0;
+#pragma unroll
+    for (int j = 0; j < kPasses; ++j) valid_rows |= unsigned(row0 + r + j * kRowStep < rows) << j;
+  }
+
+  // kCheckK = false: the caller knows k0 + kBK ≤ k.
+  template <bool kCheckK = true>
+  __device__ __forceinline__ void load(uint8_t* tile, int64_t k0, int64_t k) const {
+    const bool k_valid = !kCheckK || k0 + col < k;
+#pragma unroll
+    for (int j = 0; j < kPasses; ++j) {
+      const bool valid = k_valid && (valid_rows >> j & 1);
+      cp_async_16_or_zero(tile + offset + j * kRowStep * kBK, valid ? src + j * stride + k0 : fallback, valid);
+    }
+  }
+
+  const int8_t* src;
+  const int8_t* fallback;
+  int64_t stride;
+  int offset, col;
+  unsigned valid_rows;
+};
+
+}  // namespace ssdq::kernels::grouped_gemm

@@ -1,0 +1,47 @@
+// The integer projection with weight groups as one kernel (sm_80 and newer, mma.sync):
+//   out[m, n] (+)= chain[m, n]·s_x + bias[n],
+//   chain = 0; for g = 0 .. groups − 1: chain ← fma(float(Σ_{k in group g} x[m, k]·w[n, k]), s_w[n, g], chain)
+// rounded step by step exactly as runtime/quantized_ops.h `linear_forward`, so it is bit-identical
+// to the CPU: each group's int32 sums stay in the tensor cores' accumulators and are folded into
+// the fp32 chain in registers when the group's last k step is done (the W4A8 prefill; int4
+// weights are unpacked to int8 first, kernels/weight_unpack.h). One group a row is the
+// per-channel W8A8 projection: the portable path where kernels/gemm_s8_scaled.h (sm_90a) is not.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/element_type.h"
+
+namespace ssdq::kernels {
+
+// kWgmma: 128 × 128 tiles of two warpgroups on wgmma (sm_90 devices only); kLarge: 128 × 128 tiles
+// of eight warps on mma.sync (sm_80); kSmall: 32 × 64 tiles of four warps on mma.sync (a few dozen
+// rows, where large tiles leave most of the GPU idle). kAuto picks by device and rows (measured,
+// docs/kernels/gemm.md).
+enum class GemmS8GroupedTile { kAuto, kWgmma, kLarge, kSmall };
+
+struct GemmS8GroupedArgs {
+  int64_t m = 0, n = 0, k = 0;
+  const int8_t* x = nullptr;        // [m, k], row stride ldx
+  int64_t ldx = 0;
+  const int8_t* w = nullptr;        // [n, k], row stride ldw
+  int64_t ldw = 0;
+  const float* w_scales = nullptr;  // [n, k / group_size]
+  int64_t group_size = 0;           // k for one group a row
+  float x_scale = 1.f;
+  const float* bias = nullptr;      // optional [n]
+  void* out = nullptr;              // [m, n], row stride ldout
+  int64_t ldout = 0;
+  ElementType out_type = ElementType::kF32;  // kF32, kBF16 or kF16
+  bool accumulate = false;                   // out += (fp32 only)
+  GemmS8GroupedTile tile = GemmS8GroupedTile::kAuto;
+};
+
+// sm_80 or newer; k and group_size multiples of 32 (kWgmma: an sm_90 device, multiples of 128),
+// group_size dividing k; row strides multiples of 16 bytes and 16-byte aligned operands.
+bool gemm_s8_grouped_supported(const GemmS8GroupedArgs& args);
+cudaError_t launch_gemm_s8_grouped(const GemmS8GroupedArgs& args, cudaStream_t stream);
+
+}  // namespace ssdq::kernels
