@@ -18,14 +18,18 @@ struct Tile {
   static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_, kStages = kStages_;
   static constexpr int kMT = kMT_, kNT = kNT_;  // m16 and n8 tiles of a warp
   static constexpr int kM = kWarpsM * 16 * kMT, kN = kWarpsN * 8 * kNT, kThreads = 32 * kWarpsM * kWarpsN;
-  static constexpr int kStageBytes = (kM + kN) * kBK;
+  static constexpr int kStageBytes = kM * kBK + kN * kBK;  // int4 weights use half of their part
   static constexpr int kShared = kStages * kStageBytes;  // cp.async keeps kStages − 1 tiles in flight
   static_assert(kNT % 2 == 0, "B fragments are loaded for pairs of n8 tiles");
 };
 using LargeTile = Tile<2, 4, 4, 4, 6>;  // 128 × 128, eight warps of 64 × 32
 using SmallTile = Tile<1, 4, 2, 2, 4>;  // 32 × 64, four warps of 32 × 16
 
-template <typename T, bool kBiasedSums>
+// kInt4W: the weights stay packed int4 in shared memory; each lane unpacks the eight k values of
+// one packed word into its b0, b1 (k 8q..8q + 3 and 8q + 4..8q + 7 of a 32-wide k step, q = lane % 4)
+// and loads the x bytes of the same k as a0, a2 (a1, a3 for row + 8): the MMA sums the same
+// products in another order, which is exact.
+template <typename T, bool kBiasedSums, bool kInt4W>
 __global__ void __launch_bounds__(T::kThreads, 1) gemm_s8_grouped_kernel(GemmS8GroupedArgs a) {
   extern __shared__ __align__(128) uint8_t shared[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -38,7 +42,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) gemm_s8_grouped_kernel(GemmS8G
   allow_next_grid();
 
   const TileLoader<T::kM, T::kThreads> x_loader(a.x, a.ldx, m0, a.m);
-  const TileLoader<T::kN, T::kThreads> w_loader(a.w, a.ldw, n0, a.n);
+  const TileLoader<T::kN, T::kThreads, kInt4W> w_loader(a.w, a.ldw, n0, a.n);
   // Stages are used round-robin; the indices advance by compare-and-wrap (no division in the loop).
   int load_tile = 0, load_stage = 0;
   auto load_next = [&] {
@@ -94,18 +98,37 @@ __global__ void __launch_bounds__(T::kThreads, 1) gemm_s8_grouped_kernel(GemmS8G
     for (int kk = 0; kk < kBK / 32; ++kk) {
       if (kk >= steps) break;
       uint32_t af[T::kMT][4], bf[T::kNT][2];
+      if constexpr (kInt4W) {
+        const int q = lane % 4, g = lane / 4;
 #pragma unroll
-      for (int i = 0; i < T::kMT; ++i)
-        ldmatrix_x4(af[i], a_base + swizzled(warp_m * 16 * T::kMT + i * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+        for (int i = 0; i < T::kMT; ++i)
 #pragma unroll
-      for (int p = 0; p < T::kNT / 2; ++p) {
-        uint32_t r[4];
-        ldmatrix_x4(r, b_base + swizzled(warp_n * 8 * T::kNT + p * 16 + (lane & 7) + (lane >> 4) * 8,
-                                         kk * 2 + ((lane >> 3) & 1)));
-        bf[2 * p][0] = r[0];
-        bf[2 * p][1] = r[1];
-        bf[2 * p + 1][0] = r[2];
-        bf[2 * p + 1][1] = r[3];
+          for (int h = 0; h < 2; ++h) {
+            const int row = warp_m * 16 * T::kMT + i * 16 + g + 8 * h;
+            const uint2 bytes = *reinterpret_cast<const uint2*>(stage + swizzled(row, kk * 2 + q / 2) + 8 * (q % 2));
+            af[i][h] = bytes.x;
+            af[i][h + 2] = bytes.y;
+          }
+#pragma unroll
+        for (int t = 0; t < T::kNT; ++t) {
+          const int row = warp_n * 8 * T::kNT + t * 8 + g;
+          int4x8_to_int8(*reinterpret_cast<const uint32_t*>(stage + T::kM * kBK + swizzled_int4(row, kk) + 4 * q), bf[t][0],
+                         bf[t][1]);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < T::kMT; ++i)
+          ldmatrix_x4(af[i], a_base + swizzled(warp_m * 16 * T::kMT + i * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+#pragma unroll
+        for (int p = 0; p < T::kNT / 2; ++p) {
+          uint32_t r[4];
+          ldmatrix_x4(r, b_base + swizzled(warp_n * 8 * T::kNT + p * 16 + (lane & 7) + (lane >> 4) * 8,
+                                           kk * 2 + ((lane >> 3) & 1)));
+          bf[2 * p][0] = r[0];
+          bf[2 * p][1] = r[1];
+          bf[2 * p + 1][0] = r[2];
+          bf[2 * p + 1][1] = r[3];
+        }
       }
 #pragma unroll
       for (int i = 0; i < T::kMT; ++i)
@@ -148,7 +171,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) gemm_s8_grouped_kernel(GemmS8G
 
 template <typename T>
 cudaError_t launch_tile(const GemmS8GroupedArgs& a, cudaStream_t stream) {
-  auto* kernel = a.group_size <= kBiasedMaxGroup ? gemm_s8_grouped_kernel<T, true> : gemm_s8_grouped_kernel<T, false>;
+  const bool biased = a.group_size <= kBiasedMaxGroup;
+  auto* kernel = a.w_bits == 4 ? (biased ? gemm_s8_grouped_kernel<T, true, true> : gemm_s8_grouped_kernel<T, false, true>)
+                               : (biased ? gemm_s8_grouped_kernel<T, true, false> : gemm_s8_grouped_kernel<T, false, false>);
   if (const cudaError_t status = allow_dynamic_shared(kernel, T::kShared); status != cudaSuccess) return status;
   LaunchShape shape;
   shape.grid = dim3(static_cast<unsigned>((a.n + T::kN - 1) / T::kN), static_cast<unsigned>((a.m + T::kM - 1) / T::kM));
@@ -171,11 +196,13 @@ bool gemm_s8_grouped_supported(const GemmS8GroupedArgs& a) {
   const bool float_out = a.out_type == ElementType::kF32 || a.out_type == ElementType::kBF16 || a.out_type == ElementType::kF16;
   const bool shape = a.m > 0 && a.m <= 65535LL * 32 && a.n > 0 && a.n * (a.k / std::max<int64_t>(a.group_size, 1)) < (int64_t(1) << 31) && a.k > 0 && a.k % 32 == 0 && a.group_size > 0 &&
                      a.group_size % 32 == 0 && a.k % a.group_size == 0;
-  const bool strides = a.ldx >= a.k && a.ldw >= a.k && a.ldx % 16 == 0 && a.ldw % 16 == 0 && a.ldout >= a.n;
+  const bool strides = a.ldx >= a.k && a.ldw >= a.k && a.ldx % 16 == 0 && a.ldw % (a.w_bits == 4 ? 32 : 16) == 0 &&
+                       a.ldout >= a.n;
+  const bool bits = a.w_bits == 8 || (a.w_bits == 4 && a.tile != GemmS8GroupedTile::kWgmma);
   const bool operands = a.x && a.w && a.w_scales && a.out && aligned16(a.x) && aligned16(a.w);
   const int major = current_device_attribute(cudaDevAttrComputeCapabilityMajor);
   const bool device = a.tile == GemmS8GroupedTile::kWgmma ? is_sm90() && gemm_s8_grouped_wgmma_supported(a) : major >= 8;
-  return float_out && shape && strides && operands && (!a.accumulate || a.out_type == ElementType::kF32) && device;
+  return float_out && shape && strides && bits && operands && (!a.accumulate || a.out_type == ElementType::kF32) && device;
 }
 
 cudaError_t launch_gemm_s8_grouped(const GemmS8GroupedArgs& a, cudaStream_t stream) {
@@ -183,7 +210,7 @@ cudaError_t launch_gemm_s8_grouped(const GemmS8GroupedArgs& a, cudaStream_t stre
   GemmS8GroupedTile tile = a.tile;
   if (tile == GemmS8GroupedTile::kAuto)
     tile = a.m <= 64                                          ? GemmS8GroupedTile::kSmall
-           : is_sm90() && gemm_s8_grouped_wgmma_supported(a) ? GemmS8GroupedTile::kWgmma
+           : a.w_bits == 8 && is_sm90() && gemm_s8_grouped_wgmma_supported(a) ? GemmS8GroupedTile::kWgmma
                                                               : GemmS8GroupedTile::kLarge;
   if (tile == GemmS8GroupedTile::kWgmma) return launch_gemm_s8_grouped_wgmma(a, stream);
   return tile == GemmS8GroupedTile::kLarge ? launch_tile<LargeTile>(a, stream) : launch_tile<SmallTile>(a, stream);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/quant_epilogue.cuh"
 #include "kernels/tensor_core.cuh"
 
 namespace ssdq::kernels::grouped_gemm {
@@ -28,20 +29,30 @@ __device__ __forceinline__ float group_sum(int acc) {
 // tiles), so the eight rows one ldmatrix phase reads lie on different banks.
 __device__ __forceinline__ int swizzled(int row, int chunk) { return row * kBK + ((chunk ^ (row & 7)) << 4); }
 
-// Copies rows [row0, row0 + kRows) × k bytes [k0, k0 + kBK) of a row-major int8 matrix into a
-// stage's tile with cp.async; what lies outside [0, rows) × [0, k) is zero-filled, so it adds
-// nothing to the sums. Thread t copies chunk t % 8 of rows t / 8 + j · kThreads / 8.
-template <int kRows, int kThreads>
-struct TileLoader {
-  static_assert(kThreads % 64 == 0 && (kRows * kChunks) % kThreads == 0, "whole rows per pass, same swizzle");
-  static constexpr int kPasses = kRows * kChunks / kThreads, kRowStep = kThreads / kChunks;
+// The same for a tile of packed int4 weights (64-byte rows, four chunks): chunk c of row r moves to
+// c ^ ((r / 2) % 4), so the eight rows of a fragment load cover all 32 banks.
+__device__ __forceinline__ int swizzled_int4(int row, int chunk) { return row * (kBK / 2) + ((chunk ^ ((row >> 1) & 3)) << 4); }
 
+
+// Copies rows [row0, row0 + kRows) × k [k0, k0 + kBK) of a row-major int8 matrix (kInt4: packed
+// int4, half the bytes) into a stage's tile with cp.async; what lies outside [0, rows) × [0, k) is
+// zero-filled, so it adds nothing to the sums. Thread t copies chunk t % c of rows t / c +
+// j · kThreads / c, c the chunks of a tile row.
+template <int kRows, int kThreads, bool kInt4 = false>
+struct TileLoader {
+  static constexpr int kRowChunks = kInt4 ? kChunks / 2 : kChunks;
+  static_assert(kThreads % (8 * kRowChunks) == 0 && (kRows * kRowChunks) % kThreads == 0, "whole rows per pass, same swizzle");
+  static constexpr int kPasses = kRows * kRowChunks / kThreads, kRowStep = kThreads / kRowChunks;
+  static constexpr int kRowBytes = kRowChunks * 16;
+
+  // ld in elements (int4: ld / 2 bytes a row).
   __device__ TileLoader(const int8_t* base, int64_t ld, int64_t row0, int64_t rows) {
-    const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
-    col = c * 16;
-    offset = swizzled(r, c);
-    stride = ld * kRowStep;
-    src = base + (row0 + r) * ld + col;
+    const int r = threadIdx.x / kRowChunks, c = threadIdx.x % kRowChunks;
+    col = c * 16 * (kInt4 ? 2 : 1);
+    offset = kInt4 ? swizzled_int4(r, c) : swizzled(r, c);
+    const int64_t ld_bytes = kInt4 ? ld / 2 : ld;
+    stride = ld_bytes * kRowStep;
+    src = base + (row0 + r) * ld_bytes + c * 16;
     fallback = base;
     valid_rows = 0;
 #pragma unroll
@@ -55,7 +66,8 @@ struct TileLoader {
 #pragma unroll
     for (int j = 0; j < kPasses; ++j) {
       const bool valid = k_valid && (valid_rows >> j & 1);
-      cp_async_16_or_zero(tile + offset + j * kRowStep * kBK, valid ? src + j * stride + k0 : fallback, valid);
+      cp_async_16_or_zero(tile + offset + j * kRowStep * kRowBytes, valid ? src + j * stride + (kInt4 ? k0 / 2 : k0) : fallback,
+                          valid);
     }
   }
 

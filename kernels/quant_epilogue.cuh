@@ -4,6 +4,7 @@
 //   activation point's format on one value (the _fast / by_reciprocal forms: the same bits with a
 //   multiply where it cannot differ);
 // - int8x4_to_float: four int8 bytes to exact floats without I2F (the GEMVs' weights, SSDi8's CBq);
+// - int4x8_to_int8: a packed int4 word to two int8x4 words (the int4 weight unpack, the grouped GEMM);
 // - store_projection: the float epilogue of an integer projection, shared by the int8 GEMM's
 //   scaling kernel and the quantized GEMV: y (already scaled) + bias[col], stored as out_type or
 //   added into fp32 out, with explicitly rounded operations so the compiler cannot fuse them
@@ -82,6 +83,15 @@ __device__ inline void int8x4_to_float(uint32_t word, float (&out)[4]) {
   const uint32_t biased = word ^ 0x80808080u;
 #pragma unroll
   for (int i = 0; i < 4; ++i) out[i] = __uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7650 + i)) - 8388736.f;
+}
+
+// Offset nibbles to int8: the eight int4 values of a packed word (k 2i in the low nibble of byte i,
+// k 2i + 1 in the high one) as two int8x4 words, k 0..3 and k 4..7. n ^ 8 is n + 8 ∈ [0, 15] for a
+// two's-complement nibble; + 0x78 ^ 0x80 then gives n back in each byte (no carry leaves a byte).
+__device__ inline void int4x8_to_int8(uint32_t word, uint32_t& low_k, uint32_t& high_k) {
+  const uint32_t low = word & 0x0F0F0F0Fu, high = (word >> 4) & 0x0F0F0F0Fu;
+  low_k = ((__byte_perm(low, high, 0x5140) ^ 0x08080808u) + 0x78787878u) ^ 0x80808080u;
+  high_k = ((__byte_perm(low, high, 0x7362) ^ 0x08080808u) + 0x78787878u) ^ 0x80808080u;
 }
 
 // An activation point's format applied to one fp32 value (runtime/quantized_ops.h

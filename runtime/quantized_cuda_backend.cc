@@ -40,6 +40,9 @@ constexpr int64_t kW8A8GemvMaxRows = 4;
 // GEMV's 50.9 µs on 2.7b's in_proj (out_proj 31.9 against 26.0), at 16 rows 30.9 / 32.2 against
 // 93.3 / 46.4 µs; at 4 rows the GEMV wins both (H100, kernels_bench; docs/kernels/gemm.md).
 constexpr int64_t kW4A8GemvMaxRows = 4;
+// Rows up to which the grouped GEMM reads int4 weights packed (its 32 × 64 mma.sync tiles); above,
+// on sm_90, the weights are unpacked to int8 for the wgmma kernel (docs/kernels/gemm.md).
+constexpr int64_t kGroupedInt4MaxRows = 64;
 // Rows from which a per-channel int8 projection runs the fused sm_90 GEMM (kernels/gemm_s8_scaled.h)
 // rather than cuBLASLt + the scaling pass: measured on an H100, the fused kernel is 1.5–1.8× faster
 // from 64 rows, but decode at batch 8 and 32 was 3–4 % slower with it (docs/kernels/gemm.md).
@@ -536,6 +539,17 @@ struct QuantizedCudaBackend::Impl {
       return;
     }
     const int8_t* w8 = L.values.at<int8_t>(0);
+    if (L.bits == 4 && L.groups > 1) {  // int4 read packed, unless the unpacked wgmma kernel applies
+      kernels::GemmS8GroupedArgs packed = grouped_gemm_args(L, m, w8, x_scale, bias, out, residual_add);
+      packed.w_bits = 4;
+      kernels::GemmS8GroupedArgs wgmma = grouped_gemm_args(L, m, w8, x_scale, bias, out, residual_add);
+      wgmma.tile = kernels::GemmS8GroupedTile::kWgmma;
+      if ((m <= kGroupedInt4MaxRows || !kernels::gemm_s8_grouped_supported(wgmma)) &&
+          kernels::gemm_s8_grouped_supported(packed)) {
+        cuda_ok(kernels::launch_gemm_s8_grouped(packed, stream), what);
+        return;
+      }
+    }
     if (L.bits == 4) {
       kernels::WeightUnpackArgs u;
       u.rows = L.n;

@@ -27,6 +27,7 @@ struct Case {
   GemmS8GroupedTile tile;
   bool bias_and_accumulate;
   ElementType out_type = ElementType::kF32;
+  bool packed = false;  // int4 weights read packed (w_bits 4) instead of unpacked to int8 first
 };
 
 std::string tile_name(GemmS8GroupedTile t) {
@@ -43,7 +44,8 @@ class GemmS8Grouped : public ::testing::TestWithParam<Case> {};
 TEST_P(GemmS8Grouped, MatchesLinearForwardBitForBit) {
   testing::require_device();
   const Case c = GetParam();
-  SCOPED_TRACE(fmt::format("m {} n {} k {} group {} int{} tile {}", c.m, c.n, c.k, c.group_size, c.bits, tile_name(c.tile)));
+  SCOPED_TRACE(fmt::format("m {} n {} k {} group {} int{}{} tile {}", c.m, c.n, c.k, c.group_size, c.bits,
+                           c.packed ? " packed" : "", tile_name(c.tile)));
   std::mt19937 rng(c.m + 5 * c.n + 11 * c.k + c.group_size);
   const WeightMatrix wm = rtn_weight(testing::random_vector(size_t(c.n) * c.k, -1.f, 1.f, rng), c.n, c.k,
                                      c.bits == 4 ? QuantBits::kInt4 : QuantBits::kInt8, c.group_size);
@@ -69,10 +71,11 @@ TEST_P(GemmS8Grouped, MatchesLinearForwardBitForBit) {
       expected[i] = base[i] + v;
     }
 
-  // The weights as the kernel reads them: int8, int4 unpacked on the device.
+  // The weights as the kernel reads them: int8, int4 packed or unpacked on the device.
   testing::DeviceBuffer<int8_t> d_w(q.values);
-  if (c.bits == 4) {
-    testing::DeviceBuffer<uint8_t> d_packed(pack_int4(q.values.data(), static_cast<int64_t>(q.values.size())));
+  testing::DeviceBuffer<uint8_t> d_packed(c.bits == 4 ? pack_int4(q.values.data(), static_cast<int64_t>(q.values.size()))
+                                                      : std::vector<uint8_t>(1));
+  if (c.bits == 4 && !c.packed) {
     d_w.upload(std::vector<int8_t>(q.values.size(), 0));
     kernels::WeightUnpackArgs u;
     u.rows = c.n;
@@ -95,7 +98,8 @@ TEST_P(GemmS8Grouped, MatchesLinearForwardBitForBit) {
   a.k = c.k;
   a.x = d_x.get();
   a.ldx = ldx;
-  a.w = d_w.get();
+  a.w = c.packed ? reinterpret_cast<const int8_t*>(d_packed.get()) : d_w.get();
+  a.w_bits = c.packed ? 4 : 8;
   a.ldw = c.k;
   a.w_scales = d_scales.get();
   a.group_size = q.group_size;
@@ -156,7 +160,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{1024, 256, 512, 256, 8, kWgmma, false}, Case{130, 200, 1024, 512, 8, kWgmma, true},
                       Case{300, 1032, 4096, 0, 8, kWgmma, true}, Case{1, 8, 128, 128, 4, kWgmma, false},
                       Case{2048, 520, 5120, 128, 4, kWgmma, true}, Case{129, 264, 768, 256, 8, kWgmma, false, ElementType::kF16},
-                      Case{70, 136, 2560, 128, 4, kWgmma, false, ElementType::kBF16}));
+                      Case{70, 136, 2560, 128, 4, kWgmma, false, ElementType::kBF16},
+                      // int4 weights unpacked in registers: groups 32 to 512, partial k tile, both tiles
+                      Case{17, 300, 512, 128, 4, kSmall, true, ElementType::kF32, true},
+                      Case{17, 300, 512, 128, 4, kLarge, true, ElementType::kF32, true},
+                      Case{256, 1288, 256, 64, 4, kAuto, false, ElementType::kF32, true},
+                      Case{33, 100, 96, 32, 4, kSmall, false, ElementType::kF32, true},
+                      Case{130, 200, 1024, 512, 4, kLarge, true, ElementType::kF32, true},
+                      Case{40, 96, 2560, 128, 4, kAuto, true, ElementType::kF32, true},
+                      Case{64, 2560, 5120, 128, 4, kSmall, true, ElementType::kF32, true},
+                      Case{3, 72, 384, 128, 4, kSmall, false, ElementType::kF16, true}));
 
 TEST(GemmS8Grouped, RefusesWhatItCannotRun) {
   testing::require_device();
@@ -200,7 +213,14 @@ TEST(GemmS8Grouped, RefusesWhatItCannotRun) {
   a.k = a.ldx = a.ldw = 96;
   EXPECT_FALSE(kernels::gemm_s8_grouped_supported(a));
   a.k = a.ldx = a.ldw = 128;
+  a.w_bits = 4;  // packed int4: not on wgmma; rows of whole 16-byte pieces
+  EXPECT_FALSE(kernels::gemm_s8_grouped_supported(a));
   a.tile = GemmS8GroupedTile::kAuto;
+  EXPECT_TRUE(kernels::gemm_s8_grouped_supported(a));
+  a.ldw = 144;
+  EXPECT_FALSE(kernels::gemm_s8_grouped_supported(a));
+  a.ldw = 128;
+  a.w_bits = 8;
   a.out_type = ElementType::kBF16;
   a.accumulate = true;  // adds into fp32 only
   EXPECT_FALSE(kernels::gemm_s8_grouped_supported(a));

@@ -426,6 +426,13 @@ void bench_gemm_w4a8(int64_t m, int64_t n, int64_t k, int64_t group) {
     fmt::print(" | {} {:7.1f} us ({:4.0f} TOPS)", grouped_tile_name(tile),
                us, ops / us / 1e6);
   }
+  q.w = reinterpret_cast<const int8_t*>(w4);  // int4 read packed, no unpack
+  q.w_bits = 4;
+  for (auto tile : {kernels::GemmS8GroupedTile::kLarge, kernels::GemmS8GroupedTile::kSmall}) {
+    q.tile = tile;
+    const double us = time_us([&] { return kernels::launch_gemm_s8_grouped(q, nullptr); }, 20);
+    fmt::print(" | packed {} {:7.1f} us ({:4.0f} TOPS)", grouped_tile_name(tile), us, ops / us / 1e6);
+  }
   void* workspace;
   check_cuda(cudaMalloc(&workspace, 32 << 20), "cudaMalloc");
   {
