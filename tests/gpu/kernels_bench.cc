@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <utility>
@@ -270,6 +271,68 @@ const char* grouped_tile_name(kernels::GemmS8GroupedTile tile) {
                                                       : "mma.sync 32×64";
 }
 
+// The int8 GEMM (int32 out) of `cols` of k and its scaling pass into fp32 `out`, as the backend
+// sets them up; rows of k bytes.
+kernels::GemmArgs s8_gemm_args(int64_t m, int64_t n, int64_t k, int64_t cols, const int8_t* x, const int8_t* w,
+                               int32_t* acc) {
+  kernels::GemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = cols;
+  g.in_type = kernels::ElementType::kS8;
+  g.x = x;
+  g.ldx = k;
+  g.w = w;
+  g.ldw = k;
+  g.out = acc;
+  g.ldout = n;
+  g.out_type = kernels::ElementType::kS32;
+  return g;
+}
+kernels::ScaleInt32Args scale_args(int64_t m, int64_t n, const int32_t* acc, const float* scales, float* out) {
+  kernels::ScaleInt32Args s;
+  s.m = m;
+  s.n = n;
+  s.acc = acc;
+  s.ld_acc = n;
+  s.w_scales = scales;
+  s.out = out;
+  s.ldout = n;
+  return s;
+}
+
+// Times the grouped GEMM on each of `tiles` the device supports, printing " | label tile µs (TOPS)".
+void print_grouped_tiles(kernels::GemmS8GroupedArgs q, std::initializer_list<kernels::GemmS8GroupedTile> tiles,
+                         const char* label, int iterations) {
+  const double ops = 2.0 * q.m * q.n * q.k;
+  for (auto tile : tiles) {
+    q.tile = tile;
+    if (!kernels::gemm_s8_grouped_supported(q)) continue;
+    const double us = time_us([&] { return kernels::launch_gemm_s8_grouped(q, nullptr); }, iterations);
+    fmt::print(" | {}{} {:7.1f} us ({:4.0f} TOPS)", label, grouped_tile_name(tile), us, ops / us / 1e6);
+  }
+}
+
+kernels::GemmS8GroupedArgs grouped_args(int64_t m, int64_t n, int64_t k, const int8_t* x, const int8_t* w,
+                                        const float* scales, int64_t group, float* out) {
+  kernels::GemmS8GroupedArgs q;
+  q.m = m;
+  q.n = n;
+  q.k = k;
+  q.x = x;
+  q.ldx = k;
+  q.w = w;
+  q.ldw = k;
+  q.w_scales = scales;
+  q.group_size = group;
+  q.out = out;
+  q.ldout = n;
+  return q;
+}
+
+constexpr auto kAllTiles = {kernels::GemmS8GroupedTile::kLarge, kernels::GemmS8GroupedTile::kSmall,
+                            kernels::GemmS8GroupedTile::kWgmma};
+
 void bench_gemm_s8(int64_t m, int64_t n, int64_t k, bool into_residual) {
   int8_t *x, *w;
   int32_t* acc;
@@ -286,25 +349,8 @@ void bench_gemm_s8(int64_t m, int64_t n, int64_t k, bool into_residual) {
   void* workspace;
   check_cuda(cudaMalloc(&workspace, 32 << 20), "cudaMalloc");
   kernels::Gemm gemm(workspace, 32 << 20);
-  kernels::GemmArgs g;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.in_type = kernels::ElementType::kS8;
-  g.x = x;
-  g.ldx = k;
-  g.w = w;
-  g.out = acc;
-  g.ldout = n;
-  g.out_type = kernels::ElementType::kS32;
-  kernels::ScaleInt32Args s;
-  s.m = m;
-  s.n = n;
-  s.acc = acc;
-  s.ld_acc = n;
-  s.w_scales = scales;
-  s.out = out;
-  s.ldout = n;
+  kernels::GemmArgs g = s8_gemm_args(m, n, k, k, x, w, acc);
+  kernels::ScaleInt32Args s = scale_args(m, n, acc, scales, out);
   // in_proj writes a 16-bit buffer; out_proj adds into the fp32 residual (as the FP path does)
   s.out_type = into_residual ? kernels::ElementType::kF32 : kernels::ElementType::kBF16;
   s.accumulate = into_residual;
@@ -350,27 +396,9 @@ void bench_gemm_s8(int64_t m, int64_t n, int64_t k, bool into_residual) {
              bf16_us / (gemm_us + scale_us));
   if (fused)
     fmt::print(" | fused (fp32 out) {:7.1f} us ({:4.0f} TOPS), {:.2f}× bf16", fused_us, ops / fused_us / 1e6, bf16_us / fused_us);
-  kernels::GemmS8GroupedArgs q;  // the portable one-kernel path, one group a row, fp32 out
-  q.m = m;
-  q.n = n;
-  q.k = k;
-  q.x = x;
-  q.ldx = k;
-  q.w = w;
-  q.ldw = k;
-  q.w_scales = scales;
-  q.group_size = k;
-  q.out = out;
-  q.ldout = n;
+  kernels::GemmS8GroupedArgs q = grouped_args(m, n, k, x, w, scales, k, out);  // one group a row, fp32 out
   q.accumulate = into_residual;
-  for (auto tile : {kernels::GemmS8GroupedTile::kLarge, kernels::GemmS8GroupedTile::kSmall,
-                    kernels::GemmS8GroupedTile::kWgmma}) {
-    q.tile = tile;
-    if (!kernels::gemm_s8_grouped_supported(q)) continue;
-    const double us = time_us([&] { return kernels::launch_gemm_s8_grouped(q, nullptr); }, 50);
-    fmt::print(" | {} {:7.1f} us ({:4.0f} TOPS)", grouped_tile_name(tile),
-               us, ops / us / 1e6);
-  }
+  print_grouped_tiles(q, kAllTiles, "", 50);
   fmt::print("\n");
   for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(acc), static_cast<void*>(out),
                   static_cast<void*>(scales), workspace, x16, w16})
@@ -403,58 +431,19 @@ void bench_gemm_w4a8(int64_t m, int64_t n, int64_t k, int64_t group) {
   u.out = w8;
   u.out_type = kernels::ElementType::kS8;
   const double unpack_us = time_us([&] { return kernels::launch_weight_unpack(u, nullptr); }, 50);
-  kernels::GemmS8GroupedArgs q;
-  q.m = m;
-  q.n = n;
-  q.k = k;
-  q.x = x;
-  q.ldx = k;
-  q.w = w8;
-  q.ldw = k;
-  q.w_scales = scales;
-  q.group_size = group;
-  q.out = out;
-  q.ldout = n;
-  const double ops = 2.0 * m * n * k;
+  kernels::GemmS8GroupedArgs q = grouped_args(m, n, k, x, w8, scales, group, out);
   fmt::print("w4a8 gemm m {:5d} n {:5d} k {:4d} group {}: unpack {:6.1f} us ({:4.0f} GB/s)", m, n, k, group, unpack_us,
              1.5 * n * k / unpack_us / 1e3);
-  for (auto tile : {kernels::GemmS8GroupedTile::kLarge, kernels::GemmS8GroupedTile::kSmall,
-                    kernels::GemmS8GroupedTile::kWgmma}) {
-    q.tile = tile;
-    if (!kernels::gemm_s8_grouped_supported(q)) continue;
-    const double us = time_us([&] { return kernels::launch_gemm_s8_grouped(q, nullptr); }, 20);
-    fmt::print(" | {} {:7.1f} us ({:4.0f} TOPS)", grouped_tile_name(tile),
-               us, ops / us / 1e6);
-  }
+  print_grouped_tiles(q, kAllTiles, "", 20);
   q.w = reinterpret_cast<const int8_t*>(w4);  // int4 read packed, no unpack
   q.w_bits = 4;
-  for (auto tile : {kernels::GemmS8GroupedTile::kLarge, kernels::GemmS8GroupedTile::kSmall}) {
-    q.tile = tile;
-    const double us = time_us([&] { return kernels::launch_gemm_s8_grouped(q, nullptr); }, 20);
-    fmt::print(" | packed {} {:7.1f} us ({:4.0f} TOPS)", grouped_tile_name(tile), us, ops / us / 1e6);
-  }
+  print_grouped_tiles(q, {kernels::GemmS8GroupedTile::kLarge, kernels::GemmS8GroupedTile::kSmall}, "packed ", 20);
   void* workspace;
   check_cuda(cudaMalloc(&workspace, 32 << 20), "cudaMalloc");
   {
     kernels::Gemm gemm(workspace, 32 << 20);
-    kernels::GemmArgs g;
-    g.m = m;
-    g.n = n;
-    g.k = group;
-    g.in_type = kernels::ElementType::kS8;
-    g.ldx = k;
-    g.ldw = k;
-    g.out = acc;
-    g.ldout = n;
-    g.out_type = kernels::ElementType::kS32;
-    kernels::ScaleInt32Args s;
-    s.m = m;
-    s.n = n;
-    s.acc = acc;
-    s.ld_acc = n;
-    s.w_scales = scales;
-    s.out = out;
-    s.ldout = n;
+    kernels::GemmArgs g = s8_gemm_args(m, n, k, group, x, w8, acc);
+    kernels::ScaleInt32Args s = scale_args(m, n, acc, scales, out);
     s.groups = static_cast<int>(groups);
     s.chain = chain;
     const double per_group_us = time_us([&] {
