@@ -116,7 +116,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_s8_grouped_wgmma_kernel(Gemm
     cp_async_wait_pending<kAhead - 1>();
     fence_proxy_async_shared();
     __syncthreads();  // tile kt is in every thread's view; the stage the next load overwrites is free
-    load_next();
     const uint64_t stage_offset = uint64_t(stage * (kStageBytes / 16));
     const float* scales = scale_ring + stage * kN + 2 * (lane % 4);
     stage = stage + 1 == kStages ? 0 : stage + 1;
@@ -126,6 +125,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_s8_grouped_wgmma_kernel(Gemm
       wgmma_m64n128k32_s8(acc, a_desc0 + stage_offset + 2 * kk, b_desc0 + stage_offset + 2 * kk,
                           !(tile_in_group == 0 && kk == 0));
     wgmma_commit();
+    load_next();  // while the MMAs run
     if (++tile_in_group != tiles_per_group) {
       wgmma_wait<1>();  // tile kt − 1's MMAs are done: its stage can be refilled
       continue;
