@@ -1,12 +1,11 @@
 #include "kernels/gemm_s8_grouped.h"
 
-#include <algorithm>
 #include <cstdint>
 
-#include "kernels/programmatic_launch.cuh"
-#include "kernels/quant_epilogue.cuh"
 #include "kernels/gemm_s8_grouped.cuh"
 #include "kernels/gemm_s8_grouped_sm90.h"
+#include "kernels/programmatic_launch.cuh"
+#include "kernels/quant_epilogue.cuh"
 
 namespace ssdq::kernels {
 namespace {
@@ -194,8 +193,9 @@ bool is_sm90() {
 
 bool gemm_s8_grouped_supported(const GemmS8GroupedArgs& a) {
   const bool float_out = a.out_type == ElementType::kF32 || a.out_type == ElementType::kBF16 || a.out_type == ElementType::kF16;
-  const bool shape = a.m > 0 && a.m <= 65535LL * 32 && a.n > 0 && a.n * (a.k / std::max<int64_t>(a.group_size, 1)) < (int64_t(1) << 31) && a.k > 0 && a.k % 32 == 0 && a.group_size > 0 &&
-                     a.group_size % 32 == 0 && a.k % a.group_size == 0;
+  const bool shape = a.m > 0 && a.m <= 65535LL * 32 && a.n > 0 && a.k > 0 && a.k % 32 == 0 && a.group_size > 0 &&
+                     a.group_size % 32 == 0 && a.k % a.group_size == 0 &&
+                     a.n * (a.k / a.group_size) < (int64_t(1) << 31);  // scale offsets in int
   const bool strides = a.ldx >= a.k && a.ldw >= a.k && a.ldx % 16 == 0 && a.ldw % (a.w_bits == 4 ? 32 : 16) == 0 &&
                        a.ldout >= a.n;
   const bool bits = a.w_bits == 8 || (a.w_bits == 4 && a.tile != GemmS8GroupedTile::kWgmma);
@@ -209,9 +209,9 @@ cudaError_t launch_gemm_s8_grouped(const GemmS8GroupedArgs& a, cudaStream_t stre
   if (!gemm_s8_grouped_supported(a)) return cudaErrorInvalidValue;
   GemmS8GroupedTile tile = a.tile;
   if (tile == GemmS8GroupedTile::kAuto)
-    tile = a.m <= 64                                          ? GemmS8GroupedTile::kSmall
+    tile = a.m <= 64                                                       ? GemmS8GroupedTile::kSmall
            : a.w_bits == 8 && is_sm90() && gemm_s8_grouped_wgmma_supported(a) ? GemmS8GroupedTile::kWgmma
-                                                              : GemmS8GroupedTile::kLarge;
+                                                                             : GemmS8GroupedTile::kLarge;
   if (tile == GemmS8GroupedTile::kWgmma) return launch_gemm_s8_grouped_wgmma(a, stream);
   return tile == GemmS8GroupedTile::kLarge ? launch_tile<LargeTile>(a, stream) : launch_tile<SmallTile>(a, stream);
 }
