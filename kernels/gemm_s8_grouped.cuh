@@ -15,7 +15,7 @@ constexpr int kChunks = kBK / 16;
 
 // 1.5·2²³ as an int32 bit pattern: an accumulator started there holds 1.5·2²³ + Σ as a float
 // while |Σ| ≤ 2²², so float(Σ) is one subtraction (I2F runs at a quarter of the FMA rate, and a
-// flush converts every accumulator). Groups of ≤ 256 products of |int8| ≤ 128 stay inside.
+// fold converts every accumulator). Groups of ≤ 256 products of |int8| ≤ 128 stay inside.
 constexpr int32_t kBiasedZero = 0x4B400000;
 constexpr int64_t kBiasedMaxGroup = 256;
 
@@ -31,8 +31,9 @@ __device__ __forceinline__ int swizzled(int row, int chunk) { return row * kBK +
 
 // The same for a tile of packed int4 weights (64-byte rows, four chunks): chunk c of row r moves to
 // c ^ ((r / 2) % 4), so the eight rows of a fragment load cover all 32 banks.
-__device__ __forceinline__ int swizzled_int4(int row, int chunk) { return row * (kBK / 2) + ((chunk ^ ((row >> 1) & 3)) << 4); }
-
+__device__ __forceinline__ int swizzled_int4(int row, int chunk) {
+  return row * (kBK / 2) + ((chunk ^ ((row >> 1) & 3)) << 4);
+}
 
 // Copies rows [row0, row0 + kRows) × k [k0, k0 + kBK) of a row-major int8 matrix (kInt4: packed
 // int4, half the bytes) into a stage's tile with cp.async; what lies outside [0, rows) × [0, k) is
@@ -41,7 +42,8 @@ __device__ __forceinline__ int swizzled_int4(int row, int chunk) { return row * 
 template <int kRows, int kThreads, bool kInt4 = false>
 struct TileLoader {
   static constexpr int kRowChunks = kInt4 ? kChunks / 2 : kChunks;
-  static_assert(kThreads % (8 * kRowChunks) == 0 && (kRows * kRowChunks) % kThreads == 0, "whole rows per pass, same swizzle");
+  static_assert(kThreads % (8 * kRowChunks) == 0 && (kRows * kRowChunks) % kThreads == 0,
+                "whole rows per pass, same swizzle");
   static constexpr int kPasses = kRows * kRowChunks / kThreads, kRowStep = kThreads / kRowChunks;
   static constexpr int kRowBytes = kRowChunks * 16;
 
@@ -66,8 +68,8 @@ struct TileLoader {
 #pragma unroll
     for (int j = 0; j < kPasses; ++j) {
       const bool valid = k_valid && (valid_rows >> j & 1);
-      cp_async_16_or_zero(tile + offset + j * kRowStep * kRowBytes, valid ? src + j * stride + (kInt4 ? k0 / 2 : k0) : fallback,
-                          valid);
+      const int8_t* from = valid ? src + j * stride + (kInt4 ? k0 / 2 : k0) : fallback;
+      cp_async_16_or_zero(tile + offset + j * kRowStep * kRowBytes, from, valid);
     }
   }
 

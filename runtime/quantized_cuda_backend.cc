@@ -41,7 +41,8 @@ constexpr int64_t kW8A8GemvMaxRows = 4;
 // 93.3 / 46.4 µs; at 4 rows the GEMV wins both (H100, kernels_bench; docs/kernels/gemm.md).
 constexpr int64_t kW4A8GemvMaxRows = 4;
 // Rows up to which the grouped GEMM reads int4 weights packed (its 32 × 64 mma.sync tiles); above,
-// on sm_90, the weights are unpacked to int8 for the wgmma kernel (docs/kernels/gemm.md).
+// the weights are unpacked to int8 first: at 2,048 rows the packed 128 × 128 tile took 461 µs on
+// 2.7b's in_proj against 16 + 357 µs unpacked and 16 + 237 µs on wgmma (H100, docs/kernels/gemm.md).
 constexpr int64_t kGroupedInt4MaxRows = 64;
 // Rows from which a per-channel int8 projection runs the fused sm_90 GEMM (kernels/gemm_s8_scaled.h)
 // rather than cuBLASLt + the scaling pass: measured on an H100, the fused kernel is 1.5–1.8× faster
@@ -63,8 +64,8 @@ DeviceBlock device_copy(const std::vector<T>& values, MemoryCounter* counter, co
 
 // A projection's weights in the form its CUDA path reads.
 //   kInt8PerChannel: int8 x · int8 w per output channel (W8A8).
-//   kInt8Grouped:    int8 x · int4 (or int8) w with group scales (W4A8): qgemv for decode, the
-//                    grouped int8 GEMM for prefill (int4 unpacked to int8 first).
+//   kInt8Grouped:    int8 x · int4 (or int8) w with group scales (W4A8): qgemv up to 4 rows, else
+//                    the grouped int8 GEMM (int4 read packed up to 64 rows, else unpacked first).
 //   kFloat:          fp16 x · fp16 w (float weights, or quantized weights with a float input:
 //                    W4A16, expanded to fp16 for prefill; qgemv's W4A16 for int4 decode).
 struct DeviceLinear {
@@ -416,7 +417,6 @@ struct QuantizedCudaBackend::Impl {
     cuda_ok(kernels::launch_activation_format(a, stream), what);
   }
 
-  // The decode GEMV of a projection at m rows, when it has one (qgemv_supported).
   // The grouped int8 GEMM's arguments for a projection with weight groups (w8: its int8 weights,
   // int4 ones unpacked).
   kernels::GemmS8GroupedArgs grouped_gemm_args(const DeviceLinear& L, int64_t m, const int8_t* w8, float x_scale,
@@ -439,6 +439,7 @@ struct QuantizedCudaBackend::Impl {
     return f;
   }
 
+  // The decode GEMV of a projection at m rows, when it has one (qgemv_supported).
   bool decode_gemv(const DeviceLinear& L, int64_t m, float x_scale, kernels::QgemvArgs& q) const {
     using Path = DeviceLinear::Path;
     // The integer GEMVs do not scale with rows: above kW8A8GemvMaxRows (W8A8) and
@@ -539,13 +540,10 @@ struct QuantizedCudaBackend::Impl {
       return;
     }
     const int8_t* w8 = L.values.at<int8_t>(0);
-    if (L.bits == 4 && L.groups > 1) {  // int4 read packed, unless the unpacked wgmma kernel applies
+    if (L.bits == 4 && L.groups > 1 && m <= kGroupedInt4MaxRows) {  // int4 read packed, no unpack pass
       kernels::GemmS8GroupedArgs packed = grouped_gemm_args(L, m, w8, x_scale, bias, out, residual_add);
       packed.w_bits = 4;
-      kernels::GemmS8GroupedArgs wgmma = grouped_gemm_args(L, m, w8, x_scale, bias, out, residual_add);
-      wgmma.tile = kernels::GemmS8GroupedTile::kWgmma;
-      if ((m <= kGroupedInt4MaxRows || !kernels::gemm_s8_grouped_supported(wgmma)) &&
-          kernels::gemm_s8_grouped_supported(packed)) {
+      if (kernels::gemm_s8_grouped_supported(packed)) {
         cuda_ok(kernels::launch_gemm_s8_grouped(packed, stream), what);
         return;
       }
