@@ -1,6 +1,6 @@
 // Quantized weights expanded on the device for the prefill GEMMs (cuBLASLt multiplies int8 or
 // fp16, not packed int4), into a scratch buffer right before the GEMM:
-//   kS8 out:  the int8 values q of int4 weights (W4A8: one int8 GEMM per weight group);
+//   kS8 out:  the int8 values q of int4 weights (W4A8 above 64 rows: kernels/gemm_s8_grouped.h);
 //   kF16 out: fp16(q·s_w[r, c / group_size]) of int8 or int4 weights (W4A16 and float inputs;
 //             the CPU multiplies the fp32 q·s_w, so this rounds once more).
 // int4 packing: quant/quantizer.h `pack_int4` of the row-major [rows, cols] matrix.

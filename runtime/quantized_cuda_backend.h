@@ -1,8 +1,9 @@
 // The CUDA backend of a QuantizedModel (an .ssdq artifact): the CPU quantized runtime
 // (quantized_layer.h) step by step on the device. Activations between ops are fp32 holding the
 // values their point's format gives them (fake-quantized int8, fp16-rounded), as on the CPU;
-// integer projections multiply the int8 values (qgemv for decode, cuBLASLt IMMA for prefill,
-// one GEMM per weight group for int4 weights) with the CPU's exact scaling chain; the SSDi8 SSD
+// integer projections multiply the int8 values (qgemv for a few rows; per-channel weights: the
+// CUTLASS or cuBLASLt IMMA GEMM; weight groups: gemm_s8_grouped) with the CPU's exact scaling
+// chain; the SSDi8 SSD
 // runs the integer chunked kernel; int8 decode states are stored as int8.
 // Float parts (exp, norms, fp16 GEMMs of float and W4A16 projections, the fp16 lm_head) differ
 // from the CPU in the last bits; tests/gpu/quantized_cuda_backend_test.cc bounds the difference.

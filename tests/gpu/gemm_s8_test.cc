@@ -2,8 +2,9 @@
 // products of runtime/quantized_ops.h gemm_s8s8_s32, and the scaling epilogue (kernels/scale_int32.h)
 // gives linear_forward's output bit for bit, with the mean-correction bias and the residual add.
 // On sm_90, kernels/gemm_s8_scaled.h does both in one CUTLASS kernel, bit for bit the same.
-// The W4A8 prefill: int4 weights unpacked to int8 on the device (kernels/weight_unpack.h), one
-// int8 GEMM per weight group and the epilogue's chain across the groups — linear_forward again.
+// The W4A8 fallback (groups kernels/gemm_s8_grouped.h does not take): int4 weights unpacked to
+// int8 on the device (kernels/weight_unpack.h), one int8 GEMM per weight group and the epilogue's
+// chain across the groups — linear_forward again.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -213,9 +214,9 @@ struct GroupedCase {
   int m, n, k, group_size;
 };
 
-class GemmS8Grouped : public ::testing::TestWithParam<GroupedCase> {};
+class GemmS8PerGroupFallback : public ::testing::TestWithParam<GroupedCase> {};
 
-TEST_P(GemmS8Grouped, OneGemmPerWeightGroupMatchesTheCpuChain) {
+TEST_P(GemmS8PerGroupFallback, OneGemmPerWeightGroupMatchesTheCpuChain) {
   testing::require_device();
   const GroupedCase c = GetParam();
   std::mt19937 rng(c.m + 5 * c.n + 11 * c.k);
@@ -294,7 +295,7 @@ TEST_P(GemmS8Grouped, OneGemmPerWeightGroupMatchesTheCpuChain) {
   EXPECT_EQ(mismatches, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, GemmS8Grouped,
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmS8PerGroupFallback,
                          ::testing::Values(GroupedCase{17, 300, 512, 128}, GroupedCase{256, 1288, 256, 64},
                                            GroupedCase{1024, 256, 512, 128}, GroupedCase{40, 96, 2560, 128}));
 
