@@ -39,9 +39,9 @@ __device__ inline In format_input(In raw, const ChannelFormat& format) {
 
 // How a thread formats and stores its fp32-input channel, fixed for the whole tile. The
 // specialized plans spell the quantized backend's cases without a branch per element (an int8
-// conv.in, then the SSDi8 prefill's fp16 x or int8 B|C, or int8-formatted fp32); kAny dispatches
+// conv.in, then the SSDi8 prefill's fp16 x or int8 B|C, or int8-formatted fp32 or fp16); kAny dispatches
 // on the channel's codes and part type for every element. Each plan gives the same bits.
-enum class Plan { kAny, kInt8ToF16, kInt8ToS8, kInt8ToF32Int8 };
+enum class Plan { kAny, kInt8ToF16, kInt8ToS8, kInt8ToF32Int8, kInt8ToF16Int8 };
 
 // The output part holding fp32-input channel c (a plain fp32 output is one part).
 __device__ inline CausalConv1dOutputPart part_of(const CausalConv1dArgs& a, int c) {
@@ -78,13 +78,15 @@ struct PartWriter {
     if constexpr (kPlan == Plan::kInt8ToF16) {  // the fp16 format: rounding y once is the same half
 #pragma unroll
       for (int i = 0; i < N; ++i, at += row_bytes) *reinterpret_cast<__half*>(at) = __float2half_rn(y[i]);
-    } else if constexpr (kPlan == Plan::kInt8ToS8 || kPlan == Plan::kInt8ToF32Int8) {
+    } else if constexpr (kPlan == Plan::kInt8ToS8 || kPlan == Plan::kInt8ToF32Int8 || kPlan == Plan::kInt8ToF16Int8) {
       float q[N];
       quantize_int8_to_float(y, format.code, format.inv_code, q);
 #pragma unroll
       for (int i = 0; i < N; ++i, at += row_bytes) {
         if constexpr (kPlan == Plan::kInt8ToS8) {
           *reinterpret_cast<int8_t*>(at) = int8_byte(q[i]);
+        } else if constexpr (kPlan == Plan::kInt8ToF16Int8) {
+          *reinterpret_cast<__half*>(at) = __float2half_rn(dequantize_int8_float(q[i], format.code));
         } else {
           *reinterpret_cast<float*>(at) = dequantize_int8_float(q[i], format.code);
         }
@@ -211,6 +213,7 @@ __device__ inline Plan plan_of(const CausalConv1dArgs& a, int c) {
   if (type == ElementType::kF16 && out_code < 0.f) return Plan::kInt8ToF16;
   if (type == ElementType::kS8 && out_code > 0.f) return Plan::kInt8ToS8;
   if (type == ElementType::kF32 && out_code > 0.f) return Plan::kInt8ToF32Int8;
+  if (type == ElementType::kF16 && out_code > 0.f) return Plan::kInt8ToF16Int8;
   return Plan::kAny;
 }
 
@@ -231,6 +234,8 @@ __global__ void __launch_bounds__(kChannels)
       case Plan::kInt8ToS8: return conv_channel<W, In, PartWriter, Plan::kInt8ToS8>(a, c, b, t0, t_end);
       case Plan::kInt8ToF32Int8:
         return conv_channel<W, In, PartWriter, Plan::kInt8ToF32Int8>(a, c, b, t0, t_end);
+      case Plan::kInt8ToF16Int8:
+        return conv_channel<W, In, PartWriter, Plan::kInt8ToF16Int8>(a, c, b, t0, t_end);
       default: return conv_channel<W, In, PartWriter, Plan::kAny>(a, c, b, t0, t_end);
     }
   } else {

@@ -25,8 +25,9 @@ namespace ssdq::kernels {
 // Channels [first_channel, the next part's first channel or `channels`) of an fp32-input conv:
 // channel c of row r at out + r * stride + (c - first_channel), stored as `type`:
 //   kF32 the formatted value (out_formats), kF16 the formatted value rounded to fp16 (exact for a
-//   channel whose format is fp16), kS8 the int8 q of a channel whose format is int8 (code > 0, the
-//   scale; quant/quantizer.h quantize_value), so its value is q·code.
+//   channel whose format is fp16; the chunked SSD's operands for the float-SSD recipes), kS8 the
+//   int8 q of a channel whose format is int8 (code > 0, the scale; quant/quantizer.h
+//   quantize_value), so its value is q·code.
 struct CausalConv1dOutputPart {
   void* out = nullptr;
   int first_channel = 0;

@@ -1,6 +1,7 @@
 // ChunkCumsum: dt = clamp(softplus(dt_raw + dt_bias), dt_min, dt_max) and its running sum of dt·A
-// inside each chunk, fp32, into the workspace.
+// inside each chunk, fp32, into the workspace (dt_raw bf16, or fp32 with its format applied first).
 #include "kernels/element_type.h"
+#include "kernels/quant_epilogue.cuh"
 #include "kernels/ssd_chunk_stages.cuh"
 
 namespace ssdq::kernels::ssd_chunk {
@@ -26,12 +27,20 @@ __global__ void __launch_bounds__(kThreads) cumsum_kernel(const __grid_constant_
     float raw[kHeadsPerBlock];
 #pragma unroll
     for (int j = 0; j < kHeadsPerBlock; ++j) {
-      raw[j] = (tid < valid && j < heads) ? __bfloat162float(a.dt_raw[(token0 + tid) * a.dt_row_stride + h0 + j]) : 0.f;
+      raw[j] = 0.f;
+      if (tid < valid && j < heads) {
+        const int64_t at = (token0 + tid) * a.dt_row_stride + h0 + j;
+        raw[j] = a.dt_type == ElementType::kF32 ? static_cast<const float*>(a.dt_raw)[at]
+                                                : __bfloat162float(static_cast<const bf16*>(a.dt_raw)[at]);
+      }
     }
 #pragma unroll
     for (int j = 0; j < kHeadsPerBlock; ++j) {
       float dt = 0.f;
-      if (tid < valid && j < heads) dt = fminf(fmaxf(softplus(raw[j] + a.dt_bias[h0 + j]), a.dt_min), a.dt_max);
+      if (tid < valid && j < heads) {
+        const float formatted = a.dt_format != 0.f ? apply_format_code(raw[j], a.dt_format) : raw[j];
+        dt = fminf(fmaxf(softplus(formatted + a.dt_bias[h0 + j]), a.dt_min), a.dt_max);
+      }
       dt_tile[tid][j] = dt;
     }
   }

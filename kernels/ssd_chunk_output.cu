@@ -6,41 +6,75 @@
 // terms factor as exp(cs_t − r) · (exp(r) C_t·S_in + Σ_{s<T0} CB[t,s] · exp(r − cs_s) dt_s x_s):
 // all three factors are ≤ 1 (cs decreases), and the per-element exponentials are left only for
 // the diagonal tile.
+#include <type_traits>
+
 #include "kernels/ssd_chunk_stages.cuh"
 
 namespace ssdq::kernels::ssd_chunk {
 namespace {
 
 constexpr int kLdm = kTile + 8;  // row stride of the diagonal tile's decay-weighted CB
+constexpr size_t kOperandBytes = 2;  // bf16 or fp16
 
 struct OutputSmem {
   int ldc, ldcb, ldx;
-  // Byte offsets: c_tile[64][ldc], cb_rows[64][ldcb] (the columns left of the diagonal tile, bf16),
+  // Byte offsets: c_tile[64][ldc], cb_rows[64][ldcb] (the columns left of the diagonal tile, T),
   // state[headdim][ldc], x_rows[chunk][ldx], m_tile[64][kLdm], cumsum and dt [chunk] (fp32).
   size_t c_tile, cb_rows, state, x_rows, m_tile, cumsum, dt, total;
   __host__ __device__ OutputSmem(int headdim, int dstate, int chunk)
       : ldc(dstate + 8), ldcb(chunk - kTile + 8), ldx(headdim + 8) {
     c_tile = 0;
-    cb_rows = c_tile + size_t(kTile) * ldc * sizeof(bf16);
-    state = cb_rows + size_t(kTile) * ldcb * sizeof(bf16);
-    x_rows = state + size_t(headdim) * ldc * sizeof(bf16);
-    m_tile = x_rows + size_t(chunk) * ldx * sizeof(bf16);
-    cumsum = m_tile + size_t(kTile) * kLdm * sizeof(bf16);
+    cb_rows = c_tile + size_t(kTile) * ldc * kOperandBytes;
+    state = cb_rows + size_t(kTile) * ldcb * kOperandBytes;
+    x_rows = state + size_t(headdim) * ldc * kOperandBytes;
+    m_tile = x_rows + size_t(chunk) * ldx * kOperandBytes;
+    cumsum = m_tile + size_t(kTile) * kLdm * kOperandBytes;
     dt = cumsum + size_t(chunk) * sizeof(float);
     total = dt + size_t(chunk) * sizeof(float);
   }
 };
 
+// bf16 y of one warp's two accumulator rows (lane q of each quad holds columns j·8 + 2q, +1 of
+// tile j): with four or more tiles, one quad transpose gives each lane 16 contiguous bytes.
+template <int kNT>
+__device__ __forceinline__ void store_bf16_y(bf16* row_lo, bf16* row_hi, const float2 (&out_lo)[kNT],
+                                             const float2 (&out_hi)[kNT], bool lo_valid, bool hi_valid) {
+  const int lane = threadIdx.x % 32, q = lane % 4;
+  uint32_t y_lo[kNT], y_hi[kNT];
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) {
+    y_lo[j] = pack_x2<bf16>(out_lo[j].x, out_lo[j].y);
+    y_hi[j] = pack_x2<bf16>(out_hi[j].x, out_hi[j].y);
+  }
+  if constexpr (kNT % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < kNT; j += 4) {
+      uint32_t lo[4] = {y_lo[j], y_lo[j + 1], y_lo[j + 2], y_lo[j + 3]};
+      uint32_t hi[4] = {y_hi[j], y_hi[j + 1], y_hi[j + 2], y_hi[j + 3]};
+      transpose_quad(lo, lane);
+      transpose_quad(hi, lane);
+      if (lo_valid) *reinterpret_cast<uint4*>(row_lo + j * 8 + q * 8) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      if (hi_valid) *reinterpret_cast<uint4*>(row_hi + j * 8 + q * 8) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+      if (lo_valid) *reinterpret_cast<uint32_t*>(row_lo + j * 8 + 2 * q) = y_lo[j];
+      if (hi_valid) *reinterpret_cast<uint32_t*>(row_hi + j * 8 + 2 * q) = y_hi[j];
+    }
+  }
+}
+
 // Block: (output tile tt of chunk c, heads_per_block heads of one group, sequence b), 8 warps.
 // Loaded once and shared by the block's heads: C rows of the tile, the CB columns left of the
-// diagonal tile (as a bf16 operand) and the diagonal CB tile (fp32, in registers, decay-weighted
-// per head into a bf16 operand). Per head, by cp.async: the chunk state, x rows [0, T0 + 64) (the
+// diagonal tile (as a T operand) and the diagonal CB tile (fp32, in registers, decay-weighted
+// per head into a T operand). Per head, by cp.async: the chunk state, x rows [0, T0 + 64) (the
 // rows left of the diagonal tile then weighted in place), cumsum and dt. Warp w computes rows
 // 16·(w % 4) and columns [(w / 4)·P/2, +P/2) of the 64 x headdim output with mma.sync, in two
 // accumulators: the factored part above and the diagonal tile; the epilogue combines them per row
 // in registers and stores 16 bytes of y per lane. Shared memory is ≤ 113 KB at headdim 64,
 // dstate 128, chunk 256, so two blocks share an SM and overlap each other's loads.
-template <int P>
+template <int P, typename T, typename Y>
 __global__ void __launch_bounds__(kThreads, P <= 64 ? 2 : 1) output_kernel(const __grid_constant__ Plan p) {
   constexpr int kWarpCols = P / 2;
   constexpr int kNT = kWarpCols / 8;  // 8-column accumulator tiles per warp: 2, 4 or 8
@@ -63,26 +97,28 @@ __global__ void __launch_bounds__(kThreads, P <= 64 ? 2 : 1) output_kernel(const
   extern __shared__ __align__(128) unsigned char smem[];
   const OutputSmem lay(P, N, L);
   const int ldc = lay.ldc, ldcb = lay.ldcb, ldx = lay.ldx;
-  bf16* c_tile = reinterpret_cast<bf16*>(smem + lay.c_tile);
-  bf16* cb_rows = reinterpret_cast<bf16*>(smem + lay.cb_rows);
-  bf16* state = reinterpret_cast<bf16*>(smem + lay.state);
-  bf16* x_rows = reinterpret_cast<bf16*>(smem + lay.x_rows);
-  bf16* m_tile = reinterpret_cast<bf16*>(smem + lay.m_tile);
+  T* c_tile = reinterpret_cast<T*>(smem + lay.c_tile);
+  T* cb_rows = reinterpret_cast<T*>(smem + lay.cb_rows);
+  T* state = reinterpret_cast<T*>(smem + lay.state);
+  T* x_rows = reinterpret_cast<T*>(smem + lay.x_rows);
+  T* m_tile = reinterpret_cast<T*>(smem + lay.m_tile);
+  const T* x = static_cast<const T*>(a.x);
+  const T* C = static_cast<const T*>(a.C);
   float* cs = reinterpret_cast<float*>(smem + lay.cumsum);
   float* dts = reinterpret_cast<float*>(smem + lay.dt);
 
   const int n_vecs = N / 8;
   // One head's operands, by cp.async (x rows past the sequence end as zeros).
   auto issue_head_loads = [&](int h) {
-    const bf16* src = p.chunk_states + ((int64_t(b) * p.nchunks + c) * H + h) * P * N;
+    const T* src = static_cast<const T*>(p.chunk_states) + ((int64_t(b) * p.nchunks + c) * H + h) * P * N;
     for (int idx = tid; idx < P * n_vecs; idx += kThreads) {
       const int row = idx / n_vecs, vec = idx % n_vecs;
       cp_async_16(state + row * ldc + vec * 8, src + int64_t(row) * N + vec * 8);
     }
     for (int idx = tid; idx < rows * kXVecsPerRow; idx += kThreads) {
       const int s = idx / kXVecsPerRow, vec = idx % kXVecsPerRow;
-      bf16* dst = x_rows + s * ldx + vec * 8;
-      if (s < valid) cp_async_16(dst, a.x + (token0 + s) * a.x_row_stride + h * P + vec * 8);
+      T* dst = x_rows + s * ldx + vec * 8;
+      if (s < valid) cp_async_16(dst, x + (token0 + s) * a.x_row_stride + h * P + vec * 8);
       else store_zero_16(dst);
     }
     const int64_t row0 = ((int64_t(b) * H + h) * p.nchunks + c) * L;
@@ -97,8 +133,8 @@ __global__ void __launch_bounds__(kThreads, P <= 64 ? 2 : 1) output_kernel(const
   // Shared by the block's heads: C rows of the tile, CB rows left of the diagonal tile.
   for (int idx = tid; idx < kTile * n_vecs; idx += kThreads) {
     const int r = idx / n_vecs, vec = idx % n_vecs;
-    bf16* dst = c_tile + r * ldc + vec * 8;
-    if (T0 + r < valid) cp_async_16(dst, a.C + (token0 + T0 + r) * a.bc_row_stride + g * N + vec * 8);
+    T* dst = c_tile + r * ldc + vec * 8;
+    if (T0 + r < valid) cp_async_16(dst, C + (token0 + T0 + r) * a.bc_row_stride + g * N + vec * 8);
     else store_zero_16(dst);
   }
   issue_head_loads(h_first);
@@ -107,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, P <= 64 ? 2 : 1) output_kernel(const
   for (int idx = tid; idx < kTile * cb_vecs; idx += kThreads) {
     const int r = idx / cb_vecs, vec = idx % cb_vecs;
     const float4 v = __ldg(reinterpret_cast<const float4*>(cb_src + int64_t(r) * L + vec * 4));
-    *reinterpret_cast<uint2*>(cb_rows + r * ldcb + vec * 4) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+    *reinterpret_cast<uint2*>(cb_rows + r * ldcb + vec * 4) = make_uint2(pack_x2<T>(v.x, v.y), pack_x2<T>(v.z, v.w));
   }
   // The diagonal tile stays fp32, in registers: thread (t, s0) builds m[t][s0, s0 + 16) per head.
   const int diag_t = tid / 4, diag_s0 = (tid % 4) * 16;
@@ -140,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, P <= 64 ? 2 : 1) output_kernel(const
     for (int idx = tid; idx < T0 * kXVecsPerRow; idx += kThreads) {
       const int s = idx / kXVecsPerRow, vec = idx % kXVecsPerRow;
       uint4* v = reinterpret_cast<uint4*>(x_rows + s * ldx + vec * 8);
-      *v = scale_bf16x8(*v, __expf(ref - cs[s]) * dts[s]);
+      *v = scale_x8<T>(*v, __expf(ref - cs[s]) * dts[s]);
     }
     // Diagonal tile: m[t][s] = CB[t][s]·exp(cs_t − cs_s)·dt_s for s ≤ t, else 0.
     {
@@ -151,8 +187,8 @@ __global__ void __launch_bounds__(kThreads, P <= 64 ? 2 : 1) output_kernel(const
         const int s = diag_s0 + e;
         m[e] = s <= diag_t ? cb_diag[e] * __expf(cs_t - cs[T0 + s]) * dts[T0 + s] : 0.f;
       }
-      *reinterpret_cast<uint4*>(m_tile + diag_t * kLdm + diag_s0) = pack_bf16x8(m);
-      *reinterpret_cast<uint4*>(m_tile + diag_t * kLdm + diag_s0 + 8) = pack_bf16x8(m + 8);
+      *reinterpret_cast<uint4*>(m_tile + diag_t * kLdm + diag_s0) = pack_x8<T>(m);
+      *reinterpret_cast<uint4*>(m_tile + diag_t * kLdm + diag_s0 + 8) = pack_x8<T>(m + 8);
     }
     __syncthreads();
 
@@ -170,8 +206,8 @@ __global__ void __launch_bounds__(kThreads, P <= 64 ? 2 : 1) output_kernel(const
       for (int j = 0; j < kNT; j += 2) {
         uint32_t fb[4];
         ldmatrix_x4(fb, b_state + (j * 8 * ldc) * 2 + kk * 32);
-        mma_bf16_16816(factored[j], fa, fb[0], fb[1]);
-        mma_bf16_16816(factored[j + 1], fa, fb[2], fb[3]);
+        mma_16816<T>(factored[j], fa, fb[0], fb[1]);
+        mma_16816<T>(factored[j + 1], fa, fb[2], fb[3]);
       }
     }
     const float state_scale = __expf(ref);
@@ -188,8 +224,8 @@ __global__ void __launch_bounds__(kThreads, P <= 64 ? 2 : 1) output_kernel(const
       for (int j = 0; j < kNT; j += 2) {
         uint32_t fb[4];
         ldmatrix_x4_trans(fb, b_x + (kk * 16 * ldx + j * 8) * 2);
-        mma_bf16_16816(factored[j], fa, fb[0], fb[1]);
-        mma_bf16_16816(factored[j + 1], fa, fb[2], fb[3]);
+        mma_16816<T>(factored[j], fa, fb[0], fb[1]);
+        mma_16816<T>(factored[j + 1], fa, fb[2], fb[3]);
       }
     }
     // The diagonal tile; its 16-column blocks right of the warp's rows are zero.
@@ -200,43 +236,37 @@ __global__ void __launch_bounds__(kThreads, P <= 64 ? 2 : 1) output_kernel(const
       for (int j = 0; j < kNT; j += 2) {
         uint32_t fb[4];
         ldmatrix_x4_trans(fb, b_x + ((T0 + kk * 16) * ldx + j * 8) * 2);
-        mma_bf16_16816(diagonal[j], fa, fb[0], fb[1]);
-        mma_bf16_16816(diagonal[j + 1], fa, fb[2], fb[3]);
+        mma_16816<T>(diagonal[j], fa, fb[0], fb[1]);
+        mma_16816<T>(diagonal[j + 1], fa, fb[2], fb[3]);
       }
     }
 
-    // Epilogue: y = exp(cs_t − ref)·factored + diagonal + D·x, packed to bf16 pairs.
+    // Epilogue: y = exp(cs_t − ref)·factored + diagonal + D·x, fp32 pairs or packed to bf16 pairs.
     const float scale_lo = __expf(cs[t_lo] - ref), scale_hi = __expf(cs[t_hi] - ref);
     const float skip = a.D[h];
-    uint32_t y_lo[kNT], y_hi[kNT];
+    float2 out_lo[kNT], out_hi[kNT];
 #pragma unroll
     for (int j = 0; j < kNT; ++j) {
       const int col = col0 + j * 8 + 2 * q;
-      const float2 x_lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(x_rows + t_lo * ldx + col));
-      const float2 x_hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(x_rows + t_hi * ldx + col));
-      y_lo[j] = pack_bf16x2(scale_lo * factored[j][0] + diagonal[j][0] + skip * x_lo.x,
-                            scale_lo * factored[j][1] + diagonal[j][1] + skip * x_lo.y);
-      y_hi[j] = pack_bf16x2(scale_hi * factored[j][2] + diagonal[j][2] + skip * x_hi.x,
-                            scale_hi * factored[j][3] + diagonal[j][3] + skip * x_hi.y);
+      const float2 x_lo = load_x2(x_rows + t_lo * ldx + col);
+      const float2 x_hi = load_x2(x_rows + t_hi * ldx + col);
+      out_lo[j] = make_float2(scale_lo * factored[j][0] + diagonal[j][0] + skip * x_lo.x,
+                              scale_lo * factored[j][1] + diagonal[j][1] + skip * x_lo.y);
+      out_hi[j] = make_float2(scale_hi * factored[j][2] + diagonal[j][2] + skip * x_hi.x,
+                              scale_hi * factored[j][3] + diagonal[j][3] + skip * x_hi.y);
     }
-    bf16* y_row_lo = a.y + (token0 + t_lo) * int64_t(H) * P + h * P + col0;
-    bf16* y_row_hi = a.y + (token0 + t_hi) * int64_t(H) * P + h * P + col0;
-    if constexpr (kNT % 4 == 0) {
-#pragma unroll
-      for (int j = 0; j < kNT; j += 4) {
-        uint32_t lo[4] = {y_lo[j], y_lo[j + 1], y_lo[j + 2], y_lo[j + 3]};
-        uint32_t hi[4] = {y_hi[j], y_hi[j + 1], y_hi[j + 2], y_hi[j + 3]};
-        transpose_quad(lo, lane);
-        transpose_quad(hi, lane);
-        if (t_lo < valid) *reinterpret_cast<uint4*>(y_row_lo + j * 8 + q * 8) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-        if (t_hi < valid) *reinterpret_cast<uint4*>(y_row_hi + j * 8 + q * 8) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-      }
-    } else {
+    const int64_t y_lo_at = (token0 + t_lo) * int64_t(H) * P + h * P + col0;
+    const int64_t y_hi_at = (token0 + t_hi) * int64_t(H) * P + h * P + col0;
+    if constexpr (std::is_same_v<Y, float>) {  // 4 lanes write 32 contiguous bytes of a row per tile
+      float* y = static_cast<float*>(a.y);
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
-        if (t_lo < valid) *reinterpret_cast<uint32_t*>(y_row_lo + j * 8 + 2 * q) = y_lo[j];
-        if (t_hi < valid) *reinterpret_cast<uint32_t*>(y_row_hi + j * 8 + 2 * q) = y_hi[j];
+        if (t_lo < valid) *reinterpret_cast<float2*>(y + y_lo_at + j * 8 + 2 * q) = out_lo[j];
+        if (t_hi < valid) *reinterpret_cast<float2*>(y + y_hi_at + j * 8 + 2 * q) = out_hi[j];
       }
+    } else {
+      store_bf16_y<kNT>(static_cast<bf16*>(a.y) + y_lo_at, static_cast<bf16*>(a.y) + y_hi_at, out_lo, out_hi, t_lo < valid,
+                        t_hi < valid);
     }
     __syncthreads();  // every read of this head's operands is done
     if (k + 1 < KH) issue_head_loads(h + 1);
@@ -248,7 +278,9 @@ StageLaunch stage_headdim(const Plan& p) {
   const SsdChunkScanArgs& a = p.args;
   StageLaunch stage;
   stage.name = "ChunkScan";
-  stage.kernel = reinterpret_cast<const void*>(output_kernel<P>);
+  // The operand and y types of ssd_chunk_scan_supported: bf16 and bf16, or fp16 and fp32.
+  stage.kernel = a.operand_type == ElementType::kF16 ? reinterpret_cast<const void*>(output_kernel<P, __half, float>)
+                                                    : reinterpret_cast<const void*>(output_kernel<P, bf16, bf16>);
   stage.grid = dim3(p.nchunks * p.tiles_per_chunk * p.head_blocks, a.batch);
   stage.block = dim3(kThreads);
   stage.smem = OutputSmem(P, a.dstate, a.chunk).total;

@@ -44,7 +44,19 @@ bool shape_supported(const SsdChunkScanArgs& a) {
 bool pointers_supported(const SsdChunkScanArgs& a) {
   if (!a.x || !a.B || !a.C || !a.dt_raw || !a.dt_bias || !a.A || !a.D || !a.state || !a.y || !a.workspace) return false;
   if (!aligned(a.x, 16) || !aligned(a.B, 16) || !aligned(a.C, 16) || !aligned(a.y, 16)) return false;
-  if (!aligned(a.state, 32) || !aligned(a.workspace, 256)) return false;
+  if (!aligned(a.workspace, 256)) return false;
+  if (a.dt_type != ElementType::kBF16 && a.dt_type != ElementType::kF32) return false;
+  // Operands and y: bf16 and bf16 (the FP path), or fp16 and fp32 (quantized float-SSD recipes).
+  const bool bf16_path = a.operand_type == ElementType::kBF16 && a.y_type == ElementType::kBF16;
+  const bool f16_path = a.operand_type == ElementType::kF16 && a.y_type == ElementType::kF32;
+  if (!bf16_path && !f16_path) return false;
+  if (a.state_type == ElementType::kF32) {
+    if (!aligned(a.state, 32)) return false;
+  } else if (a.state_type == ElementType::kS8) {
+    if (!a.state_scales || (a.state_scale_inner != 1 && a.state_scale_inner != a.dstate)) return false;
+  } else {
+    return false;
+  }
   if (a.x_row_stride % 8 != 0 || a.bc_row_stride % 8 != 0) return false;
   if (a.x_row_stride < int64_t(a.heads) * a.headdim || a.bc_row_stride < int64_t(a.groups) * a.dstate) return false;
   if (a.dt_row_stride < a.heads) return false;
@@ -121,7 +133,7 @@ bool make_plan(const SsdChunkScanArgs& a, Plan* plan_out) {
   plan.dt = reinterpret_cast<float*>(base + layout.dt);
   plan.cumsum = reinterpret_cast<float*>(base + layout.cumsum);
   plan.cb = reinterpret_cast<float*>(base + layout.cb);
-  plan.chunk_states = reinterpret_cast<bf16*>(base + layout.chunk_states);
+  plan.chunk_states = base + layout.chunk_states;
   *plan_out = plan;
   return true;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -36,7 +37,7 @@ struct Plan {
   float* dt = nullptr;          // [batch, heads, nchunks, chunk]
   float* cumsum = nullptr;      // [batch, heads, nchunks, chunk]: inclusive cumsum of dt·A in the chunk
   float* cb = nullptr;          // [batch, nchunks, groups, chunk, chunk]: C·Bᵀ, tiles on/below the diagonal
-  bf16* chunk_states = nullptr; // [batch, nchunks, heads, headdim, dstate]: state entering each chunk
+  void* chunk_states = nullptr; // [batch, nchunks, heads, headdim, dstate]: state entering each chunk (T)
 };
 
 struct WorkspaceLayout {
@@ -78,29 +79,66 @@ __device__ __forceinline__ void store_zero_16(void* smem_dst) {
   *reinterpret_cast<uint4*>(smem_dst) = make_uint4(0u, 0u, 0u, 0u);
 }
 
-// Eight bf16 in a uint4 and back (memcpy: no type punning through pointers).
-__device__ __forceinline__ void unpack_bf16x8(uint4 packed, float* out) {
+// The 16-bit operand type of the tensor-core stages, T: bf16 (the FP path) or fp16 (the float-SSD
+// recipes of quantized artifacts, whose int8-formatted inputs keep three more bits in fp16).
+template <typename T>
+struct Operand;
+template <>
+struct Operand<bf16> {
+  using Pair = __nv_bfloat162;
+  static __device__ __forceinline__ float2 to_float2(Pair pair) { return __bfloat1622float2(pair); }
+  static __device__ __forceinline__ Pair from_floats(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    mma_bf16_16816(d, a, b0, b1);
+  }
+};
+template <>
+struct Operand<__half> {
+  using Pair = __half2;
+  static __device__ __forceinline__ float2 to_float2(Pair pair) { return __half22float2(pair); }
+  static __device__ __forceinline__ Pair from_floats(float lo, float hi) { return __floats2half2_rn(lo, hi); }
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    mma_f16_16816(d, a, b0, b1);
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  Operand<T>::mma(d, a, b0, b1);
+}
+
+// Two T at an address (4-byte aligned) as floats.
+template <typename T>
+__device__ __forceinline__ float2 load_x2(const T* at) {
+  return Operand<T>::to_float2(*reinterpret_cast<const typename Operand<T>::Pair*>(at));
+}
+
+// Eight T in a uint4 and back (memcpy: no type punning through pointers).
+template <typename T>
+__device__ __forceinline__ void unpack_x8(uint4 packed, float* out) {
   const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    __nv_bfloat162 pair;
+    typename Operand<T>::Pair pair;
     memcpy(&pair, &words[i], sizeof pair);
-    const float2 f = __bfloat1622float2(pair);
+    const float2 f = Operand<T>::to_float2(pair);
     out[2 * i] = f.x;
     out[2 * i + 1] = f.y;
   }
 }
 
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+template <typename T>
+__device__ __forceinline__ uint32_t pack_x2(float lo, float hi) {
+  const typename Operand<T>::Pair pair = Operand<T>::from_floats(lo, hi);
   uint32_t word;
   memcpy(&word, &pair, sizeof word);
   return word;
 }
 
-__device__ __forceinline__ uint4 pack_bf16x8(const float* values) {
-  return make_uint4(pack_bf16x2(values[0], values[1]), pack_bf16x2(values[2], values[3]),
-                    pack_bf16x2(values[4], values[5]), pack_bf16x2(values[6], values[7]));
+template <typename T>
+__device__ __forceinline__ uint4 pack_x8(const float* values) {
+  return make_uint4(pack_x2<T>(values[0], values[1]), pack_x2<T>(values[2], values[3]),
+                    pack_x2<T>(values[4], values[5]), pack_x2<T>(values[6], values[7]));
 }
 
 // Lane q of each group of four holds words v[j] = (row, 8-column tile j, columns 2q, 2q+1) of a
@@ -129,12 +167,13 @@ __device__ __forceinline__ void transpose_quad(uint32_t (&v)[4], int lane) {
   }
 }
 
-__device__ __forceinline__ uint4 scale_bf16x8(uint4 packed, float scale) {
+template <typename T>
+__device__ __forceinline__ uint4 scale_x8(uint4 packed, float scale) {
   float f[8];
-  unpack_bf16x8(packed, f);
+  unpack_x8<T>(packed, f);
 #pragma unroll
   for (int i = 0; i < 8; ++i) f[i] *= scale;
-  return pack_bf16x8(f);
+  return pack_x8<T>(f);
 }
 #endif  // __CUDACC__
 

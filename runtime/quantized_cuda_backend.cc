@@ -19,6 +19,7 @@
 #include "kernels/hadamard_quant.h"
 #include "kernels/qgemv.h"
 #include "kernels/scale_int32.h"
+#include "kernels/ssd_chunk_scan.h"
 #include "kernels/ssd_state_update.h"
 #include "kernels/ssdi8_chunk_scan.h"
 #include "kernels/weight_unpack.h"
@@ -223,7 +224,8 @@ struct QuantizedCudaBackend::Impl {
   // Whether any projection runs an integer GEMM for prefill (then the int32 accumulators are
   // reserved) and whether any has several weight groups (then the fp32 chain too).
   bool integer_gemm = false, grouped_gemm = false;
-  bool any_ssdi8 = false;  // a layer runs the SSDi8 prefill kernel (its workspace is reserved)
+  bool any_ssdi8 = false;       // a layer runs the SSDi8 prefill kernel (its workspace is reserved)
+  bool any_float_ssd = false;   // a layer's SSD is in floating point (the chunked scan's workspace is reserved)
 
   DeviceBlock gemm_workspace;
   std::unique_ptr<kernels::Gemm> gemm;
@@ -232,7 +234,8 @@ struct QuantizedCudaBackend::Impl {
     int32_t *tokens, *targets, *argmax, *acc;
     float *residual, *normed, *zxbcdt, *xbc, *y, *gated, *proj, *chain, *logits, *nll;
     int8_t *x8, *ssd_bc;
-    void* ssd_cb;  // the SSDi8 kernel's workspace
+    void* ssd_cb;     // the SSDi8 kernel's workspace
+    void* ssd_chunk;  // the chunked float SSD's workspace
     __half* x16;
     void* expanded;
     int64_t logits_rows;
@@ -327,6 +330,7 @@ struct QuantizedCudaBackend::Impl {
       }
       d.ssdi8 = q.ssd_mode == SsdMode::kSsdi8;
       any_ssdi8 = any_ssdi8 || d.ssdi8;
+      any_float_ssd = any_float_ssd || !d.ssdi8;
       if (d.ssdi8) {
         const Ssdi8Scales scales{q.ssd_B, q.ssd_C, q.x_scaled, q.ssm_state, q.cb};
         if (!ssdi8_all_int8(scales))
@@ -352,6 +356,54 @@ struct QuantizedCudaBackend::Impl {
     weight_bytes = counter.live - before;
   }
 
+  kernels::SsdChunkScanArgs float_ssd_shape(int64_t batch, int64_t length) const {
+    kernels::SsdChunkScanArgs a;
+    a.batch = static_cast<int>(batch);
+    a.seqlen = static_cast<int>(length);
+    a.heads = static_cast<int>(config.nheads());
+    a.headdim = static_cast<int>(config.headdim);
+    a.groups = static_cast<int>(config.ngroups);
+    a.dstate = static_cast<int>(config.d_state);
+    a.chunk = static_cast<int>(config.chunk_size);
+    return a;
+  }
+
+  // The chunked scan of a float-SSD layer's prefill (cpu::ssd_chunked on tensor cores, Quamba2's
+  // fp16 math): x|B|C in fp16 as the conv writes them over work.xbc's bytes, dt_raw fp32 with its
+  // format, y fp32 into work.y, the layer's state fp32 or int8.
+  kernels::SsdChunkScanArgs float_ssd_args(const DeviceLayer& d, int64_t batch, int64_t length, void* ssm) const {
+    const Mamba2Config& c = config;
+    const int64_t E = c.d_inner(), GN = c.ngroups * c.d_state, conv_dim = c.conv_dim();
+    kernels::SsdChunkScanArgs a = float_ssd_shape(batch, length);
+    const auto* xbc = reinterpret_cast<const __half*>(work.xbc);
+    a.operand_type = ElementType::kF16;
+    a.x = xbc;
+    a.x_row_stride = conv_dim;
+    a.B = xbc + E;
+    a.C = xbc + E + GN;
+    a.bc_row_stride = conv_dim;
+    a.dt_raw = work.zxbcdt + E + conv_dim;
+    a.dt_row_stride = c.d_in_proj();
+    a.dt_type = ElementType::kF32;
+    if (d.ssd_dt.index.bytes() == 0) a.dt_format = d.dt_code;  // else applied to dt_raw in place first
+    a.dt_bias = d.dt_bias.at<float>(0);
+    a.A = d.A.at<float>(0);
+    a.D = d.D.at<float>(0);
+    a.dt_min = static_cast<float>(c.dt_min);
+    a.dt_max = static_cast<float>(std::min<double>(c.dt_max, 3e38));
+    a.state = ssm;
+    if (d.int8_state) {
+      a.state_type = ElementType::kS8;
+      a.state_scales = d.state_scales.at<float>(0);
+      a.state_scale_index = d.state_index.at<int32_t>(0);
+      a.state_scale_inner = d.state_inner;
+    }
+    a.y = work.y;
+    a.y_type = ElementType::kF32;
+    a.workspace = work.ssd_chunk;
+    return a;
+  }
+
   void reserve(int64_t batch, int64_t length) const {
     if (batch <= work_batch && length <= work_length) return;
     batch = std::max(batch, work_batch);
@@ -375,6 +427,8 @@ struct QuantizedCudaBackend::Impl {
     ssdi8_shape.groups = static_cast<int>(c.ngroups);
     ssdi8_shape.chunk = static_cast<int>(c.chunk_size);
     const size_t ssd_cb = layout.add(any_ssdi8 ? kernels::ssdi8_chunk_scan_workspace_bytes(ssdi8_shape) : 0);
+    const size_t ssd_chunk =
+        layout.add(any_float_ssd ? kernels::ssd_chunk_scan_workspace_bytes(float_ssd_shape(batch, length)) : 0);
     cuda_ok(cudaStreamSynchronize(stream), "synchronize before resizing the workspace");
     work_block = DeviceBlock();
     work_block = DeviceBlock(layout.total(), "activations", &counter);
@@ -383,7 +437,7 @@ struct QuantizedCudaBackend::Impl {
             b.at<float>(residual), b.at<float>(normed),    b.at<float>(zxbcdt),    b.at<float>(xbc),
             b.at<float>(y),        b.at<float>(gated),     b.at<float>(proj),      b.at<float>(chain),
             b.at<float>(logits),   b.at<float>(nll),       b.at<int8_t>(x8),       b.at<int8_t>(ssd_bc),
-            b.at<void>(ssd_cb),
+            b.at<void>(ssd_cb),    b.at<void>(ssd_chunk),
             b.at<__half>(x16),     b.at<void>(expanded),   logits_rows};
     work_batch = batch;
     work_length = length;
@@ -661,11 +715,17 @@ struct QuantizedCudaBackend::Impl {
     conv.in_formats = d.conv_in_codes.bytes() ? d.conv_in_codes.at<float>(0) : nullptr;
     conv.out_formats = d.conv_out_codes.bytes() ? d.conv_out_codes.at<float>(0) : nullptr;
     const bool ssdi8_prefill = d.ssdi8 && length > 1;
+    const kernels::SsdChunkScanArgs chunked = float_ssd_args(d, batch, length, state.ssm(l));
+    const bool float_chunked = !d.ssdi8 && length > 1 && kernels::ssd_chunk_scan_supported(chunked);
     if (ssdi8_prefill) {  // the SSDi8 kernel's operands: fp16 x (ssd.x's format), int8 B|C rows
       conv.out = nullptr;
       conv.part_count = 2;
       conv.parts[0] = {work.x16, 0, E, ElementType::kF16};
       conv.parts[1] = {work.ssd_bc, static_cast<int>(E), 2 * GN, ElementType::kS8};
+    } else if (float_chunked) {  // the chunked scan's operands: x|B|C formatted, then rounded to fp16
+      conv.out = nullptr;
+      conv.part_count = 1;
+      conv.parts[0] = {work.xbc, 0, conv_dim, ElementType::kF16};
     }
     cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d (with the x|B|C formats)");
     float* dt_raw = work.zxbcdt + E + conv_dim;
@@ -709,9 +769,13 @@ struct QuantizedCudaBackend::Impl {
         fail("CUDA: the SSDi8 kernel does not support heads {} × headdim {}, d_state {}, chunk {} on this device", H, P,
              N, c.chunk_size);
       cuda_ok(kernels::launch_ssdi8_chunk_scan(s, stream), "ssdi8_chunk_scan");
+    } else if (float_chunked) {
+      cuda_ok(kernels::launch_ssd_chunk_scan(chunked, stream), "ssd_chunk_scan (float SSD)");
+      if (!d.int8_state)
+        enqueue_format(d.state_format, static_cast<float*>(state.ssm(l)), batch * H * P, N, N, Reader::kFloat32, "ssd state");
     } else {
-      // The recurrence over every token: exact for any length, the float SSD of the CPU up to
-      // rounding; an int8 state is dequantized in registers and stored once at the end, as the
+      // Decode, and shapes the chunked scan does not take: the recurrence over every token, exact
+      // for any length, the float SSD of the CPU up to rounding; an int8 state is dequantized in registers and stored once at the end, as the
       // CPU rounds it after each forward call.
       kernels::SsdStateUpdateArgs step;
       step.batch = static_cast<int>(batch);

@@ -350,6 +350,22 @@ TEST(CausalConv1dParts, EqualTheFormattedOutput) {
       }
     EXPECT_EQ(differ, 0) << sh.batch << " × " << sh.seqlen << " tokens, " << sh.channels << " channels";
 
+    // One fp16 part over every channel (the chunked SSD's operands for the float-SSD recipes): the
+    // formatted values rounded to fp16.
+    testing::DeviceBuffer<float> f16_state(state);
+    testing::DeviceBuffer<uint16_t> f16_out(std::vector<uint16_t>(size_t(rows) * sh.channels, 0x7e00));
+    kernels::CausalConv1dArgs whole_f16 = args;
+    whole_f16.state = f16_state.get();
+    whole_f16.part_count = 1;
+    whole_f16.parts[0] = {f16_out.get(), 0, sh.channels, kernels::ElementType::kF16};
+    ASSERT_EQ(kernels::launch_causal_conv1d(whole_f16, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(f16_state.to_host(), ref_state.to_host());
+    const std::vector<uint16_t> f16 = f16_out.to_host();
+    int64_t f16_differ = 0;
+    for (size_t i = 0; i < ref.size(); ++i) f16_differ += f16[i] != float_to_half(ref[i]);
+    EXPECT_EQ(f16_differ, 0) << "fp16 part, " << sh.batch << " × " << sh.seqlen << " tokens";
+
     struct Bad {
       const char* why;
       void (*edit)(kernels::CausalConv1dArgs&);
@@ -375,8 +391,8 @@ TEST(CausalConv1dParts, EqualTheFormattedOutput) {
 }
 
 // The loops specialized per channel plan (int8 conv.in, then fp16 x, int8 B|C, int8-formatted
-// fp32) give the bits of the per-element dispatch: parts as in the SSDi8 prefill plus a mixed fp32
-// part, and one plain fp32 output; inputs that saturate, sit on rounding ties, are NaN or infinite.
+// fp32 or fp16) give the bits of the per-element dispatch: parts as in the SSDi8 prefill plus a
+// mixed fp32 part, one fp16 part over every channel, and one plain fp32 output; inputs that saturate, sit on rounding ties, are NaN or infinite.
 TEST(CausalConv1dPlans, SpecializedLoopsGiveTheGenericBits) {
   testing::require_device();
   struct Shape {
@@ -409,7 +425,7 @@ TEST(CausalConv1dPlans, SpecializedLoopsGiveTheGenericBits) {
     args.tile_tokens = sh.tile;
 
     struct Result {
-      std::vector<uint16_t> x;
+      std::vector<uint16_t> x, f16;
       std::vector<int8_t> bc;
       std::vector<float> f, plain, state, plain_state;
     };
@@ -433,7 +449,16 @@ TEST(CausalConv1dPlans, SpecializedLoopsGiveTheGenericBits) {
       plain.state = d_plain_state.get();
       plain.out = d_plain.get();
       EXPECT_EQ(kernels::launch_causal_conv1d(plain, nullptr), cudaSuccess);
+      testing::DeviceBuffer<float> d_f16_state(state);
+      testing::DeviceBuffer<uint16_t> d_f16(std::vector<uint16_t>(size_t(rows) * sh.channels, 0x7e00));
+      kernels::CausalConv1dArgs whole_f16 = args;
+      whole_f16.specialize = specialize;
+      whole_f16.state = d_f16_state.get();
+      whole_f16.part_count = 1;
+      whole_f16.parts[0] = {d_f16.get(), 0, sh.channels, kernels::ElementType::kF16};
+      EXPECT_EQ(kernels::launch_causal_conv1d(whole_f16, nullptr), cudaSuccess);
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      r.f16 = d_f16.to_host();
       r.x = d_x.to_host();
       r.bc = d_bc.to_host();
       r.f = d_f.to_host();
@@ -449,6 +474,7 @@ TEST(CausalConv1dPlans, SpecializedLoopsGiveTheGenericBits) {
     const std::string where = fmt::format("{} × {} tokens, {} channels", sh.batch, sh.seqlen, sh.channels);
     EXPECT_EQ(special.x, generic.x) << where;
     EXPECT_EQ(special.bc, generic.bc) << where;
+    EXPECT_EQ(special.f16, generic.f16) << where;
     EXPECT_TRUE(same_bits(special.f, generic.f)) << where;
     EXPECT_TRUE(same_bits(special.plain, generic.plain)) << where;
     EXPECT_TRUE(same_bits(special.state, generic.state)) << where;

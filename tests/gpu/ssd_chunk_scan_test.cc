@@ -2,7 +2,8 @@
 // the same bf16-rounded inputs, with dt computed the same way), in the mixer's layout: x, B, C
 // inside one conv row per token and dt_raw a column slice of the in_proj row, with junk around
 // them. Lengths below, at and past chunk multiples; several groups, heads per block, headdim and
-// dstate; zero and random initial states; two launches carrying the state equal one launch.
+// dstate; zero and random initial states; two launches carrying the state equal one launch; the
+// quantized backend's operands (fp32 dt_raw with its format, fp32 y, an int8 state).
 // Errors are max |gpu − ref| / max |ref| per tensor; every case prints its measured errors, and a
 // failure names the worst element and the error per chunk and per 64-token tile.
 #include "kernels/ssd_chunk_scan.h"
@@ -19,6 +20,7 @@
 
 #include "formats/dtype.h"
 #include "kernels/ssd_chunk_stages.cuh"
+#include "quant/quantizer.h"
 #include "runtime/cpu_ops.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -49,6 +51,9 @@ struct Problem {
   int64_t proj_stride = 0, dt_col = 0;                        // in_proj row: [z | xBC | dt | pad]
   std::vector<uint16_t> conv, proj;
   std::vector<float> dt_bias, A, D, state;  // state [batch, heads, headdim, dstate]
+  // When set, the CPU reference reads dt_raw from these fp32 rows (proj's layout) through dt_format.
+  std::vector<float> proj_f32;
+  float dt_format = 0.f;
 
   int64_t xw() const { return int64_t(heads) * headdim; }
   int64_t state_size() const { return xw() * dstate; }
@@ -113,6 +118,13 @@ struct Outputs {
   std::vector<float> state;  // [batch, heads, headdim, dstate]
 };
 
+// An activation format applied to one value (kernels/quant_epilogue.cuh apply_format_code).
+float apply_format(float value, float code) {
+  if (code > 0.f) return dequantize_value(quantize_value(value, code, QuantBits::kInt8), code);
+  if (code < 0.f) return half_to_float(float_to_half(value));
+  return value;
+}
+
 Outputs cpu_reference(const Problem& pr) {
   const std::vector<float> conv = testing::from_bf16(pr.conv);
   Outputs out;
@@ -123,7 +135,8 @@ Outputs cpu_reference(const Problem& pr) {
     const int64_t row0 = int64_t(b) * pr.seqlen;
     for (int t = 0; t < pr.seqlen; ++t) {
       for (int h = 0; h < pr.heads; ++h) {
-        const float raw = bf16_to_float(pr.proj[(row0 + t) * pr.proj_stride + pr.dt_col + h]);
+        const int64_t at = (row0 + t) * pr.proj_stride + pr.dt_col + h;
+        const float raw = pr.proj_f32.empty() ? bf16_to_float(pr.proj[at]) : apply_format(pr.proj_f32[at], pr.dt_format);
         dt[size_t(t) * pr.heads + h] = std::min(std::max(cpu::softplus(raw + pr.dt_bias[h]), pr.dt_min), pr.dt_max);
       }
     }
@@ -299,14 +312,20 @@ std::string describe_state(const Problem& pr, const std::vector<float>& got, con
   return out;
 }
 
-void expect_close(const char* label, const Problem& pr, const Outputs& got, const Outputs& ref) {
+// With compare_state false (an int8 state, checked step by step by its test) only y.
+void expect_close(const char* label, const Problem& pr, const Outputs& got, const Outputs& ref,
+                  bool compare_state = true) {
   ASSERT_EQ(got.y.size(), ref.y.size()) << label;
-  ASSERT_EQ(got.state.size(), ref.state.size()) << label;
-  const Comparison y = compare(got.y, ref.y), state = compare(got.state, ref.state);
-  std::printf("[ %s ] y rel err %.3e (max |ref| %.3g), state rel err %.3e (max |ref| %.3g)\n", label, y.relative(),
-              y.scale, state.relative(), state.scale);
+  const Comparison y = compare(got.y, ref.y);
+  std::printf("[ %s ] y rel err %.3e (max |ref| %.3g)", label, y.relative(), y.scale);
   EXPECT_LE(y.relative(), kTolerance) << label << "\n" << describe_y(pr, got.y, ref.y, y);
-  EXPECT_LE(state.relative(), kTolerance) << label << "\n" << describe_state(pr, got.state, ref.state, state);
+  if (compare_state) {
+    ASSERT_EQ(got.state.size(), ref.state.size()) << label;
+    const Comparison state = compare(got.state, ref.state);
+    std::printf(", state rel err %.3e (max |ref| %.3g)", state.relative(), state.scale);
+    EXPECT_LE(state.relative(), kTolerance) << label << "\n" << describe_state(pr, got.state, ref.state, state);
+  }
+  std::printf("\n");
 }
 
 bool device_lacks_sm90_smem() {
@@ -397,7 +416,8 @@ TEST(SsdChunkScanArgs, RejectsUnsupportedArguments) {
   good.chunk = 256;
   auto* bf = reinterpret_cast<__nv_bfloat16*>(buffer.get());
   auto* fp = reinterpret_cast<float*>(buffer.get());
-  good.x = good.B = good.C = good.dt_raw = bf;
+  good.x = good.B = good.C = bf;
+  good.dt_raw = bf;
   good.y = bf;
   good.dt_bias = good.A = good.D = fp;
   good.state = fp;
@@ -422,9 +442,21 @@ TEST(SsdChunkScanArgs, RejectsUnsupportedArguments) {
       {"batch 0", [](kernels::SsdChunkScanArgs& a) { a.batch = 0; }},
       {"x row stride not a multiple of 8", [](kernels::SsdChunkScanArgs& a) { a.x_row_stride += 4; }},
       {"B/C row stride not a multiple of 8", [](kernels::SsdChunkScanArgs& a) { a.bc_row_stride += 2; }},
-      {"x not 16-byte aligned", [](kernels::SsdChunkScanArgs& a) { a.x += 1; }},
-      {"C not 16-byte aligned", [](kernels::SsdChunkScanArgs& a) { a.C += 4; }},
-      {"y not 16-byte aligned", [](kernels::SsdChunkScanArgs& a) { a.y += 2; }},
+      {"x not 16-byte aligned", [](kernels::SsdChunkScanArgs& a) { a.x = static_cast<const __nv_bfloat16*>(a.x) + 1; }},
+      {"C not 16-byte aligned", [](kernels::SsdChunkScanArgs& a) { a.C = static_cast<const __nv_bfloat16*>(a.C) + 4; }},
+      {"y not 16-byte aligned", [](kernels::SsdChunkScanArgs& a) { a.y = static_cast<__nv_bfloat16*>(a.y) + 2; }},
+      {"dt as int8", [](kernels::SsdChunkScanArgs& a) { a.dt_type = kernels::ElementType::kS8; }},
+      {"y as fp16", [](kernels::SsdChunkScanArgs& a) { a.y_type = kernels::ElementType::kF16; }},
+      {"bf16 operands, fp32 y", [](kernels::SsdChunkScanArgs& a) { a.y_type = kernels::ElementType::kF32; }},
+      {"fp16 operands, bf16 y", [](kernels::SsdChunkScanArgs& a) { a.operand_type = kernels::ElementType::kF16; }},
+      {"state as bf16", [](kernels::SsdChunkScanArgs& a) { a.state_type = kernels::ElementType::kBF16; }},
+      {"int8 state without scales", [](kernels::SsdChunkScanArgs& a) { a.state_type = kernels::ElementType::kS8; }},
+      {"int8 state with 3 scales a row",
+       [](kernels::SsdChunkScanArgs& a) {
+         a.state_type = kernels::ElementType::kS8;
+         a.state_scales = static_cast<const float*>(a.A);
+         a.state_scale_inner = 3;
+       }},
       {"no workspace", [](kernels::SsdChunkScanArgs& a) { a.workspace = nullptr; }},
       {"no dt_bias", [](kernels::SsdChunkScanArgs& a) { a.dt_bias = nullptr; }},
   };
@@ -440,6 +472,127 @@ TEST(SsdChunkScanArgs, RejectsUnsupportedArguments) {
   EXPECT_EQ(kernels::ssd_chunk_scan_supported(largest), !device_lacks_sm90_smem());
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
+
+// The quantized backend's float-SSD recipes: fp16 x, B, C, dt_raw fp32 with its activation format
+// applied first, y in fp32, the state fp32 or int8 (q·scale in, sat±127(rne(S / scale)) out).
+// fp16 operands round 8 times finer than bf16: the bound is a tenth of the bf16 cases'.
+struct QuantizedIo {
+  const char* name;
+  float dt_format;   // > 0 int8 with that scale, < 0 fp16, 0 as is
+  bool int8_state;
+  int scale_inner;   // 1 (one scale a channel) or dstate
+  bool scale_index;  // channels share scale rows through state_scale_index
+};
+
+class SsdChunkScanQuantizedIo : public ::testing::TestWithParam<QuantizedIo> {};
+
+TEST_P(SsdChunkScanQuantizedIo, MatchesCpuReference) {
+  testing::require_device();
+  const QuantizedIo io = GetParam();
+  const Case c{"quantized io", 2, 300, 8, 64, 2, 64, 128};
+  Problem pr = make_problem(c, 4242);
+  const int64_t rows = int64_t(pr.batch) * pr.seqlen, channels = pr.xw();
+  std::mt19937 rng(5);
+  // State scales: one row per channel, or rows shared by pairs of channels; the initial state's
+  // values are multiples of them.
+  const int64_t scale_rows = io.scale_index ? channels / 2 : channels;
+  const std::vector<float> scales = testing::random_vector(scale_rows * io.scale_inner, 0.004f, 0.012f, rng);
+  std::vector<int32_t> index(channels);
+  for (int64_t ch = 0; ch < channels; ++ch) index[ch] = static_cast<int32_t>(io.scale_index ? ch / 2 : ch);
+  auto scale_of = [&](int64_t element) {
+    const int64_t ch = element / pr.dstate % channels, n = element % pr.dstate;
+    return scales[index[ch] * io.scale_inner + (io.scale_inner == 1 ? 0 : n)];
+  };
+  std::vector<int8_t> state_q(pr.state.size());
+  if (io.int8_state) {
+    for (size_t i = 0; i < pr.state.size(); ++i) {
+      state_q[i] = quantize_value(pr.state[i], scale_of(i), QuantBits::kInt8);
+      pr.state[i] = dequantize_value(state_q[i], scale_of(i));
+    }
+  }
+  // x, B, C in fp16: the problem's bf16 values (exact in fp16 but for a few tiny ones, which the
+  // reference then reads rounded the same way).
+  std::vector<uint16_t> conv16(pr.conv.size());
+  for (size_t i = 0; i < pr.conv.size(); ++i) {
+    conv16[i] = float_to_half(bf16_to_float(pr.conv[i]));
+    pr.conv[i] = float_to_bf16(half_to_float(conv16[i]));
+    ASSERT_EQ(bf16_to_float(pr.conv[i]), half_to_float(conv16[i]));
+  }
+  // dt_raw in fp32: the bf16 values with a random fraction added, so formats round them.
+  std::vector<float> proj32(pr.proj.size());
+  std::uniform_real_distribution<float> fraction(-0.03f, 0.03f);
+  for (size_t i = 0; i < pr.proj.size(); ++i) proj32[i] = bf16_to_float(pr.proj[i]) + fraction(rng);
+  pr.proj_f32 = proj32;
+  pr.dt_format = io.dt_format;
+  Outputs ref = cpu_reference(pr);
+
+  kernels::SsdChunkScanArgs args = make_args(pr);
+  const size_t y_size = size_t(rows) * channels;
+  testing::DeviceBuffer<uint16_t> conv(conv16);
+  testing::DeviceBuffer<float> proj(proj32), y(std::vector<float>(y_size, NAN)), dt_bias(pr.dt_bias), A(pr.A), D(pr.D),
+      state32(pr.state), scale_buf(scales);
+  testing::DeviceBuffer<int8_t> state8(state_q);
+  testing::DeviceBuffer<int32_t> index_buf(index);
+  args.operand_type = kernels::ElementType::kF16;
+  args.x = conv.get() + pr.x_col;
+  args.B = conv.get() + pr.b_col;
+  args.C = conv.get() + pr.c_col;
+  args.dt_raw = proj.get() + pr.dt_col;
+  args.dt_type = kernels::ElementType::kF32;
+  args.dt_format = io.dt_format;
+  args.dt_bias = dt_bias.get();
+  args.A = A.get();
+  args.D = D.get();
+  args.y = y.get();
+  args.y_type = kernels::ElementType::kF32;
+  if (io.int8_state) {
+    args.state = state8.get();
+    args.state_type = kernels::ElementType::kS8;
+    args.state_scales = scale_buf.get();
+    args.state_scale_index = io.scale_index ? index_buf.get() : nullptr;
+    args.state_scale_inner = io.scale_inner;
+  } else {
+    args.state = state32.get();
+  }
+  testing::DeviceBuffer<uint8_t> workspace(std::vector<uint8_t>(kernels::ssd_chunk_scan_workspace_bytes(args)));
+  args.workspace = workspace.get();
+  ASSERT_TRUE(kernels::ssd_chunk_scan_supported(args));
+  ASSERT_EQ(kernels::launch_ssd_chunk_scan(args, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  Outputs got;
+  got.y = y.to_host();
+  if (io.int8_state) {
+    // The stored int8 state is the reference's final state quantized, up to one step where the
+    // two fp32 states straddle a rounding boundary (a step is ~3 % of the state's range here).
+    const std::vector<int8_t> q = state8.to_host();
+    int64_t off_by_one = 0;
+    got.state.resize(q.size());
+    for (size_t i = 0; i < q.size(); ++i) {
+      const int expected = quantize_value(ref.state[i], scale_of(i), QuantBits::kInt8);
+      ASSERT_LE(std::abs(int(q[i]) - expected), 1) << "state element " << i;
+      off_by_one += q[i] != expected;
+      got.state[i] = dequantize_value(q[i], scale_of(i));
+      ref.state[i] = dequantize_value(static_cast<int8_t>(expected), scale_of(i));
+    }
+    std::printf("[ %s ] %ld of %zu int8 state values one step off the reference's\n", io.name,
+                static_cast<long>(off_by_one), q.size());
+    EXPECT_LT(off_by_one, int64_t(q.size() / 20)) << io.name;
+  } else {
+    got.state = state32.to_host();
+  }
+  EXPECT_LE(compare(got.y, ref.y).relative(), kTolerance / 10) << io.name;
+  expect_close(io.name, pr, got, ref, !io.int8_state);
+  if (!io.int8_state) {
+    EXPECT_LE(compare(got.state, ref.state).relative(), kTolerance / 10) << io.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, SsdChunkScanQuantizedIo,
+                         ::testing::Values(QuantizedIo{"dt_as_is_fp32_state", 0.f, false, 1, false},
+                                           QuantizedIo{"dt_int8_fp32_state", 0.07f, false, 1, false},
+                                           QuantizedIo{"dt_fp16_int8_state_per_channel", -1.f, true, 1, false},
+                                           QuantizedIo{"dt_int8_int8_state_per_n_indexed", 0.07f, true, 64, true}),
+                         [](const ::testing::TestParamInfo<QuantizedIo>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace ssdq
