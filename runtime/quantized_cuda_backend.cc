@@ -145,6 +145,7 @@ struct DeviceLayer {
   float dt_code = 0.f;  // ssd.dt's format as one code (format_code), when it has one scale
   bool online_hadamard = false;
   bool ssdi8 = false;
+  bool fp16_chunked_ssd = false;  // a float-SSD layer whose prefill may run the chunked scan
   bool int8_state = false;
   // int8 states: the scale row of each channel c = h·P + p, and the scales [rows, inner].
   DeviceBlock state_index, state_scales;
@@ -155,6 +156,32 @@ struct DeviceLayer {
   // channel for causal_conv1d (empty when every channel stays as it is).
   DeviceBlock conv_in_codes, conv_out_codes;
 };
+
+// Whether a float-SSD layer's prefill may run the chunked scan, which holds C·Bᵀ (before the decay
+// weights) and the state entering each chunk in fp16 (kernels/ssd_chunk_scan.h). Where the
+// layer's formats bound them — int8 B and C (|C·Bᵀ| ≤ d_state · 127·s_C · 127·s_B per group), an
+// int8 state (|S| ≤ 127·s_s) — a bound past half of fp16's 65,504 sends the layer to the fp32
+// recurrence instead. fp16 and fp32 formats carry no bound (mamba_ssm's fp16 kernels take the same
+// risk).
+bool fp16_chunked_ssd_fits(const QuantizedLayer& q, const Mamba2Config& c) {
+  constexpr double kLimit = 65504.0 / 2;
+  const int64_t G = c.ngroups, N = c.d_state;
+  if (q.ssd_B.is_int8() && q.ssd_C.is_int8()) {
+    for (int64_t g = 0; g < G; ++g) {
+      double max_b = 0, max_c = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        max_b = std::max(max_b, double(q.ssd_B.scale(g * N + n)));
+        max_c = std::max(max_c, double(q.ssd_C.scale(g * N + n)));
+      }
+      if (double(N) * 127 * max_b * 127 * max_c > kLimit) return false;
+    }
+  }
+  if (q.ssm_state.is_int8()) {
+    for (float s : q.ssm_state.scales)
+      if (127.0 * s > kLimit) return false;
+  }
+  return true;
+}
 
 // A point's format on channel c as one float: > 0 the int8 scale, < 0 fp16, 0 fp32
 // (kernels/quant_epilogue.cuh apply_format_code).
@@ -329,6 +356,7 @@ struct QuantizedCudaBackend::Impl {
         d.state_format = upload_format(q.ssm_state, &counter);
       }
       d.ssdi8 = q.ssd_mode == SsdMode::kSsdi8;
+      d.fp16_chunked_ssd = !d.ssdi8 && fp16_chunked_ssd_fits(q, c);
       any_ssdi8 = any_ssdi8 || d.ssdi8;
       any_float_ssd = any_float_ssd || !d.ssdi8;
       if (d.ssdi8) {
@@ -716,7 +744,7 @@ struct QuantizedCudaBackend::Impl {
     conv.out_formats = d.conv_out_codes.bytes() ? d.conv_out_codes.at<float>(0) : nullptr;
     const bool ssdi8_prefill = d.ssdi8 && length > 1;
     const kernels::SsdChunkScanArgs chunked = float_ssd_args(d, batch, length, state.ssm(l));
-    const bool float_chunked = !d.ssdi8 && length > 1 && kernels::ssd_chunk_scan_supported(chunked);
+    const bool float_chunked = d.fp16_chunked_ssd && length > 1 && kernels::ssd_chunk_scan_supported(chunked);
     if (ssdi8_prefill) {  // the SSDi8 kernel's operands: fp16 x (ssd.x's format), int8 B|C rows
       conv.out = nullptr;
       conv.part_count = 2;

@@ -122,6 +122,33 @@ TEST(FloatSsdChunked, MatchesTheCpuRuntime) {
     }
 }
 
+// A layer whose int8 state scales put the chunked scan's fp16 state past its range (127·s_s above
+// 32,752) prefills through the fp32 recurrence instead: its logits then agree with the CPU as
+// EveryRecipe's do (≤ 1.1e-4), where the chunked scan leaves 2e-3 or more on this model
+// (FloatSsdChunked); decode steps follow as usual.
+TEST(FloatSsdChunked, LayersOutsideFp16RangeTakeTheRecurrence) {
+  testing::require_device();
+  Mamba2Config config = synthetic_config(2);
+  config.headdim = 32;
+  config.chunk_size = 64;
+  const ModelWeights w = random_weights(config, 31);
+  const CalibrationFile calib = calibration_in_memory(w, 4, 160, 2);
+  constexpr int64_t kBatch = 2, kLength = 150, kSteps = 4;
+  const std::vector<int32_t> tokens = random_tokens(kBatch * (kLength + kSteps), 256, 5);
+  QuantizedModel q = quantize_model(w, calib, synthetic_model_options(RecipeName::kQuamba2, BitWidth::kW8A8));
+  for (QuantizedLayer& layer : q.layers) {
+    ASSERT_TRUE(layer.ssm_state.is_int8());
+    for (float& scale : layer.ssm_state.scales) scale = 300.f;
+  }
+  const auto m = std::make_shared<QuantizedModel>(std::move(q));
+  const std::vector<float> cpu = run(QuantizedBackend(m), tokens, kBatch, kLength, kSteps);
+  const std::vector<float> gpu = run(QuantizedCudaBackend(m, 0), tokens, kBatch, kLength, kSteps);
+  const double max_rel = max_relative(gpu, cpu), mean_rel = mean_relative(gpu, cpu);
+  std::printf("quamba2 w8a8, state scales 300, GPU vs CPU: max %.2e, mean %.2e of max |logit|\n", max_rel, mean_rel);
+  EXPECT_LT(mean_rel, 5e-4);
+  EXPECT_LT(max_rel, 0.05);
+}
+
 // Head-to-toe artifacts (quantized embedding and lm_head): the CUDA backend reads the quantized
 // head through qgemv W8A16 / W4A16 (prefill rows 16 at a time, decode rows), a float summation
 // like the fp16 GEMM it replaces; logits against the CPU runtime as above.
