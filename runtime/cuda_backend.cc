@@ -159,17 +159,6 @@ struct CudaBackend::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
-  kernels::SsdChunkScanArgs chunk_args(int64_t batch, int64_t length) const {
-    kernels::SsdChunkScanArgs a;
-    a.batch = static_cast<int>(batch);
-    a.seqlen = static_cast<int>(length);
-    a.heads = static_cast<int>(config.nheads());
-    a.headdim = static_cast<int>(config.headdim);
-    a.groups = static_cast<int>(config.ngroups);
-    a.dstate = static_cast<int>(config.d_state);
-    a.chunk = static_cast<int>(config.chunk_size);
-    return a;
-  }
 
   void reserve(int64_t batch, int64_t length) const {
     if (batch <= work_batch && length <= work_length) return;
@@ -185,7 +174,7 @@ struct CudaBackend::Impl {
     const size_t normed = layout.add(M * c.d_model * 2), zxbcdt = layout.add(M * c.d_in_proj() * 2),
                  xbc = layout.add(M * c.conv_dim() * 2), y = layout.add(M * c.d_inner() * 2),
                  gated = layout.add(M * c.d_inner() * 2);
-    const size_t ssd = layout.add(kernels::ssd_chunk_scan_workspace_bytes(chunk_args(batch, length)));
+    const size_t ssd = layout.add(kernels::ssd_chunk_scan_workspace_bytes(ssd_chunk_shape(config, batch, length)));
     cuda_ok(cudaStreamSynchronize(stream), "synchronize before resizing the workspace");
     work_block = DeviceBlock();
     work_block = DeviceBlock(layout.total(), "activations", &counter);
@@ -316,7 +305,7 @@ struct CudaBackend::Impl {
   void enqueue_ssd(int64_t batch, int64_t length, const DeviceLayer& w, float* ssm, int64_t E, int64_t GN,
                    int64_t in_dim, int64_t conv_dim) const {
     const Mamba2Config& c = config;
-    kernels::SsdChunkScanArgs chunk = chunk_args(batch, length);
+    kernels::SsdChunkScanArgs chunk = ssd_chunk_shape(config, batch, length);
     chunk.x = work.xbc;
     chunk.x_row_stride = conv_dim;
     chunk.B = work.xbc + E;

@@ -20,10 +20,24 @@
 
 #include "kernels/gemm.h"
 #include "kernels/logits_reduce.h"
+#include "kernels/ssd_chunk_scan.h"
 #include "runtime/backend.h"
 #include "runtime/cuda_resources.h"
 
 namespace ssdq {
+
+// The chunked SSD's shape for a prefill of `length` tokens of `batch` sequences (pointers unset).
+inline kernels::SsdChunkScanArgs ssd_chunk_shape(const Mamba2Config& c, int64_t batch, int64_t length) {
+  kernels::SsdChunkScanArgs a;
+  a.batch = static_cast<int>(batch);
+  a.seqlen = static_cast<int>(length);
+  a.heads = static_cast<int>(c.nheads());
+  a.headdim = static_cast<int>(c.headdim);
+  a.groups = static_cast<int>(c.ngroups);
+  a.dstate = static_cast<int>(c.d_state);
+  a.chunk = static_cast<int>(c.chunk_size);
+  return a;
+}
 
 // What a captured decode step depends on besides the state: the workspace (its generation) and
 // which outputs it writes.

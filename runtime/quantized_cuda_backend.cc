@@ -157,6 +157,17 @@ struct DeviceLayer {
   DeviceBlock conv_in_codes, conv_out_codes;
 };
 
+// A layer's int8 state on the arguments of an SSD kernel (SsdChunkScanArgs, SsdStateUpdateArgs);
+// an fp32 state leaves them as they are.
+template <typename SsdArgs>
+void set_state_scales(const DeviceLayer& d, SsdArgs& a) {
+  if (!d.int8_state) return;
+  a.state_type = ElementType::kS8;
+  a.state_scales = d.state_scales.at<float>(0);
+  a.state_scale_index = d.state_index.at<int32_t>(0);
+  a.state_scale_inner = d.state_inner;
+}
+
 // Whether a float-SSD layer's prefill may run the chunked scan, which holds C·Bᵀ (before the decay
 // weights) and the state entering each chunk in fp16 (kernels/ssd_chunk_scan.h). Where the
 // layer's formats bound them — int8 B and C (|C·Bᵀ| ≤ d_state · 127·s_C · 127·s_B per group), an
@@ -384,25 +395,13 @@ struct QuantizedCudaBackend::Impl {
     weight_bytes = counter.live - before;
   }
 
-  kernels::SsdChunkScanArgs float_ssd_shape(int64_t batch, int64_t length) const {
-    kernels::SsdChunkScanArgs a;
-    a.batch = static_cast<int>(batch);
-    a.seqlen = static_cast<int>(length);
-    a.heads = static_cast<int>(config.nheads());
-    a.headdim = static_cast<int>(config.headdim);
-    a.groups = static_cast<int>(config.ngroups);
-    a.dstate = static_cast<int>(config.d_state);
-    a.chunk = static_cast<int>(config.chunk_size);
-    return a;
-  }
-
   // The chunked scan of a float-SSD layer's prefill (cpu::ssd_chunked on tensor cores, Quamba2's
   // fp16 math): x|B|C in fp16 as the conv writes them over work.xbc's bytes, dt_raw fp32 with its
   // format, y fp32 into work.y, the layer's state fp32 or int8.
   kernels::SsdChunkScanArgs float_ssd_args(const DeviceLayer& d, int64_t batch, int64_t length, void* ssm) const {
     const Mamba2Config& c = config;
     const int64_t E = c.d_inner(), GN = c.ngroups * c.d_state, conv_dim = c.conv_dim();
-    kernels::SsdChunkScanArgs a = float_ssd_shape(batch, length);
+    kernels::SsdChunkScanArgs a = ssd_chunk_shape(config, batch, length);
     const auto* xbc = reinterpret_cast<const __half*>(work.xbc);
     a.operand_type = ElementType::kF16;
     a.x = xbc;
@@ -420,12 +419,7 @@ struct QuantizedCudaBackend::Impl {
     a.dt_min = static_cast<float>(c.dt_min);
     a.dt_max = static_cast<float>(std::min<double>(c.dt_max, 3e38));
     a.state = ssm;
-    if (d.int8_state) {
-      a.state_type = ElementType::kS8;
-      a.state_scales = d.state_scales.at<float>(0);
-      a.state_scale_index = d.state_index.at<int32_t>(0);
-      a.state_scale_inner = d.state_inner;
-    }
+    set_state_scales(d, a);
     a.y = work.y;
     a.y_type = ElementType::kF32;
     a.workspace = work.ssd_chunk;
@@ -456,7 +450,7 @@ struct QuantizedCudaBackend::Impl {
     ssdi8_shape.chunk = static_cast<int>(c.chunk_size);
     const size_t ssd_cb = layout.add(any_ssdi8 ? kernels::ssdi8_chunk_scan_workspace_bytes(ssdi8_shape) : 0);
     const size_t ssd_chunk =
-        layout.add(any_float_ssd ? kernels::ssd_chunk_scan_workspace_bytes(float_ssd_shape(batch, length)) : 0);
+        layout.add(any_float_ssd ? kernels::ssd_chunk_scan_workspace_bytes(ssd_chunk_shape(config, batch, length)) : 0);
     cuda_ok(cudaStreamSynchronize(stream), "synchronize before resizing the workspace");
     work_block = DeviceBlock();
     work_block = DeviceBlock(layout.total(), "activations", &counter);
@@ -828,12 +822,7 @@ struct QuantizedCudaBackend::Impl {
       step.A = d.A.at<float>(0);
       step.D = d.D.at<float>(0);
       step.state = state.ssm(l);
-      if (d.int8_state) {
-        step.state_type = ElementType::kS8;
-        step.state_scales = d.state_scales.at<float>(0);
-        step.state_scale_index = d.state_index.at<int32_t>(0);
-        step.state_scale_inner = d.state_inner;
-      }
+      set_state_scales(d, step);
       step.y = work.y;
       step.y_stride = E;
       if (!kernels::ssd_state_update_supported(step))

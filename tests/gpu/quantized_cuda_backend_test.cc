@@ -92,25 +92,38 @@ TEST_P(EveryRecipe, MatchesTheCpuRuntime) {
 
 INSTANTIATE_TEST_SUITE_P(Groups, EveryRecipe, ::testing::Values(2, 4));
 
-// The float-SSD recipes' prefill through the chunked scan (headdim 32 and chunk 64, which it takes,
-// unlike EveryRecipe's headdim 16; 150 tokens cross two chunk boundaries), then decode steps by
-// the recurrence from the state it leaves (int8 for the recipes that quantize it).
+// A synthetic model the chunked scan takes (headdim 32 and chunk 64, unlike EveryRecipe's headdim
+// 16), its calibration, and prompts of 150 tokens (two chunk boundaries) followed by decode steps.
+struct ChunkedSsdCase {
+  static constexpr int64_t kBatch = 2, kLength = 150, kSteps = 4;
+  ModelWeights weights = random_weights(config(), 31);
+  CalibrationFile calib = calibration_in_memory(weights, 4, 160, 2);
+  std::vector<int32_t> tokens = random_tokens(kBatch * (kLength + kSteps), 256, 5);
+
+  static Mamba2Config config() {
+    Mamba2Config c = synthetic_config(2);
+    c.headdim = 32;
+    c.chunk_size = 64;
+    return c;
+  }
+  // {max, mean} relative difference of the GPU's logits from the CPU runtime's.
+  std::pair<double, double> gpu_vs_cpu(const std::shared_ptr<const QuantizedModel>& m) const {
+    const std::vector<float> cpu = run(QuantizedBackend(m), tokens, kBatch, kLength, kSteps);
+    const std::vector<float> gpu = run(QuantizedCudaBackend(m, 0), tokens, kBatch, kLength, kSteps);
+    return {max_relative(gpu, cpu), mean_relative(gpu, cpu)};
+  }
+};
+
+// The float-SSD recipes' prefill through the chunked scan, then decode steps by the recurrence
+// from the state it leaves (int8 for the recipes that quantize it).
 TEST(FloatSsdChunked, MatchesTheCpuRuntime) {
   testing::require_device();
-  Mamba2Config config = synthetic_config(2);
-  config.headdim = 32;
-  config.chunk_size = 64;
-  const ModelWeights w = random_weights(config, 31);
-  const CalibrationFile calib = calibration_in_memory(w, 4, 160, 2);
-  constexpr int64_t kBatch = 2, kLength = 150, kSteps = 4;
-  const std::vector<int32_t> tokens = random_tokens(kBatch * (kLength + kSteps), 256, 5);
+  const ChunkedSsdCase t;
   for (RecipeName recipe : {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2})
     for (BitWidth bits : kBits) {
       const std::string name = std::string(recipe_name(recipe)) + " " + bit_width_name(bits);
-      const auto m = std::make_shared<QuantizedModel>(quantize_model(w, calib, synthetic_model_options(recipe, bits)));
-      const std::vector<float> cpu = run(QuantizedBackend(m), tokens, kBatch, kLength, kSteps);
-      const std::vector<float> gpu = run(QuantizedCudaBackend(m, 0), tokens, kBatch, kLength, kSteps);
-      const double max_rel = max_relative(gpu, cpu), mean_rel = mean_relative(gpu, cpu);
+      const auto [max_rel, mean_rel] = t.gpu_vs_cpu(
+          std::make_shared<QuantizedModel>(quantize_model(t.weights, t.calib, synthetic_model_options(recipe, bits))));
       std::printf("chunked float SSD, %-14s GPU vs CPU: max %.2e, mean %.2e of max |logit|\n", name.c_str(), max_rel,
                   mean_rel);
       // Measured on an H100: int8 activations means ≤ 3.6e-3, maxima ≤ 3.8e-2 (fp16 SSD operands move
@@ -125,25 +138,16 @@ TEST(FloatSsdChunked, MatchesTheCpuRuntime) {
 // A layer whose int8 state scales put the chunked scan's fp16 state past its range (127·s_s above
 // 32,752) prefills through the fp32 recurrence instead: its logits then agree with the CPU as
 // EveryRecipe's do (≤ 1.1e-4), where the chunked scan leaves 2e-3 or more on this model
-// (FloatSsdChunked); decode steps follow as usual.
+// (MatchesTheCpuRuntime); decode steps follow as usual.
 TEST(FloatSsdChunked, LayersOutsideFp16RangeTakeTheRecurrence) {
   testing::require_device();
-  Mamba2Config config = synthetic_config(2);
-  config.headdim = 32;
-  config.chunk_size = 64;
-  const ModelWeights w = random_weights(config, 31);
-  const CalibrationFile calib = calibration_in_memory(w, 4, 160, 2);
-  constexpr int64_t kBatch = 2, kLength = 150, kSteps = 4;
-  const std::vector<int32_t> tokens = random_tokens(kBatch * (kLength + kSteps), 256, 5);
-  QuantizedModel q = quantize_model(w, calib, synthetic_model_options(RecipeName::kQuamba2, BitWidth::kW8A8));
+  const ChunkedSsdCase t;
+  QuantizedModel q = quantize_model(t.weights, t.calib, synthetic_model_options(RecipeName::kQuamba2, BitWidth::kW8A8));
   for (QuantizedLayer& layer : q.layers) {
     ASSERT_TRUE(layer.ssm_state.is_int8());
     for (float& scale : layer.ssm_state.scales) scale = 300.f;
   }
-  const auto m = std::make_shared<QuantizedModel>(std::move(q));
-  const std::vector<float> cpu = run(QuantizedBackend(m), tokens, kBatch, kLength, kSteps);
-  const std::vector<float> gpu = run(QuantizedCudaBackend(m, 0), tokens, kBatch, kLength, kSteps);
-  const double max_rel = max_relative(gpu, cpu), mean_rel = mean_relative(gpu, cpu);
+  const auto [max_rel, mean_rel] = t.gpu_vs_cpu(std::make_shared<QuantizedModel>(std::move(q)));
   std::printf("quamba2 w8a8, state scales 300, GPU vs CPU: max %.2e, mean %.2e of max |logit|\n", max_rel, mean_rel);
   EXPECT_LT(mean_rel, 5e-4);
   EXPECT_LT(max_rel, 0.05);
