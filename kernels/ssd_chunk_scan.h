@@ -57,7 +57,7 @@ struct SsdChunkScanArgs {
 // (table in docs/kernels/ssd_chunk_scan.md).
 bool ssd_chunk_scan_supported(const SsdChunkScanArgs& args);
 
-// Bytes of scratch the launch needs (dt and its chunk cumsum, C·Bᵀ per chunk, the bf16 state
+// Bytes of scratch the launch needs (dt and its chunk cumsum, C·Bᵀ per chunk, the 16-bit state
 // entering each chunk); about batch · ceil(seqlen / chunk) · heads · headdim · dstate · 2 bytes.
 size_t ssd_chunk_scan_workspace_bytes(const SsdChunkScanArgs& args);
 

@@ -1,8 +1,8 @@
 // ChunkState + StatePassing, fused: per (sequence, slice of state rows) the state is carried in
 // tensor-core accumulators through the chunks in order,
 //   S ← exp(cumsum_last) S + Σ_s (exp(cumsum_last − cumsum_s) dt_s x_s) B_sᵀ,
-// writing the state that enters each chunk (in the operand type, for ChunkScan) and the final state (fp32, or
-// int8 with its scales: dequantized as read, quantized once after the last chunk).
+// writing the state that enters each chunk (in the operand type, for ChunkScan) and the final
+// state (fp32, or int8 with its scales: dequantized as read, quantized once after the last chunk).
 #include "kernels/quant_epilogue.cuh"
 #include "kernels/ssd_chunk_stages.cuh"
 
