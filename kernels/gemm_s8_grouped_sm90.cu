@@ -86,16 +86,16 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_s8_grouped_wgmma_kernel(Gemm
   wait_for_previous_grid();
   allow_next_grid();
 
-  const TileLoader<kM, kThreads> x_loader(a.x, a.ldx, m0, a.m);
-  const TileLoader<kN, kThreads> w_loader(a.w, a.ldw, n0, a.n);
+  StreamingTileLoader<kM, kThreads> x_loader(a.x, a.ldx, m0, a.m);
+  StreamingTileLoader<kN, kThreads> w_loader(a.w, a.ldw, n0, a.n);
   // Stages are used round-robin; the indices advance by compare-and-wrap (no division in the loop).
   float* scale_ring = reinterpret_cast<float*>(shared + kStages * kStageBytes);
   int load_tile = 0, load_stage = 0, load_tile_in_group = 0, load_group = 0;
   auto load_next = [&] {
     if (load_tile < k_tiles) {
       uint8_t* stage = shared + load_stage * kStageBytes;
-      x_loader.load</*kCheckK=*/false>(stage, int64_t(load_tile) * kBK, a.k);
-      w_loader.load</*kCheckK=*/false>(stage + kTileA, int64_t(load_tile) * kBK, a.k);
+      x_loader.load_next(stage);
+      w_loader.load_next(stage + kTileA);
       if (++load_tile_in_group == tiles_per_group) {  // this tile ends a group: bring its scales
         if (threadIdx.x < kN) {
           const int64_t col = n0 + threadIdx.x;

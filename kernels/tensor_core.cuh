@@ -11,10 +11,14 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* global_s
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src) : "memory");
 }
+// 16 bytes to a shared-memory address, of which the first `bytes` (16 or 0) are read and the rest
+// zero-filled (with 0 the source is not touched).
+__device__ __forceinline__ void cp_async_16_to(unsigned smem_address, const void* global_src, unsigned bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address), "l"(global_src), "r"(bytes) : "memory");
+}
 // cp_async_16 where `valid`, else 16 zero bytes written and nothing read (the source is not touched).
 __device__ __forceinline__ void cp_async_16_or_zero(void* smem_dst, const void* global_src, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(valid ? 16 : 0) : "memory");
+  cp_async_16_to(static_cast<unsigned>(__cvta_generic_to_shared(smem_dst)), global_src, valid ? 16 : 0);
 }
 // 4 bytes where `valid`, else 4 zero bytes (cp.async.ca: through L1, for scattered small reads).
 __device__ __forceinline__ void cp_async_4_or_zero(void* smem_dst, const void* global_src, bool valid) {
