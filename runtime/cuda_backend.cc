@@ -159,7 +159,6 @@ struct CudaBackend::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
-
   void reserve(int64_t batch, int64_t length) const {
     if (batch <= work_batch && length <= work_length) return;
     batch = std::max(batch, work_batch);

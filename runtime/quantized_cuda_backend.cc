@@ -143,6 +143,9 @@ struct DeviceLayer {
   DeviceLinear in_proj, out_proj;
   DeviceFormat in_proj_in, ssd_dt, out_proj_in, state_format;
   float dt_code = 0.f;  // ssd.dt's format as one code (format_code), when it has one scale
+  // Whether the SSD kernels apply dt's format as they read dt (one code for every head); otherwise
+  // a format pass runs on dt_raw first.
+  bool dt_format_in_kernel() const { return ssd_dt.index.bytes() == 0; }
   bool online_hadamard = false;
   bool ssdi8 = false;
   bool fp16_chunked_ssd = false;  // a float-SSD layer whose prefill may run the chunked scan
@@ -412,7 +415,7 @@ struct QuantizedCudaBackend::Impl {
     a.dt_raw = work.zxbcdt + E + conv_dim;
     a.dt_row_stride = c.d_in_proj();
     a.dt_type = ElementType::kF32;
-    if (d.ssd_dt.index.bytes() == 0) a.dt_format = d.dt_code;  // else applied to dt_raw in place first
+    if (d.dt_format_in_kernel()) a.dt_format = d.dt_code;
     a.dt_bias = d.dt_bias.at<float>(0);
     a.A = d.A.at<float>(0);
     a.D = d.D.at<float>(0);
@@ -751,8 +754,7 @@ struct QuantizedCudaBackend::Impl {
     }
     cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d (with the x|B|C formats)");
     float* dt_raw = work.zxbcdt + E + conv_dim;
-    // dt's format rides in the SSD kernel when it is one code for every head.
-    const bool dt_in_kernel = d.ssd_dt.index.bytes() == 0;
+    const bool dt_in_kernel = d.dt_format_in_kernel();
     if (!dt_in_kernel) enqueue_format(d.ssd_dt, dt_raw, M, H, in_dim, Reader::kFloat32, "ssd dt");
 
     const float dt_min = static_cast<float>(c.dt_min), dt_max = static_cast<float>(std::min<double>(c.dt_max, 3e38));
