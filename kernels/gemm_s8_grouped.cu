@@ -168,9 +168,14 @@ __global__ void __launch_bounds__(T::kThreads, 1) gemm_s8_grouped_kernel(GemmS8G
     }
 }
 
+bool is_sm90();  // below
+
 template <typename T>
 cudaError_t launch_tile(const GemmS8GroupedArgs& a, cudaStream_t stream) {
-  const bool biased = a.group_size <= kBiasedMaxGroup;
+  // Biased sums save sm_80 its quarter-rate I2F; sm_90 converts with a full-rate I2FP, which costs
+  // one instruction where the bias costs two (2.7b W4A8, 32 rows, packed 32 × 64: in_proj 18.8 →
+  // 17.8 µs, out_proj 28.0 → 26.6 µs on an H100).
+  const bool biased = a.group_size <= kBiasedMaxGroup && !is_sm90();
   auto* kernel = a.w_bits == 4 ? (biased ? gemm_s8_grouped_kernel<T, true, true> : gemm_s8_grouped_kernel<T, false, true>)
                                : (biased ? gemm_s8_grouped_kernel<T, true, false> : gemm_s8_grouped_kernel<T, false, false>);
   if (const cudaError_t status = allow_dynamic_shared(kernel, T::kShared); status != cudaSuccess) return status;

@@ -3,7 +3,8 @@
 // wgmma.m64n128k32 (s8 × s8 → s32) reading both operands from shared memory, which cp.async fills
 // in the 128-byte swizzled layout (kernels/gemm_s8_grouped.cuh). A weight group's first k step
 // starts its sums from zero (scale-d = 0); after its last one the warpgroup waits for its MMAs and
-// folds the sums into the fp32 chain in registers. Within a group the MMAs of one k tile stay in
+// folds the sums into the fp32 chain in registers, converting each with one I2FP (sm_90's int to
+// float on the FMA pipe; the mma.sync kernels' biased sums cost an add and a subtract). Within a group the MMAs of one k tile stay in
 // flight while the next is issued. Groups are whole k tiles (multiples of 128), so the folds fall
 // between tiles. Machine code for sm_90a only.
 #include "kernels/gemm_s8_grouped_sm90.h"
@@ -74,7 +75,6 @@ __device__ __forceinline__ void wgmma_wait() {
 // Makes this thread's shared-memory writes (cp.async's) visible to the async proxy wgmma reads through.
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-template <bool kBiasedSums>
 __global__ void __launch_bounds__(kThreads, 1) gemm_s8_grouped_wgmma_kernel(GemmS8GroupedArgs a) {
   extern __shared__ uint8_t shared_raw[];
   uint8_t* shared = shared_raw + ((1024 - shared_address(shared_raw) % 1024) % 1024);
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_s8_grouped_wgmma_kernel(Gemm
       const float2 s = *reinterpret_cast<const float2*>(scales + 8 * j);
 #pragma unroll
       for (int e = 4 * j; e < 4 * j + 4; ++e)
-        chain[e] = __fmaf_rn(group_sum<kBiasedSums>(acc[e] + (kBiasedSums ? kBiasedZero : 0)), e & 1 ? s.y : s.x, chain[e]);
+        chain[e] = __fmaf_rn(static_cast<float>(acc[e]), e & 1 ? s.y : s.x, chain[e]);
     }
   }
   // The last tile ended a group, so nothing is in flight; saying so keeps ptxas from placing a
@@ -186,7 +186,7 @@ bool gemm_s8_grouped_wgmma_supported(const GemmS8GroupedArgs& a) { return a.k % 
 
 cudaError_t launch_gemm_s8_grouped_wgmma(const GemmS8GroupedArgs& a, cudaStream_t stream) {
   if (!gemm_s8_grouped_wgmma_supported(a)) return cudaErrorInvalidValue;
-  auto* kernel = a.group_size <= kBiasedMaxGroup ? gemm_s8_grouped_wgmma_kernel<true> : gemm_s8_grouped_wgmma_kernel<false>;
+  auto* kernel = gemm_s8_grouped_wgmma_kernel;
   if (const cudaError_t status = allow_dynamic_shared(kernel, kShared); status != cudaSuccess) return status;
   LaunchShape shape;
   shape.grid = dim3(static_cast<unsigned>((a.n + kN - 1) / kN), static_cast<unsigned>((a.m + kM - 1) / kM));
