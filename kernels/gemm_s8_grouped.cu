@@ -175,7 +175,8 @@ cudaError_t launch_tile(const GemmS8GroupedArgs& a, cudaStream_t stream) {
   // Biased sums save sm_80 its quarter-rate I2F; sm_90 converts with a full-rate I2FP, which costs
   // one instruction where the bias costs two (2.7b W4A8, 32 rows, packed 32 × 64: in_proj 18.8 →
   // 17.8 µs, out_proj 28.0 → 26.6 µs on an H100).
-  const bool biased = a.group_size <= kBiasedMaxGroup && !is_sm90();
+  const bool biased = a.sums == GemmS8GroupedSums::kBiased ||
+                      (a.sums == GemmS8GroupedSums::kAuto && a.group_size <= kBiasedMaxGroup && !is_sm90());
   auto* kernel = a.w_bits == 4 ? (biased ? gemm_s8_grouped_kernel<T, true, true> : gemm_s8_grouped_kernel<T, false, true>)
                                : (biased ? gemm_s8_grouped_kernel<T, true, false> : gemm_s8_grouped_kernel<T, false, false>);
   if (const cudaError_t status = allow_dynamic_shared(kernel, T::kShared); status != cudaSuccess) return status;
@@ -204,19 +205,23 @@ bool gemm_s8_grouped_supported(const GemmS8GroupedArgs& a) {
   const bool strides = a.ldx >= a.k && a.ldw >= a.k && a.ldx % 16 == 0 && a.ldw % (a.w_bits == 4 ? 32 : 16) == 0 &&
                        a.ldout >= a.n;
   const bool bits = a.w_bits == 8 || (a.w_bits == 4 && a.tile != GemmS8GroupedTile::kWgmma);
+  const bool sums = a.sums != GemmS8GroupedSums::kBiased ||
+                    (a.group_size <= kBiasedMaxGroup && a.tile != GemmS8GroupedTile::kWgmma);
   const bool operands = a.x && a.w && a.w_scales && a.out && aligned16(a.x) && aligned16(a.w);
   const int major = current_device_attribute(cudaDevAttrComputeCapabilityMajor);
   const bool device = a.tile == GemmS8GroupedTile::kWgmma ? is_sm90() && gemm_s8_grouped_wgmma_supported(a) : major >= 8;
-  return float_out && shape && strides && bits && operands && (!a.accumulate || a.out_type == ElementType::kF32) && device;
+  return float_out && shape && strides && bits && sums && operands && (!a.accumulate || a.out_type == ElementType::kF32) &&
+         device;
 }
 
 cudaError_t launch_gemm_s8_grouped(const GemmS8GroupedArgs& a, cudaStream_t stream) {
   if (!gemm_s8_grouped_supported(a)) return cudaErrorInvalidValue;
   GemmS8GroupedTile tile = a.tile;
-  if (tile == GemmS8GroupedTile::kAuto)
-    tile = a.m <= 64                                                       ? GemmS8GroupedTile::kSmall
-           : a.w_bits == 8 && is_sm90() && gemm_s8_grouped_wgmma_supported(a) ? GemmS8GroupedTile::kWgmma
-                                                                             : GemmS8GroupedTile::kLarge;
+  if (tile == GemmS8GroupedTile::kAuto) {
+    const bool wgmma = a.w_bits == 8 && a.sums != GemmS8GroupedSums::kBiased && is_sm90() &&
+                       gemm_s8_grouped_wgmma_supported(a);
+    tile = a.m <= 64 ? GemmS8GroupedTile::kSmall : wgmma ? GemmS8GroupedTile::kWgmma : GemmS8GroupedTile::kLarge;
+  }
   if (tile == GemmS8GroupedTile::kWgmma) return launch_gemm_s8_grouped_wgmma(a, stream);
   return tile == GemmS8GroupedTile::kLarge ? launch_tile<LargeTile>(a, stream) : launch_tile<SmallTile>(a, stream);
 }

@@ -23,6 +23,12 @@ namespace ssdq::kernels {
 // docs/kernels/gemm.md).
 enum class GemmS8GroupedTile { kAuto, kWgmma, kLarge, kSmall };
 
+// How a fold turns a group's int32 sums into floats (the same values either way): kBiased starts
+// the accumulators at the bits of 1.5·2²³ so that one subtraction converts (sm_80, whose I2F runs at
+// a quarter rate; groups ≤ 256, mma.sync tiles only); kDirect converts each sum (sm_90's full-rate
+// I2FP). kAuto: kBiased on sm_80-class devices where it applies, else kDirect.
+enum class GemmS8GroupedSums { kAuto, kBiased, kDirect };
+
 struct GemmS8GroupedArgs {
   int64_t m = 0, n = 0, k = 0;
   const int8_t* x = nullptr;        // [m, k], row stride ldx
@@ -39,6 +45,7 @@ struct GemmS8GroupedArgs {
   ElementType out_type = ElementType::kF32;  // kF32, kBF16 or kF16
   bool accumulate = false;                   // out += (fp32 only)
   GemmS8GroupedTile tile = GemmS8GroupedTile::kAuto;
+  GemmS8GroupedSums sums = GemmS8GroupedSums::kAuto;
 };
 
 // sm_80 or newer; k and group_size multiples of 32 (kWgmma: an sm_90 device, multiples of 128),

@@ -18,6 +18,7 @@ namespace ssdq {
 namespace {
 
 using kernels::ElementType;
+using kernels::GemmS8GroupedSums;
 using kernels::GemmS8GroupedTile;
 
 struct Case {
@@ -90,7 +91,8 @@ TEST_P(GemmS8Grouped, MatchesLinearForwardBitForBit) {
   testing::DeviceBuffer<int8_t> d_x(xq);
   testing::DeviceBuffer<float> d_scales(q.scales), d_bias(bias);
   const bool f32 = c.out_type == ElementType::kF32;
-  testing::DeviceBuffer<float> d_out(c.bias_and_accumulate ? base : std::vector<float>(expected.size(), 0.f));
+  const std::vector<float> out0 = c.bias_and_accumulate ? base : std::vector<float>(expected.size(), 0.f);
+  testing::DeviceBuffer<float> d_out(out0);
   testing::DeviceBuffer<uint16_t> d_out16(std::vector<uint16_t>(expected.size(), 0));
   kernels::GemmS8GroupedArgs a;
   a.m = c.m;
@@ -118,25 +120,39 @@ TEST_P(GemmS8Grouped, MatchesLinearForwardBitForBit) {
       GTEST_SKIP() << "sm_90a kernel; device is sm_" << prop.major << prop.minor;
     }
   }
-  ASSERT_TRUE(kernels::gemm_s8_grouped_supported(a));
-  ASSERT_EQ(kernels::launch_gemm_s8_grouped(a, nullptr), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-
-  std::vector<float> got;
-  if (f32) {
-    got = d_out.to_host();
-  } else {
+  if (!f32) {
     const bool half = c.out_type == ElementType::kF16;
-    for (uint16_t bits : d_out16.to_host()) got.push_back(half ? half_to_float(bits) : bf16_to_float(bits));
     for (float& v : expected) v = half ? half_to_float(float_to_half(v)) : bf16_to_float(float_to_bf16(v));
   }
-  ASSERT_EQ(got.size(), expected.size());
-  int64_t mismatches = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0 && mismatches++ < 5)
-      ADD_FAILURE() << "element " << i << " (row " << i / c.n << ", column " << i % c.n << "): GPU " << got[i]
-                    << " vs CPU " << expected[i];
-  EXPECT_EQ(mismatches, 0);
+  // The device's choice of sums, then on the mma.sync tiles both conversions explicitly (the biased
+  // one is sm_80's, which an sm_90 machine would otherwise never run).
+  std::vector<GemmS8GroupedSums> sums = {GemmS8GroupedSums::kAuto};
+  if (c.tile != GemmS8GroupedTile::kWgmma) {
+    sums.push_back(GemmS8GroupedSums::kDirect);
+    if (q.group_size <= 256) sums.push_back(GemmS8GroupedSums::kBiased);
+  }
+  for (GemmS8GroupedSums s : sums) {
+    SCOPED_TRACE(fmt::format("sums {}", static_cast<int>(s)));
+    a.sums = s;
+    if (f32) d_out.upload(out0);
+    ASSERT_TRUE(kernels::gemm_s8_grouped_supported(a));
+    ASSERT_EQ(kernels::launch_gemm_s8_grouped(a, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> got;
+    if (f32) {
+      got = d_out.to_host();
+    } else {
+      const bool half = c.out_type == ElementType::kF16;
+      for (uint16_t bits : d_out16.to_host()) got.push_back(half ? half_to_float(bits) : bf16_to_float(bits));
+    }
+    ASSERT_EQ(got.size(), expected.size());
+    int64_t mismatches = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0 && mismatches++ < 5)
+        ADD_FAILURE() << "element " << i << " (row " << i / c.n << ", column " << i % c.n << "): GPU " << got[i]
+                      << " vs CPU " << expected[i];
+    EXPECT_EQ(mismatches, 0);
+  }
 }
 
 constexpr auto kLarge = GemmS8GroupedTile::kLarge;
@@ -223,6 +239,14 @@ TEST(GemmS8Grouped, RefusesWhatItCannotRun) {
   a.w_bits = 8;
   a.out_type = ElementType::kBF16;
   a.accumulate = true;  // adds into fp32 only
+  EXPECT_FALSE(kernels::gemm_s8_grouped_supported(a));
+  a.out_type = ElementType::kF32;
+  a.sums = GemmS8GroupedSums::kBiased;  // mma.sync tiles and groups of at most 256 only
+  EXPECT_TRUE(kernels::gemm_s8_grouped_supported(a));
+  a.tile = GemmS8GroupedTile::kWgmma;
+  EXPECT_FALSE(kernels::gemm_s8_grouped_supported(a));
+  a.tile = GemmS8GroupedTile::kAuto;
+  a.k = a.ldx = a.ldw = a.group_size = 512;
   EXPECT_FALSE(kernels::gemm_s8_grouped_supported(a));
   cudaFree(d_x);
   cudaFree(d_out);
