@@ -4,8 +4,8 @@
 // in the 128-byte swizzled layout (kernels/gemm_s8_grouped.cuh). A weight group's first k step
 // starts its sums from zero (scale-d = 0); after its last one the warpgroup waits for its MMAs and
 // folds the sums into the fp32 chain in registers, converting each with one I2FP (sm_90's int to
-// float on the FMA pipe; the mma.sync kernels' biased sums cost an add and a subtract). Within a group the MMAs of one k tile stay in
-// flight while the next is issued. Groups are whole k tiles (multiples of 128), so the folds fall
+// float at full rate; the biased sums of the sm_80 tiles cost an add and a subtract). Within a
+// group the MMAs of one k tile stay in flight while the next is issued. Groups are whole k tiles (multiples of 128), so the folds fall
 // between tiles. Machine code for sm_90a only.
 #include "kernels/gemm_s8_grouped_sm90.h"
 

@@ -129,7 +129,7 @@ TEST_P(GemmS8Grouped, MatchesLinearForwardBitForBit) {
   std::vector<GemmS8GroupedSums> sums = {GemmS8GroupedSums::kAuto};
   if (c.tile != GemmS8GroupedTile::kWgmma) {
     sums.push_back(GemmS8GroupedSums::kDirect);
-    if (q.group_size <= 256) sums.push_back(GemmS8GroupedSums::kBiased);
+    if (q.group_size <= 256) sums.push_back(GemmS8GroupedSums::kBiased);  // grouped_gemm::kBiasedMaxGroup
   }
   for (GemmS8GroupedSums s : sums) {
     SCOPED_TRACE(fmt::format("sums {}", static_cast<int>(s)));
@@ -170,8 +170,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{65, 130, 160, 32, 4, kSmall, true}, Case{2048, 520, 5120, 128, 4, kLarge, true},
                       Case{129, 264, 256, 256, 8, kLarge, false, ElementType::kF16},
                       Case{3, 72, 384, 128, 4, kSmall, false, ElementType::kBF16},
-                      // the wgmma kernel: groups of one k tile (128), two (256), too wide for the biased
-                      // sums (512), one a row; partial tiles in m and n
+                      // the wgmma kernel: groups of one k tile (128), two (256), four (512), one a row;
+                      // partial tiles in m and n
                       Case{17, 300, 512, 128, 4, kWgmma, true}, Case{256, 1288, 256, 128, 4, kWgmma, false},
                       Case{1024, 256, 512, 256, 8, kWgmma, false}, Case{130, 200, 1024, 512, 8, kWgmma, true},
                       Case{300, 1032, 4096, 0, 8, kWgmma, true}, Case{1, 8, 128, 128, 4, kWgmma, false},
