@@ -133,11 +133,24 @@ __device__ inline In format_input(In raw, const ChannelFormat& format) {
   }
 }
 
+// An input as the window and the state hold it (In) from its type in memory (Src): the same, or
+// for an int8-coded input of the fp32 path (its codes under conv.in's int8 format) the formatted
+// value q·code, which is what formatting the fp32 value gives.
+template <typename In, Plan kPlan, typename Src>
+__device__ inline In read_input(Src raw, const ChannelFormat& format) {
+  if constexpr (std::is_same_v<Src, In>) {
+    return format_input<In, kPlan>(raw, format);
+  } else {
+    static_assert(std::is_same_v<Src, int8_t> && std::is_same_v<In, float>);
+    return dequantize_int8_float(static_cast<float>(raw), format.code);
+  }
+}
+
 // One thread's channel over tokens [t0, t_end), starting from the W-1 inputs before t0 (from the
-// input, or from the conv state before t = 0).
-template <int W, typename In, typename Writer, Plan kPlan>
+// input, or from the conv state before t = 0). Src: the input's type in memory; In: the state's.
+template <int W, typename Src, typename In, typename Writer, Plan kPlan>
 __device__ void conv_channel(const CausalConv1dArgs& a, int c, int b, int t0, int t_end) {
-  const In* in = static_cast<const In*>(a.in) + static_cast<int64_t>(b) * a.seqlen * a.in_stride + c;
+  const Src* in = static_cast<const Src*>(a.in) + static_cast<int64_t>(b) * a.seqlen * a.in_stride + c;
   In* state = static_cast<In*>(a.state) + (static_cast<int64_t>(b) * a.channels + c) * (W - 1);
   const float in_scale = a.in_scales ? a.in_scales[c] : 1.f;
   const ChannelFormat in_format(a.in_formats, c), out_format(a.out_formats, c);
@@ -149,11 +162,11 @@ __device__ void conv_channel(const CausalConv1dArgs& a, int c, int b, int t0, in
 #pragma unroll
   for (int k = 0; k < W - 1; ++k) {
     const int t = t0 - (W - 1) + k;
-    raw[k] = t >= 0 ? format_input<In, kPlan>(in[static_cast<int64_t>(t) * a.in_stride], in_format) : state[W - 1 + t];
+    raw[k] = t >= 0 ? read_input<In, kPlan>(in[static_cast<int64_t>(t) * a.in_stride], in_format) : state[W - 1 + t];
     window[k] = load_input(raw[k], in_scale);
   }
   Writer out(a, c, b, t0);
-  const In* next_in = in + static_cast<int64_t>(t0) * a.in_stride;
+  const Src* next_in = in + static_cast<int64_t>(t0) * a.in_stride;
   // The next output from the next (formatted) input.
   auto convolve = [&](In formatted) {
     raw[W - 1] = formatted;
@@ -170,24 +183,29 @@ __device__ void conv_channel(const CausalConv1dArgs& a, int c, int b, int t0, in
   // stores would otherwise hold each load behind the previous token's store; 2.7b W8A8 conv of
   // 2,048 tokens 102 → 74 µs, kernels_bench, H100), formatted and stored as a batch.
   for (; t + kLoadBatch <= t_end; t += kLoadBatch) {
-    In next[kLoadBatch];
+    Src next[kLoadBatch];
 #pragma unroll
     for (int u = 0; u < kLoadBatch; ++u) next[u] = next_in[u * a.in_stride];
     next_in += kLoadBatch * a.in_stride;
     float y[kLoadBatch];
     if constexpr (kPlan == Plan::kAny) {
 #pragma unroll
-      for (int u = 0; u < kLoadBatch; ++u) y[u] = convolve(format_input(next[u], in_format));
+      for (int u = 0; u < kLoadBatch; ++u) y[u] = convolve(read_input<In, kPlan>(next[u], in_format));
     } else {
       float q[kLoadBatch];
-      quantize_int8_to_float(next, in_format.code, in_format.inv_code, q);
+      if constexpr (std::is_same_v<Src, int8_t>) {
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) q[u] = static_cast<float>(next[u]);
+      } else {
+        quantize_int8_to_float(next, in_format.code, in_format.inv_code, q);
+      }
 #pragma unroll
       for (int u = 0; u < kLoadBatch; ++u) y[u] = convolve(dequantize_int8_float(q[u], in_format.code));
     }
     out.template store_rows<kPlan>(y, out_format);
   }
   for (; t < t_end; ++t, next_in += a.in_stride) {  // decode steps and a tile's last tokens
-    const float y[1] = {convolve(format_input<In, kPlan>(*next_in, in_format))};
+    const float y[1] = {convolve(read_input<In, kPlan>(*next_in, in_format))};
     out.template store_rows<kPlan>(y, out_format);
   }
   // The new state: the last W-1 inputs as stored. Only the first tile reads the old state, so its
@@ -200,7 +218,7 @@ __device__ void conv_channel(const CausalConv1dArgs& a, int c, int b, int t0, in
     } else {  // seqlen > tile ≥ 16 > W - 1
 #pragma unroll
       for (int k = 0; k < W - 1; ++k)
-        state[k] = format_input<In, kPlan>(in[static_cast<int64_t>(a.seqlen - (W - 1) + k) * a.in_stride], in_format);
+        state[k] = read_input<In, kPlan>(in[static_cast<int64_t>(a.seqlen - (W - 1) + k) * a.in_stride], in_format);
     }
   }
 }
@@ -217,9 +235,10 @@ __device__ inline Plan plan_of(const CausalConv1dArgs& a, int c) {
   return Plan::kAny;
 }
 
-// Each thread runs one channel over a tile of `tile` tokens. fp32 inputs write through
-// PartWriter (parts, or the one fp32 output), the others through PlainWriter<Out>.
-template <int W, typename In, typename Out>
+// Each thread runs one channel over a tile of `tile` tokens. The fp32 path (fp32 output, from fp32
+// or int8-coded inputs, an fp32 state) writes through PartWriter (parts, or the one fp32 output),
+// the others through PlainWriter<Out> with the state in the input's type.
+template <int W, typename Src, typename Out>
 __global__ void __launch_bounds__(kChannels)
     causal_conv1d_kernel(CausalConv1dArgs a, int tile) {
   wait_for_previous_grid();
@@ -228,18 +247,19 @@ __global__ void __launch_bounds__(kChannels)
   const int t0 = blockIdx.y * tile, b = blockIdx.z;
   if (c >= a.channels) return;
   const int t_end = min(t0 + tile, a.seqlen);
-  if constexpr (std::is_same_v<In, float>) {
+  if constexpr (std::is_same_v<Out, float>) {
+    using In = float;
     switch (plan_of(a, c)) {
-      case Plan::kInt8ToF16: return conv_channel<W, In, PartWriter, Plan::kInt8ToF16>(a, c, b, t0, t_end);
-      case Plan::kInt8ToS8: return conv_channel<W, In, PartWriter, Plan::kInt8ToS8>(a, c, b, t0, t_end);
+      case Plan::kInt8ToF16: return conv_channel<W, Src, In, PartWriter, Plan::kInt8ToF16>(a, c, b, t0, t_end);
+      case Plan::kInt8ToS8: return conv_channel<W, Src, In, PartWriter, Plan::kInt8ToS8>(a, c, b, t0, t_end);
       case Plan::kInt8ToF32Int8:
-        return conv_channel<W, In, PartWriter, Plan::kInt8ToF32Int8>(a, c, b, t0, t_end);
+        return conv_channel<W, Src, In, PartWriter, Plan::kInt8ToF32Int8>(a, c, b, t0, t_end);
       case Plan::kInt8ToF16Int8:
-        return conv_channel<W, In, PartWriter, Plan::kInt8ToF16Int8>(a, c, b, t0, t_end);
-      default: return conv_channel<W, In, PartWriter, Plan::kAny>(a, c, b, t0, t_end);
+        return conv_channel<W, Src, In, PartWriter, Plan::kInt8ToF16Int8>(a, c, b, t0, t_end);
+      default: return conv_channel<W, Src, In, PartWriter, Plan::kAny>(a, c, b, t0, t_end);
     }
   } else {
-    conv_channel<W, In, PlainWriter<Out>, Plan::kAny>(a, c, b, t0, t_end);
+    conv_channel<W, Src, Src, PlainWriter<Out>, Plan::kAny>(a, c, b, t0, t_end);
   }
 }
 
@@ -255,16 +275,17 @@ int tile_tokens(const CausalConv1dArgs& a) {
   return tile;
 }
 
-template <int W, typename In, typename Out>
+template <int W, typename Src, typename Out>
 cudaError_t launch_types(const CausalConv1dArgs& a, cudaStream_t stream) {
   const int tile = tile_tokens(a), tiles = (a.seqlen + tile - 1) / tile;
   const dim3 grid((a.channels + kChannels - 1) / kChannels, tiles, a.batch);
-  return launch_kernel(causal_conv1d_kernel<W, In, Out>, LaunchShape{grid, dim3(kChannels)}, stream, a, tile);
+  return launch_kernel(causal_conv1d_kernel<W, Src, Out>, LaunchShape{grid, dim3(kChannels)}, stream, a, tile);
 }
 
 template <int W>
 cudaError_t launch_width(const CausalConv1dArgs& a, cudaStream_t stream) {
   if (a.in_type == ElementType::kF32) return launch_types<W, float, float>(a, stream);
+  if (a.in_type == ElementType::kS8 && a.out_type == ElementType::kF32) return launch_types<W, int8_t, float>(a, stream);
   if (a.in_type == ElementType::kBF16) return launch_types<W, __nv_bfloat16, __nv_bfloat16>(a, stream);
   if (a.out_type == ElementType::kS8) return launch_types<W, int8_t, int8_t>(a, stream);
   return launch_types<W, int8_t, __half>(a, stream);
@@ -273,7 +294,7 @@ cudaError_t launch_width(const CausalConv1dArgs& a, cudaStream_t stream) {
 bool output_parts_supported(const CausalConv1dArgs& a) {
   if (a.part_count == 0) return a.out != nullptr;
   if (a.part_count < 0) return false;
-  if (a.part_count > CausalConv1dArgs::kMaxParts || a.out || a.in_type != ElementType::kF32) return false;
+  if (a.part_count > CausalConv1dArgs::kMaxParts || a.out || a.out_type != ElementType::kF32) return false;
   for (int i = 0; i < a.part_count; ++i) {
     const CausalConv1dOutputPart& p = a.parts[i];
     const int end = i + 1 < a.part_count ? a.parts[i + 1].first_channel : a.channels;
@@ -289,6 +310,7 @@ bool output_parts_supported(const CausalConv1dArgs& a) {
 
 bool causal_conv1d_supported(const CausalConv1dArgs& a) {
   const bool types = (a.in_type == ElementType::kF32 && a.out_type == ElementType::kF32) ||
+                     (a.in_type == ElementType::kS8 && a.out_type == ElementType::kF32 && a.in_formats && !a.in_scales) ||
                      (a.in_type == ElementType::kBF16 && a.out_type == ElementType::kBF16 && !a.in_formats &&
                       !a.out_formats) ||
                      (a.in_type == ElementType::kS8 && a.in_scales && !a.in_formats && !a.out_formats &&

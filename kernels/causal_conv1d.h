@@ -7,7 +7,10 @@
 // then holds the int8 inputs) → int8 out (rne(out / out_scales[c]) saturated to ±127, as
 // quant/quantizer.h `quantize_value`) or fp16 out: the conv of a quantized artifact, whose x|B|C
 // scales arrive expanded to one per channel.
-// An fp32-input conv can also write its output in parts (`parts`, e.g. the SSDi8 prefill's fp16 x
+// The fp32 path also takes its input as int8 codes (in_type kS8 with in_formats, no in_scales):
+// the codes of conv.in's int8 format (every channel's code > 0), as in_proj's int8 epilogue writes
+// them (kernels/gemm_s8_scaled.h); outputs and the fp32 state (q·code) are those of the fp32 values.
+// An fp32-output conv can also write its output in parts (`parts`, e.g. the SSDi8 prefill's fp16 x
 // and int8 B|C), each a range of channels with its own tensor, row stride and type.
 // CPU reference: runtime/cpu_ops.h `cpu::causal_conv1d_silu` (on dequantized inputs, then the
 // output format: runtime/quantized_ops.h `apply_activation_format`).
@@ -44,10 +47,10 @@ struct CausalConv1dArgs {
   void* state = nullptr;              // [batch, channels, width - 1]
   void* out = nullptr;                // [batch * seqlen, channels]
   ElementType in_type = ElementType::kBF16;   // kBF16, kF32 or kS8
-  ElementType out_type = ElementType::kBF16;  // kBF16 (bf16 in); kF32 (fp32 in); kS8 or kF16 (int8 in)
+  ElementType out_type = ElementType::kBF16;  // kBF16 (bf16 in); kF32 (fp32 or int8-coded in); kS8 or kF16 (int8 in)
   const float* in_scales = nullptr;   // kS8 in: [channels]
   const float* out_scales = nullptr;  // kS8 out: [channels]
-  // kF32 only: each channel's activation format applied to its input as read (the state keeps the
+  // kF32 out only: each channel's activation format applied to its input as read (the state keeps the
   // formatted values, as the CPU formats conv.in before the conv) and to its output, coded one
   // float per channel (kernels/quant_epilogue.cuh apply_format_code: > 0 int8 with that scale,
   // < 0 fp16, 0 as is). Null: as is.
@@ -58,7 +61,7 @@ struct CausalConv1dArgs {
   // int8-formatted fp32 out) run a loop specialized for it; false sends every channel through the
   // per-element dispatch (the same bits: the tests compare the two).
   bool specialize = true;
-  // kF32 in and out only: when part_count > 0, the output goes to these parts instead of `out`
+  // kF32 out only: when part_count > 0, the output goes to these parts instead of `out`
   // (null then); parts[0].first_channel is 0 and the first channels increase.
   static constexpr int kMaxParts = 3;
   CausalConv1dOutputPart parts[kMaxParts];

@@ -86,8 +86,9 @@ struct DeviceLinear {
   }
 };
 
+// `row_order` (int8 per-channel weights only): device row r holds the weight row row_order[r].
 DeviceLinear upload_linear(const WeightMatrix& w, const ActQuant& input, MemoryCounter* counter,
-                           const std::string& what) {
+                           const std::string& what, const std::vector<int64_t>& row_order = {}) {
   DeviceLinear d;
   d.n = w.rows;
   d.k = w.cols;
@@ -103,6 +104,19 @@ DeviceLinear upload_linear(const WeightMatrix& w, const ActQuant& input, MemoryC
     fail("{}: weight groups of {} over {} columns have no CUDA path (groups must divide the row, a multiple of 4)",
          what, q.group_size, q.cols);
   if (input.is_int8()) d.path = d.groups == 1 && d.bits == 8 ? DeviceLinear::Path::kInt8PerChannel : DeviceLinear::Path::kInt8Grouped;
+  if (!row_order.empty()) {
+    if (d.path != DeviceLinear::Path::kInt8PerChannel || static_cast<int64_t>(row_order.size()) != q.rows)
+      fail("internal: {}: rows reordered only for int8 per-channel weights", what);
+    std::vector<int8_t> values(q.values.size());
+    std::vector<float> scales(q.rows);
+    for (int64_t r = 0; r < q.rows; ++r) {
+      std::copy_n(q.values.data() + row_order[r] * q.cols, q.cols, values.data() + r * q.cols);
+      scales[r] = q.scales[row_order[r]];
+    }
+    d.values = device_copy(values, counter, "int8 projection weights");
+    d.scales = device_copy(scales, counter, "projection weight scales");
+    return d;
+  }
   if (d.bits == 4) {
     d.values = device_copy(pack_int4(q.values.data(), static_cast<int64_t>(q.values.size())), counter,
                            "int4 projection weights");
@@ -158,7 +172,30 @@ struct DeviceLayer {
   // The conv's input format (conv.in) and output formats (ssd.x | ssd.B | ssd.C) coded per
   // channel for causal_conv1d (empty when every channel stays as it is).
   DeviceBlock conv_in_codes, conv_out_codes;
+  // Where in_proj's output row holds x|B|C and dt (z is at 0). A split layer's rows are z | dt |
+  // x|B|C (its in_proj weights reordered at upload), so that prefill runs in_proj as two fused
+  // GEMMs: z|dt in fp32 and x|B|C as the int8 codes of conv.in (split_in_proj_args).
+  int64_t xbc_at = 0, dt_at = 0;
+  bool split_in_proj = false;
 };
+
+// Whether a layer's in_proj may split (DeviceLayer::split_in_proj): int8 per-channel weights,
+// conv.in int8 on every channel, and rows the two GEMMs can address.
+bool splits_in_proj(const QuantizedLayer& q, const Mamba2Config& c) {
+  const WeightMatrix& w = q.in_proj;
+  return w.is_quantized() && w.quantized.bits == QuantBits::kInt8 && w.quantized.groups_per_row() == 1 &&
+         q.in_proj_in.is_int8() && q.conv_in.is_int8() && c.conv_dim() % 16 == 0 && (c.d_inner() + c.nheads()) % 4 == 0;
+}
+
+// The split layer's in_proj row order: z, dt, then x|B|C.
+std::vector<int64_t> split_in_proj_order(const Mamba2Config& c) {
+  const int64_t E = c.d_inner(), H = c.nheads(), conv_dim = c.conv_dim();
+  std::vector<int64_t> order;
+  for (int64_t r = 0; r < E; ++r) order.push_back(r);
+  for (int64_t h = 0; h < H; ++h) order.push_back(E + conv_dim + h);
+  for (int64_t ch = 0; ch < conv_dim; ++ch) order.push_back(E + ch);
+  return order;
+}
 
 // A layer's int8 state on the arguments of an SSD kernel (SsdChunkScanArgs, SsdStateUpdateArgs);
 // an fp32 state leaves them as they are.
@@ -249,6 +286,10 @@ struct QuantizedCudaBackend::Impl {
   const Mamba2Config& config;
   kernels::DeviceInfo device;
   cudaStream_t stream = nullptr;
+  // A split in_proj's z|dt GEMM runs on side_stream, forked after the norm and joined before the
+  // SSD, so that its tiles fill the SMs the x|B|C GEMM's last wave leaves idle.
+  cudaStream_t side_stream = nullptr;
+  cudaEvent_t fork_event = nullptr, join_event = nullptr;
   mutable MemoryCounter counter;
   size_t weight_bytes = 0;
 
@@ -267,6 +308,7 @@ struct QuantizedCudaBackend::Impl {
   bool integer_gemm = false, grouped_gemm = false;
   bool any_ssdi8 = false;       // a layer runs the SSDi8 prefill kernel (its workspace is reserved)
   bool any_float_ssd = false;   // a layer's SSD is in floating point (the chunked scan's workspace is reserved)
+  bool any_split_in_proj = false;  // a layer's prefill in_proj may write int8 x|B|C (work.xbc8 is reserved)
 
   DeviceBlock gemm_workspace;
   std::unique_ptr<kernels::Gemm> gemm;
@@ -274,7 +316,7 @@ struct QuantizedCudaBackend::Impl {
   struct Work {
     int32_t *tokens, *targets, *argmax, *acc;
     float *residual, *normed, *zxbcdt, *xbc, *y, *gated, *proj, *chain, *logits, *nll;
-    int8_t *x8, *ssd_bc;
+    int8_t *x8, *ssd_bc, *xbc8;
     void* ssd_cb;     // the SSDi8 kernel's workspace
     void* ssd_chunk;  // the chunked float SSD's workspace
     __half* x16;
@@ -291,11 +333,17 @@ struct QuantizedCudaBackend::Impl {
   Impl(std::shared_ptr<const QuantizedModel> m, int device_index)
       : model(std::move(m)), config(model->config), device(select_cuda_device(device_index)) {
     cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_ok(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_ok(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_ok(cudaEventCreateWithFlags(&join_event, cudaEventDisableTiming), "cudaEventCreate");
     gemm_workspace = DeviceBlock(kGemmWorkspaceBytes, "the cuBLASLt workspace", &counter);
     gemm = std::make_unique<kernels::Gemm>(gemm_workspace.at<void>(0), kGemmWorkspaceBytes);
   }
   ~Impl() {
     gemm.reset();
+    if (fork_event) cudaEventDestroy(fork_event);
+    if (join_event) cudaEventDestroy(join_event);
+    if (side_stream) cudaStreamDestroy(side_stream);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -338,7 +386,12 @@ struct QuantizedCudaBackend::Impl {
       d.D = device_copy(q.D, &counter, "D");
       d.gated_norm = device_copy(q.gated_norm, &counter, "gated norm");
       if (!q.out_bias.empty()) d.out_bias = device_copy(q.out_bias, &counter, "out_proj bias");
-      d.in_proj = upload_linear(q.in_proj, q.in_proj_in, &counter, at + " in_proj");
+      d.split_in_proj = splits_in_proj(q, c);
+      d.in_proj = upload_linear(q.in_proj, q.in_proj_in, &counter, at + " in_proj",
+                                d.split_in_proj ? split_in_proj_order(c) : std::vector<int64_t>{});
+      d.xbc_at = d.split_in_proj ? E + H : E;
+      d.dt_at = d.split_in_proj ? E : E + c.conv_dim();
+      any_split_in_proj = any_split_in_proj || d.split_in_proj;
       d.out_proj = upload_linear(q.out_proj, q.out_proj_in, &counter, at + " out_proj");
       expand_bytes = std::max({expand_bytes, d.in_proj.expand_bytes(), d.out_proj.expand_bytes()});
       for (const DeviceLinear* L : {&d.in_proj, &d.out_proj}) {
@@ -412,7 +465,7 @@ struct QuantizedCudaBackend::Impl {
     a.B = xbc + E;
     a.C = xbc + E + GN;
     a.bc_row_stride = conv_dim;
-    a.dt_raw = work.zxbcdt + E + conv_dim;
+    a.dt_raw = work.zxbcdt + d.dt_at;
     a.dt_row_stride = c.d_in_proj();
     a.dt_type = ElementType::kF32;
     if (d.dt_format_in_kernel()) a.dt_format = d.dt_code;
@@ -446,6 +499,7 @@ struct QuantizedCudaBackend::Impl {
                  logits = layout.add(logits_rows * c.vocab_size * 4), nll = layout.add(M * 4);
     const size_t x8 = layout.add(M * widest_in), x16 = layout.add(M * widest_in * 2), expanded = layout.add(expand_bytes);
     const size_t ssd_bc = layout.add(any_ssdi8 ? M * 2 * c.ngroups * c.d_state : 0);  // the SSDi8 kernel's int8 B|C rows
+    const size_t xbc8 = layout.add(any_split_in_proj ? M * c.conv_dim() : 0);  // split in_proj's int8 x|B|C rows
     kernels::Ssdi8ChunkScanArgs ssdi8_shape;  // the SSDi8 kernel's C·Bᵀ workspace at the largest batch and length
     ssdi8_shape.batch = static_cast<int>(batch);
     ssdi8_shape.seqlen = static_cast<int>(length);
@@ -462,7 +516,7 @@ struct QuantizedCudaBackend::Impl {
             b.at<float>(residual), b.at<float>(normed),    b.at<float>(zxbcdt),    b.at<float>(xbc),
             b.at<float>(y),        b.at<float>(gated),     b.at<float>(proj),      b.at<float>(chain),
             b.at<float>(logits),   b.at<float>(nll),       b.at<int8_t>(x8),       b.at<int8_t>(ssd_bc),
-            b.at<void>(ssd_cb),    b.at<void>(ssd_chunk),
+            b.at<int8_t>(xbc8),    b.at<void>(ssd_cb),    b.at<void>(ssd_chunk),
             b.at<__half>(x16),     b.at<void>(expanded),   logits_rows};
     work_batch = batch;
     work_length = length;
@@ -694,6 +748,49 @@ struct QuantizedCudaBackend::Impl {
     }
   }
 
+  // A split layer's in_proj (DeviceLayer::split_in_proj) over m rows as two fused sm_90 GEMMs, when
+  // both run here: z|dt into work.zxbcdt in fp32, x|B|C into work.xbc8 as conv.in's int8 codes (a
+  // quarter of the bytes written and read back by the conv). Each reads its rows of the weights as
+  // reordered at upload.
+  std::pair<kernels::GemmS8ScaledArgs, kernels::GemmS8ScaledArgs> split_in_proj_args(const DeviceLayer& d,
+                                                                                    int64_t m) const {
+    const Mamba2Config& c = config;
+    const DeviceLinear& L = d.in_proj;
+    kernels::GemmS8ScaledArgs z_dt;
+    z_dt.m = m;
+    z_dt.n = d.xbc_at;
+    z_dt.k = L.k;
+    z_dt.x = work.x8;
+    z_dt.ldx = L.k;
+    z_dt.w = L.values.at<int8_t>(0);
+    z_dt.ldw = L.k;
+    z_dt.w_scales = L.scales.at<float>(0);
+    z_dt.x_scale = d.in_proj_in.scale0;
+    z_dt.out = work.zxbcdt;
+    z_dt.ldout = c.d_in_proj();
+    kernels::GemmS8ScaledArgs xbc = z_dt;
+    xbc.n = c.conv_dim();
+    xbc.w = L.values.at<int8_t>(0) + d.xbc_at * L.k;
+    xbc.w_scales = L.scales.at<float>(0) + d.xbc_at;
+    xbc.out = work.xbc8;
+    xbc.ldout = c.conv_dim();
+    xbc.out_type = ElementType::kS8;
+    xbc.out_scales = d.conv_in_codes.at<float>(0);
+    return {z_dt, xbc};
+  }
+
+  bool enqueue_split_in_proj(const DeviceLayer& d, int64_t m) const {
+    if (!d.split_in_proj || m < kFusedS8GemmMinRows) return false;
+    const auto [z_dt, xbc] = split_in_proj_args(d, m);
+    if (!kernels::gemm_s8_scaled_supported(z_dt) || !kernels::gemm_s8_scaled_supported(xbc)) return false;
+    cuda_ok(cudaEventRecord(fork_event, stream), "cudaEventRecord");
+    cuda_ok(cudaStreamWaitEvent(side_stream, fork_event, 0), "cudaStreamWaitEvent");
+    cuda_ok(kernels::launch_gemm_s8_scaled(xbc, stream), "in_proj (x|B|C as int8)");
+    cuda_ok(kernels::launch_gemm_s8_scaled(z_dt, side_stream), "in_proj (z|dt)");
+    cuda_ok(cudaEventRecord(join_event, side_stream), "cudaEventRecord");
+    return true;
+  }
+
   void enqueue_layer(const DeviceLayer& d, int64_t batch, int64_t length, QuantizedCudaState& state, int64_t l,
                      const DeviceLayer* previous) const {
     const Mamba2Config& c = config;
@@ -703,6 +800,7 @@ struct QuantizedCudaBackend::Impl {
 
     // The previous out_proj either added its output into the residual itself or left it in proj.
     const bool pending_delta = previous && !adds_into_residual(previous->out_proj, M);
+    bool xbc_int8 = false;  // in_proj split: x|B|C in work.xbc8 as int8 codes, z|dt in work.zxbcdt
     if (!pending_delta && norm_in_gemv(d, M)) {
       enqueue_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj (with the RMSNorm)",
                      /*residual_add=*/false, d.norm.at<float>(0));
@@ -721,7 +819,8 @@ struct QuantizedCudaBackend::Impl {
       norm.out_scale = d.in_proj_in.scale0;
       cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
       if (!int8_input) enqueue_format(d.in_proj_in, work.normed, M, D, D, Reader::kFloat16, "in_proj input");
-      enqueue_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj");
+      xbc_int8 = enqueue_split_in_proj(d, M);
+      if (!xbc_int8) enqueue_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj");
     }
 
     kernels::CausalConv1dArgs conv;
@@ -729,13 +828,17 @@ struct QuantizedCudaBackend::Impl {
     conv.seqlen = static_cast<int>(length);
     conv.channels = static_cast<int>(conv_dim);
     conv.width = static_cast<int>(c.d_conv);
-    conv.in = work.zxbcdt + E;
+    conv.in = work.zxbcdt + d.xbc_at;
     conv.in_stride = in_dim;
+    if (xbc_int8) {  // x|B|C as conv.in's int8 codes
+      conv.in = work.xbc8;
+      conv.in_stride = conv_dim;
+    }
     conv.weight = d.conv_weight.at<float>(0);
     conv.bias = d.conv_bias.at<float>(0);
     conv.state = state.conv(l);
     conv.out = work.xbc;
-    conv.in_type = ElementType::kF32;
+    conv.in_type = xbc_int8 ? ElementType::kS8 : ElementType::kF32;
     conv.out_type = ElementType::kF32;
     conv.in_formats = d.conv_in_codes.bytes() ? d.conv_in_codes.at<float>(0) : nullptr;
     conv.out_formats = d.conv_out_codes.bytes() ? d.conv_out_codes.at<float>(0) : nullptr;
@@ -753,7 +856,8 @@ struct QuantizedCudaBackend::Impl {
       conv.parts[0] = {work.xbc, 0, conv_dim, ElementType::kF16};
     }
     cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d (with the x|B|C formats)");
-    float* dt_raw = work.zxbcdt + E + conv_dim;
+    if (xbc_int8) cuda_ok(cudaStreamWaitEvent(stream, join_event, 0), "cudaStreamWaitEvent");  // z|dt written
+    float* dt_raw = work.zxbcdt + d.dt_at;
     const bool dt_in_kernel = d.dt_format_in_kernel();
     if (!dt_in_kernel) enqueue_format(d.ssd_dt, dt_raw, M, H, in_dim, Reader::kFloat32, "ssd dt");
 

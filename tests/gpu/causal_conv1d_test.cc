@@ -482,6 +482,92 @@ TEST(CausalConv1dPlans, SpecializedLoopsGiveTheGenericBits) {
   }
 }
 
+// The fp32 path fed int8 codes (in_proj's int8 epilogue, conv.in int8 on every channel): the
+// same outputs in every part and the same fp32 state as fed the fp32 values the codes come from,
+// in both the specialized and the generic loops.
+TEST(CausalConv1dInt8Codes, EqualTheFp32InputsTheyCode) {
+  testing::require_device();
+  struct Shape {
+    int batch, seqlen, channels, x_end, bc_end;
+  };
+  for (const Shape sh : {Shape{2, 300, 1344, 1024, 1280}, Shape{3, 1, 200, 72, 136}, Shape{1, 2048, 640, 384, 512}}) {
+    const int width = 4, hist = width - 1;
+    std::mt19937 rng(sh.seqlen * 5 + sh.channels);
+    std::vector<float> in_codes(sh.channels), out_codes(sh.channels);
+    for (int ch = 0; ch < sh.channels; ++ch) {
+      in_codes[ch] = 0.011f + 0.0007f * (ch % 13);
+      out_codes[ch] = ch < sh.x_end ? -1.f : ch < sh.bc_end ? 0.004f + 0.0003f * (ch % 11) : (ch % 2 ? 0.006f : -1.f);
+    }
+    const int64_t rows = int64_t(sh.batch) * sh.seqlen, in_stride = sh.channels + 16;
+    auto input = testing::random_vector(size_t(rows) * in_stride, -2.f, 2.f, rng);
+    std::uniform_int_distribution<size_t> pick(0, input.size() - 1);
+    for (int i = 0; i < 40; ++i) {  // saturation, NaN, ±∞
+      const size_t at = pick(rng);
+      input[at] = i % 3 == 0 ? 1e3f : i % 3 == 1 ? NAN : -INFINITY;
+    }
+    std::vector<int8_t> codes(input.size());
+    for (size_t i = 0; i < input.size(); ++i) {
+      const int64_t ch = int64_t(i % in_stride);
+      codes[i] = quantize_value(input[i], in_codes[ch < sh.channels ? ch : 0], QuantBits::kInt8);
+    }
+    const auto state = testing::random_vector(size_t(sh.batch) * sh.channels * hist, -2.f, 2.f, rng);
+    testing::DeviceBuffer<float> d_in(input), d_w(testing::random_vector(size_t(sh.channels) * width, -0.5f, 0.5f, rng)),
+        d_b(testing::random_vector(sh.channels, -0.2f, 0.2f, rng)), d_in_codes(in_codes), d_out_codes(out_codes);
+    testing::DeviceBuffer<int8_t> d_codes(codes);
+    struct Result {
+      std::vector<uint16_t> x;
+      std::vector<int8_t> bc;
+      std::vector<float> f, state;
+    };
+    auto run = [&](bool int8_codes, bool specialize) {
+      kernels::CausalConv1dArgs a =
+          fp32_conv(sh.batch, sh.seqlen, sh.channels, width, d_in.get(), in_stride, d_w.get(), d_b.get());
+      if (int8_codes) {
+        a.in = d_codes.get();
+        a.in_type = kernels::ElementType::kS8;
+      }
+      a.in_formats = d_in_codes.get();
+      a.out_formats = d_out_codes.get();
+      a.specialize = specialize;
+      const int64_t x_stride = sh.x_end + 8, bc_stride = sh.bc_end - sh.x_end + 16, f_stride = sh.channels - sh.bc_end + 3;
+      testing::DeviceBuffer<float> d_state(state), d_f(std::vector<float>(size_t(rows) * f_stride, -7.f));
+      testing::DeviceBuffer<uint16_t> d_x(std::vector<uint16_t>(size_t(rows) * x_stride, 0x7e00));
+      testing::DeviceBuffer<int8_t> d_bc(std::vector<int8_t>(size_t(rows) * bc_stride, 0x55));
+      a.state = d_state.get();
+      a.part_count = 3;
+      a.parts[0] = {d_x.get(), 0, x_stride, kernels::ElementType::kF16};
+      a.parts[1] = {d_bc.get(), sh.x_end, bc_stride, kernels::ElementType::kS8};
+      a.parts[2] = {d_f.get(), sh.bc_end, f_stride, kernels::ElementType::kF32};
+      EXPECT_TRUE(kernels::causal_conv1d_supported(a));
+      EXPECT_EQ(kernels::launch_causal_conv1d(a, nullptr), cudaSuccess);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      return Result{d_x.to_host(), d_bc.to_host(), d_f.to_host(), d_state.to_host()};
+    };
+    auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    for (bool specialize : {true, false}) {
+      const Result from_floats = run(false, specialize), from_codes = run(true, specialize);
+      const std::string where = fmt::format("{} × {} tokens, {} channels{}", sh.batch, sh.seqlen, sh.channels,
+                                            specialize ? "" : ", generic loop");
+      EXPECT_EQ(from_codes.x, from_floats.x) << where;
+      EXPECT_EQ(from_codes.bc, from_floats.bc) << where;
+      EXPECT_TRUE(same_bits(from_codes.f, from_floats.f)) << where;
+      EXPECT_TRUE(same_bits(from_codes.state, from_floats.state)) << where;
+    }
+  }
+  // int8 codes need their scales as in_formats, not as in_scales.
+  kernels::CausalConv1dArgs bad = fp32_conv(1, 4, 64, 4, reinterpret_cast<const float*>(16), 64,
+                                            reinterpret_cast<const float*>(16), reinterpret_cast<const float*>(16));
+  bad.in_type = kernels::ElementType::kS8;
+  bad.state = bad.out = reinterpret_cast<void*>(16);
+  EXPECT_FALSE(kernels::causal_conv1d_supported(bad));
+  bad.in_formats = reinterpret_cast<const float*>(16);
+  EXPECT_TRUE(kernels::causal_conv1d_supported(bad));
+  bad.in_scales = bad.in_formats;
+  EXPECT_FALSE(kernels::causal_conv1d_supported(bad));
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CausalConv1d,
                          ::testing::Values(Case{1, 1, 640, 4}, Case{2, 2, 300, 4}, Case{3, 63, 130, 4},
                                            Case{2, 64, 256, 4}, Case{1, 65, 200, 4}, Case{2, 300, 1792, 4},

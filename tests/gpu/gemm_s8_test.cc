@@ -7,6 +7,8 @@
 // chain across the groups — linear_forward again.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/gemm.h"
@@ -43,8 +45,9 @@ struct Problem {
       }
     acc.resize(size_t(c.m) * c.n);
     gemm_s8s8_s32(xq.data(), ldx, wm.quantized.values.data(), c.k, acc.data(), c.m, c.k, c.n);
-    expected.resize(size_t(c.m) * c.n);
-    linear_forward(wm, ActQuant{ActFormat::kInt8, {s_x}, {}, 1}, x.data(), c.m, expected.data());
+    projected.resize(size_t(c.m) * c.n);
+    linear_forward(wm, ActQuant{ActFormat::kInt8, {s_x}, {}, 1}, x.data(), c.m, projected.data());
+    expected = projected;
     bias = testing::random_vector(c.n, -0.5f, 0.5f, rng);
     base = testing::random_vector(size_t(c.m) * c.n, -2.f, 2.f, rng);
     if (c.bias_and_accumulate)
@@ -63,7 +66,7 @@ struct Problem {
   WeightMatrix wm;
   std::vector<int8_t> xq;
   std::vector<int32_t> acc;
-  std::vector<float> expected, bias, base;
+  std::vector<float> projected, expected, bias, base;
 };
 
 void expect_bit_identical(const std::vector<float>& got, const std::vector<float>& expected) {
@@ -175,6 +178,90 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmS8Scaled,
                          ::testing::Values(Case{1, 64, 256, false}, Case{17, 300, 512, true}, Case{256, 1000, 2560, true},
                                            Case{2048, 512, 5120, true}, Case{300, 1032, 4112, false},
                                            Case{5, 2560, 5120, true}, Case{129, 260, 48, false}));
+
+// int8 output (in_proj's x|B|C in conv.in's format): the code of each projected value (+ bias)
+// under its column's scale, quantize_value bit for bit; scales small enough that some saturate.
+class GemmS8ScaledInt8Out : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GemmS8ScaledInt8Out, CodesMatchTheCpuQuantizer) {
+  testing::require_device();
+  const Case c = GetParam();
+  const Problem p(c);
+  std::mt19937 rng(c.m + c.n);
+  std::vector<float> values(p.projected.size()), out_scales(c.n, 0.f);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = c.bias_and_accumulate ? p.projected[i] + p.bias[i % c.n] : p.projected[i];
+    out_scales[i % c.n] = std::max(out_scales[i % c.n], std::abs(values[i]));
+  }
+  // Each column's largest |value| lands between 64 and 192 steps: the codes cover the range, some saturate.
+  std::uniform_real_distribution<float> steps(64.f, 192.f);
+  for (float& s : out_scales) s = std::max(s, 1e-3f) / steps(rng);
+  std::vector<int8_t> expected(values.size());
+  int64_t saturated = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    expected[i] = quantize_value(values[i], out_scales[i % c.n], QuantBits::kInt8);
+    saturated += std::abs(expected[i]) == 127;
+  }
+  EXPECT_GT(saturated, 0);
+  const int64_t ldout = c.n + 32;
+  testing::DeviceBuffer<int8_t> d_x(p.xq), d_w(p.wm.quantized.values), d_out(std::vector<int8_t>(c.m * ldout, 99));
+  testing::DeviceBuffer<float> d_scales(p.wm.quantized.scales), d_bias(p.bias), d_out_scales(out_scales);
+  kernels::GemmS8ScaledArgs a;
+  a.m = c.m;
+  a.n = c.n;
+  a.k = c.k;
+  a.x = d_x.get();
+  a.ldx = p.ldx;
+  a.w = d_w.get();
+  a.ldw = c.k;
+  a.w_scales = d_scales.get();
+  a.x_scale = p.s_x;
+  a.bias = c.bias_and_accumulate ? d_bias.get() : nullptr;
+  a.out = d_out.get();
+  a.ldout = ldout;
+  a.out_type = kernels::ElementType::kS8;
+  a.out_scales = d_out_scales.get();
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (prop.major != 9 || prop.minor != 0) {
+    EXPECT_FALSE(kernels::gemm_s8_scaled_supported(a));
+    GTEST_SKIP() << "sm_90a kernel; device is sm_" << prop.major << prop.minor;
+  }
+  ASSERT_TRUE(kernels::gemm_s8_scaled_supported(a));
+  ASSERT_EQ(kernels::launch_gemm_s8_scaled(a, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<int8_t> got = d_out.to_host();
+  int64_t mismatches = 0, padding_touched = 0;
+  for (int r = 0; r < c.m; ++r)
+    for (int64_t j = 0; j < ldout; ++j) {
+      const int8_t g = got[r * ldout + j];
+      if (j >= c.n) {
+        padding_touched += g != 99;
+      } else if (g != expected[size_t(r) * c.n + j] && mismatches++ < 5) {
+        ADD_FAILURE() << "row " << r << " column " << j << ": GPU " << int(g) << " vs CPU "
+                      << int(expected[size_t(r) * c.n + j]);
+      }
+    }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(padding_touched, 0);
+  // What the int8 output refuses: accumulating, the cooperative schedule, no scales, n not a multiple of 16.
+  a.accumulate = true;
+  EXPECT_FALSE(kernels::gemm_s8_scaled_supported(a));
+  a.accumulate = false;
+  a.schedule = kernels::GemmS8ScaledSchedule::kCooperative;
+  EXPECT_FALSE(kernels::gemm_s8_scaled_supported(a));
+  a.schedule = kernels::GemmS8ScaledSchedule::kAuto;
+  a.out_scales = nullptr;
+  EXPECT_FALSE(kernels::gemm_s8_scaled_supported(a));
+  a.out_scales = d_out_scales.get();
+  a.n -= 8;
+  EXPECT_FALSE(kernels::gemm_s8_scaled_supported(a));
+}
+
+// Partial tiles in m and n, with and without bias; in_proj's x|B|C part of 2.7b (5,376 columns).
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmS8ScaledInt8Out,
+                         ::testing::Values(Case{64, 64, 256, true}, Case{300, 1040, 4112, false},
+                                           Case{129, 272, 48, true}, Case{2048, 5376, 2560, false}));
 
 TEST(GemmS8Scaled, RefusesShapesTmaCannotAddress) {
   testing::require_device();

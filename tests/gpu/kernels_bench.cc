@@ -405,6 +405,60 @@ void bench_gemm_s8(int64_t m, int64_t n, int64_t k, bool into_residual) {
     cudaFree(p);
 }
 
+// in_proj of a W8A8 layer whose conv.in is int8, split (runtime/quantized_cuda_backend.cc
+// split_in_proj_args): z|dt (n_float columns) in fp32 and x|B|C (n_int8) as int8 codes, against
+// the one fused GEMM over all columns in fp32.
+void bench_gemm_s8_split(int64_t m, int64_t n_float, int64_t n_int8, int64_t k) {
+  std::mt19937 rng(9);
+  const int64_t n = n_float + n_int8;
+  int8_t *x, *w, *out8;
+  float* out;
+  check_cuda(cudaMalloc(&x, m * k), "cudaMalloc");
+  check_cuda(cudaMalloc(&w, n * k), "cudaMalloc");
+  check_cuda(cudaMalloc(&out, m * n * 4), "cudaMalloc");
+  check_cuda(cudaMalloc(&out8, m * n_int8), "cudaMalloc");
+  check_cuda(cudaMemset(x, 3, m * k), "memset");
+  check_cuda(cudaMemset(w, 5, n * k), "memset");
+  float* scales = device_random(n, 1e-4f, 2e-4f, rng);
+  float* out_scales = device_random(n_int8, 0.01f, 0.02f, rng);
+  kernels::GemmS8ScaledArgs whole;
+  whole.m = m;
+  whole.n = n;
+  whole.k = k;
+  whole.x = x;
+  whole.ldx = k;
+  whole.w = w;
+  whole.ldw = k;
+  whole.w_scales = scales;
+  whole.out = out;
+  whole.ldout = n;
+  kernels::GemmS8ScaledArgs z_dt = whole, xbc = whole;
+  z_dt.n = n_float;
+  xbc.n = n_int8;
+  xbc.w = w + n_float * k;
+  xbc.w_scales = scales + n_float;
+  xbc.out = out8;
+  xbc.ldout = n_int8;
+  xbc.out_type = kernels::ElementType::kS8;
+  xbc.out_scales = out_scales;
+  if (kernels::gemm_s8_scaled_supported(whole) && kernels::gemm_s8_scaled_supported(z_dt) &&
+      kernels::gemm_s8_scaled_supported(xbc)) {
+    const double whole_us = time_us([&] { return kernels::launch_gemm_s8_scaled(whole, nullptr); }, 50);
+    const double z_dt_us = time_us([&] { return kernels::launch_gemm_s8_scaled(z_dt, nullptr); }, 50);
+    const double xbc_us = time_us([&] { return kernels::launch_gemm_s8_scaled(xbc, nullptr); }, 50);
+    const double both_us = time_us([&] {
+      const cudaError_t e = kernels::launch_gemm_s8_scaled(z_dt, nullptr);
+      return e != cudaSuccess ? e : kernels::launch_gemm_s8_scaled(xbc, nullptr);
+    }, 50);
+    fmt::print("w8a8 in_proj m {:5d} n {:5d} k {:4d}: fp32 out {:7.1f} us | split: {} fp32 {:7.1f} us + {} int8 {:7.1f} us, "
+               "back to back {:7.1f} us\n",
+               m, n, k, whole_us, n_float, z_dt_us, n_int8, xbc_us, both_us);
+  }
+  for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(out), static_cast<void*>(out8),
+                  static_cast<void*>(scales), static_cast<void*>(out_scales)})
+    cudaFree(p);
+}
+
 // The W4A8 prefill projection (int4 weights, groups of `group` columns, fp32 out): the int4 → int8
 // unpack plus the one-kernel grouped GEMM, against one cuBLASLt GEMM + chain step per group.
 void bench_gemm_w4a8(int64_t m, int64_t n, int64_t k, int64_t group) {
@@ -533,6 +587,18 @@ void bench_conv_prefill(int seqlen, double bandwidth) {
                  seqlen, specialize ? "specialized" : "generic", tile ? std::to_string(tile) : "auto", us,
                  part_bytes / us / 1e3, 100 * part_bytes / us / 1e3 / bandwidth);
     }
+  // The same from int8 codes (a split in_proj's output, rows of `channels` bytes).
+  a.in = device_random(size_t(seqlen) * channels / 4, -1, 1, rng);
+  a.in_stride = channels;
+  a.in_type = kernels::ElementType::kS8;
+  a.specialize = true;
+  const double code_bytes = double(seqlen) * (channels + x_channels * 2 + (channels - x_channels));
+  for (int tile : {0, 64, 32, 16}) {
+    a.tile_tokens = tile;
+    const double us = time_us([&] { return kernels::launch_causal_conv1d(a, nullptr); });
+    fmt::print("causal_conv1d     {:5d} tokens int8 codes → fp16 x, int8 B|C, tile {:>4}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n",
+               seqlen, tile ? std::to_string(tile) : "auto", us, code_bytes / us / 1e3, 100 * code_bytes / us / 1e3 / bandwidth);
+  }
 }
 
 // out_proj's input: gated norm + Hadamard + int8, one block a row against a cluster.
@@ -705,6 +771,8 @@ int main(int argc, char** argv) {
     }
     ssdq::bench_gemm_s8(2048, 18560, 4096, false);  // 8B-like in_proj and out_proj, 2048 tokens
     ssdq::bench_gemm_s8(2048, 4096, 8192, true);
+    ssdq::bench_gemm_s8_split(2048, 5120 + 80, 5376, 2560);  // in_proj split: 2.7b, 8B-like
+    ssdq::bench_gemm_s8_split(2048, 8192 + 128, 10240, 4096);
     for (int64_t m : {4, 8, 16, 32, 128, 2048}) {  // W4A8 (groups of 128): decode at batch 4 to 16 (against qgemv), 32, 128, prefill
       ssdq::bench_gemm_w4a8(m, 10576, 2560, 128);
       ssdq::bench_gemm_w4a8(m, 2560, 5120, 128);
