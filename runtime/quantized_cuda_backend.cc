@@ -748,7 +748,7 @@ struct QuantizedCudaBackend::Impl {
     }
   }
 
-  // A split layer's in_proj (DeviceLayer::split_in_proj) over m rows as two fused sm_90 GEMMs, when
+  // A split layer's in_proj (DeviceLayer::split_in_proj) over m prefill rows as two fused sm_90 GEMMs, when
   // both run here: z|dt into work.zxbcdt in fp32, x|B|C into work.xbc8 as conv.in's int8 codes (a
   // quarter of the bytes written and read back by the conv). Each reads its rows of the weights as
   // reordered at upload.
@@ -819,7 +819,9 @@ struct QuantizedCudaBackend::Impl {
       norm.out_scale = d.in_proj_in.scale0;
       cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
       if (!int8_input) enqueue_format(d.in_proj_in, work.normed, M, D, D, Reader::kFloat16, "in_proj input");
-      xbc_int8 = enqueue_split_in_proj(d, M);
+      // Prefill only: in a decode step the two streams cost more than the conv saves (2.7b W8A8
+      // TPOT at batch 64: 12.84 → 13.64 ms; docs/kernels/gemm.md).
+      xbc_int8 = length > 1 && enqueue_split_in_proj(d, M);
       if (!xbc_int8) enqueue_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj");
     }
 
