@@ -550,11 +550,12 @@ struct QuantizedCudaBackend::Impl {
     cuda_ok(kernels::launch_activation_format(a, stream), what);
   }
 
-  // The grouped int8 GEMM's arguments for a projection with weight groups (w8: its int8 weights,
-  // int4 ones unpacked).
-  kernels::GemmS8GroupedArgs grouped_gemm_args(const DeviceLinear& L, int64_t m, const int8_t* w8, float x_scale,
-                                               const float* bias, float* out, bool residual_add) const {
-    kernels::GemmS8GroupedArgs f;
+  // An integer GEMM's arguments (GemmS8GroupedArgs, GemmS8ScaledArgs) for a projection over all its
+  // rows (w8: its int8 weights, int4 ones unpacked).
+  template <typename Args>
+  Args integer_gemm_args(const DeviceLinear& L, int64_t m, const int8_t* w8, float x_scale, const float* bias,
+                         float* out, bool residual_add) const {
+    Args f;
     f.m = m;
     f.n = L.n;
     f.k = L.k;
@@ -563,12 +564,19 @@ struct QuantizedCudaBackend::Impl {
     f.w = w8;
     f.ldw = L.k;
     f.w_scales = L.scales.at<float>(0);
-    f.group_size = L.group_size;
     f.x_scale = x_scale;
     f.bias = bias;
     f.out = out;
     f.ldout = L.n;
     f.accumulate = residual_add;
+    return f;
+  }
+
+  // The grouped int8 GEMM's arguments for a projection with weight groups.
+  kernels::GemmS8GroupedArgs grouped_gemm_args(const DeviceLinear& L, int64_t m, const int8_t* w8, float x_scale,
+                                               const float* bias, float* out, bool residual_add) const {
+    auto f = integer_gemm_args<kernels::GemmS8GroupedArgs>(L, m, w8, x_scale, bias, out, residual_add);
+    f.group_size = L.group_size;
     return f;
   }
 
@@ -693,20 +701,7 @@ struct QuantizedCudaBackend::Impl {
       w8 = static_cast<const int8_t*>(work.expanded);
     }
     if (L.groups == 1 && m >= kFusedS8GemmMinRows) {  // sm_90: the scaling in the GEMM's epilogue
-      kernels::GemmS8ScaledArgs f;
-      f.m = m;
-      f.n = L.n;
-      f.k = L.k;
-      f.x = work.x8;
-      f.ldx = L.k;
-      f.w = w8;
-      f.ldw = L.k;
-      f.w_scales = L.scales.at<float>(0);
-      f.x_scale = x_scale;
-      f.bias = bias;
-      f.out = out;
-      f.ldout = L.n;
-      f.accumulate = residual_add;
+      const auto f = integer_gemm_args<kernels::GemmS8ScaledArgs>(L, m, w8, x_scale, bias, out, residual_add);
       if (kernels::gemm_s8_scaled_supported(f)) {
         cuda_ok(kernels::launch_gemm_s8_scaled(f, stream), what);
         return;
@@ -756,18 +751,9 @@ struct QuantizedCudaBackend::Impl {
                                                                                     int64_t m) const {
     const Mamba2Config& c = config;
     const DeviceLinear& L = d.in_proj;
-    kernels::GemmS8ScaledArgs z_dt;
-    z_dt.m = m;
+    auto z_dt = integer_gemm_args<kernels::GemmS8ScaledArgs>(L, m, L.values.at<int8_t>(0), d.in_proj_in.scale0, nullptr,
+                                                              work.zxbcdt, /*residual_add=*/false);
     z_dt.n = d.xbc_at;
-    z_dt.k = L.k;
-    z_dt.x = work.x8;
-    z_dt.ldx = L.k;
-    z_dt.w = L.values.at<int8_t>(0);
-    z_dt.ldw = L.k;
-    z_dt.w_scales = L.scales.at<float>(0);
-    z_dt.x_scale = d.in_proj_in.scale0;
-    z_dt.out = work.zxbcdt;
-    z_dt.ldout = c.d_in_proj();
     kernels::GemmS8ScaledArgs xbc = z_dt;
     xbc.n = c.conv_dim();
     xbc.w = L.values.at<int8_t>(0) + d.xbc_at * L.k;

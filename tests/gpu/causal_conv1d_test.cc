@@ -287,6 +287,28 @@ kernels::CausalConv1dArgs fp32_conv(int batch, int seqlen, int channels, int wid
   return args;
 }
 
+// Three output parts over padded device rows: fp16 x = channels [0, x_end), int8 B|C = [x_end,
+// bc_end), fp32 for the rest; filled with markers a conv must not leave behind.
+struct ThreeParts {
+  ThreeParts(int64_t rows, int channels, int x_end, int bc_end)
+      : x_end(x_end), bc_end(bc_end), x_stride(x_end + 8), bc_stride(bc_end - x_end + 16), f_stride(channels - bc_end + 3),
+        x(std::vector<uint16_t>(size_t(rows) * x_stride, 0x7e00)),
+        bc(std::vector<int8_t>(size_t(rows) * bc_stride, 0x55)),
+        f(std::vector<float>(size_t(rows) * f_stride, -7.f)) {}
+  void attach(kernels::CausalConv1dArgs& a) {
+    a.out = nullptr;
+    a.part_count = 3;
+    a.parts[0] = {x.get(), 0, x_stride, kernels::ElementType::kF16};
+    a.parts[1] = {bc.get(), x_end, bc_stride, kernels::ElementType::kS8};
+    a.parts[2] = {f.get(), bc_end, f_stride, kernels::ElementType::kF32};
+  }
+  int x_end, bc_end;
+  int64_t x_stride, bc_stride, f_stride;
+  testing::DeviceBuffer<uint16_t> x;
+  testing::DeviceBuffer<int8_t> bc;
+  testing::DeviceBuffer<float> f;
+};
+
 // Output parts (the SSDi8 prefill's fp16 x and int8 B|C): the same values as the one fp32 output
 // with formats, bit for bit — fp16 channels as their fp16, int8 channels as q with q·code equal to
 // the formatted value, fp32 channels as they are — and the same state.
@@ -316,35 +338,30 @@ TEST(CausalConv1dParts, EqualTheFormattedOutput) {
     one.out = ref_out.get();
     ASSERT_EQ(kernels::launch_causal_conv1d(one, nullptr), cudaSuccess);
 
-    const int64_t x_stride = sh.x_end + 8, bc_stride = sh.bc_end - sh.x_end + 16, f_stride = sh.channels - sh.bc_end + 3;
-    testing::DeviceBuffer<float> parts_state(state), f_out(std::vector<float>(size_t(rows) * f_stride, -7.f));
-    testing::DeviceBuffer<uint16_t> x_out(std::vector<uint16_t>(size_t(rows) * x_stride, 0x7e00));
-    testing::DeviceBuffer<int8_t> bc_out(std::vector<int8_t>(size_t(rows) * bc_stride, 0x55));
+    testing::DeviceBuffer<float> parts_state(state);
+    ThreeParts out(rows, sh.channels, sh.x_end, sh.bc_end);
     kernels::CausalConv1dArgs split = args;
     split.state = parts_state.get();
-    split.part_count = 3;
-    split.parts[0] = {x_out.get(), 0, x_stride, kernels::ElementType::kF16};
-    split.parts[1] = {bc_out.get(), sh.x_end, bc_stride, kernels::ElementType::kS8};
-    split.parts[2] = {f_out.get(), sh.bc_end, f_stride, kernels::ElementType::kF32};
+    out.attach(split);
     ASSERT_TRUE(kernels::causal_conv1d_supported(split));
     ASSERT_EQ(kernels::launch_causal_conv1d(split, nullptr), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
     EXPECT_EQ(parts_state.to_host(), ref_state.to_host());
-    const std::vector<float> ref = ref_out.to_host(), f = f_out.to_host();
-    const std::vector<uint16_t> x = x_out.to_host();
-    const std::vector<int8_t> bc = bc_out.to_host();
+    const std::vector<float> ref = ref_out.to_host(), f = out.f.to_host();
+    const std::vector<uint16_t> x = out.x.to_host();
+    const std::vector<int8_t> bc = out.bc.to_host();
     int64_t differ = 0;
     for (int64_t r = 0; r < rows; ++r)
       for (int ch = 0; ch < sh.channels; ++ch) {
         const float want = ref[r * sh.channels + ch];
         float got;
         if (ch < sh.x_end) {
-          got = half_to_float(x[r * x_stride + ch]);
+          got = half_to_float(x[r * out.x_stride + ch]);
         } else if (ch < sh.bc_end) {
-          got = dequantize_value(bc[r * bc_stride + ch - sh.x_end], codes[ch]);
+          got = dequantize_value(bc[r * out.bc_stride + ch - sh.x_end], codes[ch]);
         } else {
-          got = f[r * f_stride + ch - sh.bc_end];
+          got = f[r * out.f_stride + ch - sh.bc_end];
         }
         differ += std::memcmp(&got, &want, sizeof(float)) != 0;
       }
@@ -431,18 +448,13 @@ TEST(CausalConv1dPlans, SpecializedLoopsGiveTheGenericBits) {
     };
     auto run = [&](bool specialize) {
       Result r;
-      const int64_t x_stride = sh.x_end + 8, bc_stride = sh.bc_end - sh.x_end + 16, f_stride = sh.channels - sh.bc_end + 3;
-      testing::DeviceBuffer<float> d_state(state), d_plain_state(state), d_f(std::vector<float>(size_t(rows) * f_stride, -7.f)),
+      testing::DeviceBuffer<float> d_state(state), d_plain_state(state),
           d_plain(std::vector<float>(size_t(rows) * sh.channels, -7.f));
-      testing::DeviceBuffer<uint16_t> d_x(std::vector<uint16_t>(size_t(rows) * x_stride, 0x7e00));
-      testing::DeviceBuffer<int8_t> d_bc(std::vector<int8_t>(size_t(rows) * bc_stride, 0x55));
+      ThreeParts parts(rows, sh.channels, sh.x_end, sh.bc_end);
       kernels::CausalConv1dArgs split = args;
       split.specialize = specialize;
       split.state = d_state.get();
-      split.part_count = 3;
-      split.parts[0] = {d_x.get(), 0, x_stride, kernels::ElementType::kF16};
-      split.parts[1] = {d_bc.get(), sh.x_end, bc_stride, kernels::ElementType::kS8};
-      split.parts[2] = {d_f.get(), sh.bc_end, f_stride, kernels::ElementType::kF32};
+      parts.attach(split);
       EXPECT_EQ(kernels::launch_causal_conv1d(split, nullptr), cudaSuccess);
       kernels::CausalConv1dArgs plain = args;
       plain.specialize = specialize;
@@ -459,9 +471,9 @@ TEST(CausalConv1dPlans, SpecializedLoopsGiveTheGenericBits) {
       EXPECT_EQ(kernels::launch_causal_conv1d(whole_f16, nullptr), cudaSuccess);
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       r.f16 = d_f16.to_host();
-      r.x = d_x.to_host();
-      r.bc = d_bc.to_host();
-      r.f = d_f.to_host();
+      r.x = parts.x.to_host();
+      r.bc = parts.bc.to_host();
+      r.f = parts.f.to_host();
       r.plain = d_plain.to_host();
       r.state = d_state.to_host();
       r.plain_state = d_plain_state.to_host();
@@ -529,19 +541,14 @@ TEST(CausalConv1dInt8Codes, EqualTheFp32InputsTheyCode) {
       a.in_formats = d_in_codes.get();
       a.out_formats = d_out_codes.get();
       a.specialize = specialize;
-      const int64_t x_stride = sh.x_end + 8, bc_stride = sh.bc_end - sh.x_end + 16, f_stride = sh.channels - sh.bc_end + 3;
-      testing::DeviceBuffer<float> d_state(state), d_f(std::vector<float>(size_t(rows) * f_stride, -7.f));
-      testing::DeviceBuffer<uint16_t> d_x(std::vector<uint16_t>(size_t(rows) * x_stride, 0x7e00));
-      testing::DeviceBuffer<int8_t> d_bc(std::vector<int8_t>(size_t(rows) * bc_stride, 0x55));
+      testing::DeviceBuffer<float> d_state(state);
+      ThreeParts parts(rows, sh.channels, sh.x_end, sh.bc_end);
       a.state = d_state.get();
-      a.part_count = 3;
-      a.parts[0] = {d_x.get(), 0, x_stride, kernels::ElementType::kF16};
-      a.parts[1] = {d_bc.get(), sh.x_end, bc_stride, kernels::ElementType::kS8};
-      a.parts[2] = {d_f.get(), sh.bc_end, f_stride, kernels::ElementType::kF32};
+      parts.attach(a);
       EXPECT_TRUE(kernels::causal_conv1d_supported(a));
       EXPECT_EQ(kernels::launch_causal_conv1d(a, nullptr), cudaSuccess);
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      return Result{d_x.to_host(), d_bc.to_host(), d_f.to_host(), d_state.to_host()};
+      return Result{parts.x.to_host(), parts.bc.to_host(), parts.f.to_host(), d_state.to_host()};
     };
     auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
       return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

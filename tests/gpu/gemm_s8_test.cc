@@ -127,6 +127,25 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmS8,
                          ::testing::Values(Case{1, 64, 256, false}, Case{17, 300, 512, true}, Case{256, 1000, 2560, true},
                                            Case{2048, 512, 5120, true}, Case{100, 37, 4, false}));
 
+// The fused kernel's arguments for problem p on device buffers (bias with bias_and_accumulate).
+kernels::GemmS8ScaledArgs scaled_args(const Problem& p, const int8_t* x, const int8_t* w, const float* scales,
+                                      const float* bias, void* out, int64_t ldout) {
+  kernels::GemmS8ScaledArgs a;
+  a.m = p.c.m;
+  a.n = p.c.n;
+  a.k = p.c.k;
+  a.x = x;
+  a.ldx = p.ldx;
+  a.w = w;
+  a.ldw = p.c.k;
+  a.w_scales = scales;
+  a.x_scale = p.s_x;
+  a.bias = p.c.bias_and_accumulate ? bias : nullptr;
+  a.out = out;
+  a.ldout = ldout;
+  return a;
+}
+
 // The fused kernel (kernels/gemm_s8_scaled.h) on the same problems: sm_90 devices only.
 class GemmS8Scaled : public ::testing::TestWithParam<Case> {};
 
@@ -136,19 +155,7 @@ TEST_P(GemmS8Scaled, FusedEpilogueMatchesTheCpu) {
   const Problem p(c);
   testing::DeviceBuffer<int8_t> d_x(p.xq), d_w(p.wm.quantized.values);
   testing::DeviceBuffer<float> d_scales(p.wm.quantized.scales), d_bias(p.bias), d_out(p.initial_out());
-  kernels::GemmS8ScaledArgs a;
-  a.m = c.m;
-  a.n = c.n;
-  a.k = c.k;
-  a.x = d_x.get();
-  a.ldx = p.ldx;
-  a.w = d_w.get();
-  a.ldw = c.k;
-  a.w_scales = d_scales.get();
-  a.x_scale = p.s_x;
-  a.bias = c.bias_and_accumulate ? d_bias.get() : nullptr;
-  a.out = d_out.get();
-  a.ldout = c.n;
+  kernels::GemmS8ScaledArgs a = scaled_args(p, d_x.get(), d_w.get(), d_scales.get(), d_bias.get(), d_out.get(), c.n);
   a.accumulate = c.bias_and_accumulate;
   cudaDeviceProp prop{};
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
@@ -206,19 +213,7 @@ TEST_P(GemmS8ScaledInt8Out, CodesMatchTheCpuQuantizer) {
   const int64_t ldout = c.n + 32;
   testing::DeviceBuffer<int8_t> d_x(p.xq), d_w(p.wm.quantized.values), d_out(std::vector<int8_t>(c.m * ldout, 99));
   testing::DeviceBuffer<float> d_scales(p.wm.quantized.scales), d_bias(p.bias), d_out_scales(out_scales);
-  kernels::GemmS8ScaledArgs a;
-  a.m = c.m;
-  a.n = c.n;
-  a.k = c.k;
-  a.x = d_x.get();
-  a.ldx = p.ldx;
-  a.w = d_w.get();
-  a.ldw = c.k;
-  a.w_scales = d_scales.get();
-  a.x_scale = p.s_x;
-  a.bias = c.bias_and_accumulate ? d_bias.get() : nullptr;
-  a.out = d_out.get();
-  a.ldout = ldout;
+  kernels::GemmS8ScaledArgs a = scaled_args(p, d_x.get(), d_w.get(), d_scales.get(), d_bias.get(), d_out.get(), ldout);
   a.out_type = kernels::ElementType::kS8;
   a.out_scales = d_out_scales.get();
   cudaDeviceProp prop{};
