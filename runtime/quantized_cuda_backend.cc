@@ -887,12 +887,10 @@ struct QuantizedCudaBackend::Impl {
       cuda_ok(kernels::launch_ssdi8_chunk_scan(s, stream), "ssdi8_chunk_scan");
     } else if (float_chunked) {
       cuda_ok(kernels::launch_ssd_chunk_scan(chunked, stream), "ssd_chunk_scan (float SSD)");
-      if (!d.int8_state)
-        enqueue_format(d.state_format, static_cast<float*>(state.ssm(l)), batch * H * P, N, N, Reader::kFloat32, "ssd state");
     } else {
       // Decode, and shapes the chunked scan does not take: the recurrence over every token, exact
-      // for any length, the float SSD of the CPU up to rounding; an int8 state is dequantized in registers and stored once at the end, as the
-      // CPU rounds it after each forward call.
+      // for any length, the float SSD of the CPU up to rounding; an int8 state is dequantized in
+      // registers and stored once at the end, as the CPU rounds it after each forward call.
       kernels::SsdStateUpdateArgs step;
       step.batch = static_cast<int>(batch);
       step.heads = static_cast<int>(H);
@@ -922,9 +920,11 @@ struct QuantizedCudaBackend::Impl {
       if (!kernels::ssd_state_update_supported(step))
         fail("CUDA: no SSD kernel supports heads {} × headdim {}, ngroups {}, d_state {}", H, P, G, N);
       cuda_ok(kernels::launch_ssd_state_update(step, stream), "ssd_state_update");
-      if (!d.int8_state)
-        enqueue_format(d.state_format, static_cast<float*>(state.ssm(l)), batch * H * P, N, N, Reader::kFloat32, "ssd state");
     }
+    // A float state takes its point's format (fp16 rounding, if any) once the SSD has written it; an int8
+    // state (every SSDi8 layer's) was stored quantized by the kernel.
+    if (!d.int8_state)
+      enqueue_format(d.state_format, static_cast<float*>(state.ssm(l)), batch * H * P, N, N, Reader::kFloat32, "ssd state");
 
     kernels::HadamardQuantArgs gated;
     gated.rows = M;
