@@ -2,6 +2,8 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "kernels/tensor_core.cuh"
 #include "kernels/quant_epilogue.cuh"
 
@@ -37,17 +39,20 @@ struct Layout {
   int rows;        // chunk rounded up to 32, the padding rows zero
   int trow_bytes;  // rows + 16: rows of BqT [n][token] and XqT [p][token]
   int x16_stride;  // slice + 8 halves: rows of x16 [token][p]
-  size_t B, C, BT, S, XT, x16, dt, cs, decay, lut_state, cs2, dt_cb, xs_scale, inv_xs_scale, state_mult, off_scale,
+  size_t B, C, BT, S, XT, x16, decay, lut_state, cs2, dt_cb, xs_scale, inv_xs_scale, state_mult, off_scale,
       decay_q7, work_next, total;
 };
 
-__host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice) {
+// The local phase alone (kLocal, see Phase) needs no Cq and no S, builds XqT only after BqT is
+// built (XqT takes Bq's place), and reads x16 with plain loads (rows without the ldmatrix padding):
+// 110.7 KB at chunk 256, dstate 128, 64 columns, two blocks an SM.
+__host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice, bool local_only = false) {
   Layout l{};
   l.nk = (dstate + 31) / 32 * 32;
   l.row_bytes = l.nk + 16;
   l.rows = (chunk + 31) / 32 * 32;
   l.trow_bytes = l.rows + 16;
-  l.x16_stride = slice + 8;
+  l.x16_stride = local_only ? slice : slice + 8;
   size_t at = 0;
   auto take = [&at](size_t bytes) {
     const size_t here = at;
@@ -55,13 +60,12 @@ __host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice) 
     return here;
   };
   l.B = take(size_t(l.rows) * l.row_bytes);
-  l.C = take(size_t(l.rows) * l.row_bytes);
+  l.C = local_only ? l.B : take(size_t(l.rows) * l.row_bytes);
   l.BT = take(size_t(dstate) * l.trow_bytes);
-  l.S = take(size_t(slice) * l.row_bytes);
-  l.XT = take(size_t(slice) * l.trow_bytes);
+  l.S = local_only ? l.B : take(size_t(slice) * l.row_bytes);
+  const bool xt_in_b = local_only && size_t(slice) * l.trow_bytes <= size_t(l.rows) * l.row_bytes;
+  l.XT = xt_in_b ? l.B : take(size_t(slice) * l.trow_bytes);
   l.x16 = take(size_t(l.rows) * l.x16_stride * sizeof(__half));
-  l.dt = take(sizeof(float) * l.rows);
-  l.cs = take(sizeof(float) * l.rows);
   l.decay = take(sizeof(float) * l.rows);                            // exp(cs[t])
   l.lut_state = take(sizeof(float) * l.rows);                        // dt[t]·exp(cs[L-1] - cs[t])
   l.cs2 = take(sizeof(float) * l.rows);                              // cs[t]·log2(e)
@@ -130,6 +134,71 @@ __device__ inline const uint2* chunk_cbq(const Ssdi8ChunkScanArgs& a, int b, int
   return reinterpret_cast<const uint2*>(a.workspace) + block * tile_pairs(a.chunk) * 32;
 }
 
+// ChunkCumsum's per-token values of a (sequence, chunk, head), the same for every slice of the
+// head: ssdi8_chunk_tables_kernel writes them once into the workspace after the CBq words, four rows
+// of R = round32(chunk) floats in the Layout's order — exp(cs[t]), dt[t]·exp(cs[L-1] − cs[t]),
+// cs[t]·log2(e), s_cb·dt[t], each zero past the chunk's end — then Qd = rint(exp(cs[L-1])·128) as
+// an int in a 16-byte tail.
+__host__ __device__ inline size_t table_bytes(int chunk) { return 16 * size_t((chunk + 31) / 32 * 32) + 16; }
+__host__ __device__ inline size_t cbq_bytes(const Ssdi8ChunkScanArgs& a) {
+  const int64_t chunks = (a.seqlen + a.chunk - 1) / a.chunk;
+  return size_t(a.batch) * chunks * a.groups * tile_pairs(a.chunk) * 256;
+}
+__device__ inline const float* chunk_table(const Ssdi8ChunkScanArgs& a, int b, int chunk_index, int h) {
+  const int chunks = (a.seqlen + a.chunk - 1) / a.chunk;
+  const int64_t entry = (int64_t(b) * chunks + chunk_index) * a.heads + h;
+  return reinterpret_cast<const float*>(static_cast<const char*>(a.workspace) + cbq_bytes(a) +
+                                        entry * table_bytes(a.chunk));
+}
+
+// ChunkCumsum: a block per (chunk, head) — blockIdx.x = chunk·heads + head — of sequence blockIdx.y,
+// a thread per token: dt, the sequential cumsum (the CPU's order) by thread 0, then the exps.
+constexpr int kTableThreads = 256;  // the longest chunk
+__global__ void __launch_bounds__(kTableThreads) ssdi8_chunk_tables_kernel(Ssdi8ChunkScanArgs a) {
+  __shared__ float dt[kTableThreads], cs[kTableThreads];
+  __shared__ int qd;
+  const int t = threadIdx.x, b = blockIdx.y, c = blockIdx.x / a.heads, h = blockIdx.x % a.heads;
+  const int start = c * a.chunk, L = min(a.chunk, a.seqlen - start), R = (a.chunk + 31) / 32 * 32;
+  const int64_t row0 = int64_t(b) * a.seqlen + start;
+  const float A = a.A[h];
+  if (t < L) {
+    float raw = a.dt_raw[(row0 + t) * a.dt_stride + h];
+    if (a.dt_format != 0.f) raw = apply_format_code(raw, a.dt_format);
+    dt[t] = fminf(fmaxf(softplus_like_cpu(__fadd_rn(raw, a.dt_bias[h])), a.dt_min), a.dt_max);
+  }
+  __syncthreads();
+  if (t == 0) {
+    // The CPU's `running += dt·A` (contracted to an FMA by gcc), eight tokens a step so that the
+    // loads and stores leave the chain of FMAs alone; dt past the chunk's end is not read.
+    float running = 0.f;
+    for (int t0 = 0; t0 < L; t0 += 8) {
+      float d[8];
+#pragma unroll
+      for (int r = 0; r < 8; ++r) d[r] = dt[min(t0 + r, L - 1)];
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        running = t0 + r < L ? __fmaf_rn(d[r], A, running) : running;
+        d[r] = running;
+      }
+#pragma unroll
+      for (int r = 0; r < 8; ++r)
+        if (t0 + r < L) cs[t0 + r] = d[r];
+    }
+    qd = static_cast<int>(rintf(__fmul_rn(exp_like_cpu(running), 128.f)));
+  }
+  __syncthreads();
+  float* table = const_cast<float*>(chunk_table(a, b, c, h));
+  if (t < R) {
+    const bool in = t < L;
+    const float s_cb = a.cb_scales[h / (a.heads / a.groups)];
+    table[t] = in ? exp_like_cpu(cs[t]) : 0.f;
+    table[R + t] = in ? __fmul_rn(dt[t], exp_like_cpu(__fsub_rn(cs[L - 1], cs[t]))) : 0.f;
+    table[2 * R + t] = in ? __fmul_rn(cs[t], kLog2e) : 0.f;
+    table[3 * R + t] = in ? __fmul_rn(s_cb, dt[t]) : 0.f;
+  }
+  if (t == 0) *reinterpret_cast<int*>(table + 4 * R) = qd;
+}
+
 // The kernel's phases. kWhole walks all chunks of a (sequence, head, slice) in one block. With
 // enough chunks per block it splits in three launches that need no workspace:
 //   kLocal (one block per chunk but the last): dt, cs, Xq and ChunkState: Sloc and Qd to the scratch;
@@ -150,13 +219,85 @@ __device__ inline float* scratch_word(const Ssdi8ChunkScanArgs& a, int b, int h,
   return a.y + (int64_t(b) * a.seqlen + start + i / slice) * a.y_stride + int64_t(h) * a.headdim + p0 + i % slice;
 }
 
+// ChunkBMM: the CBq words of chunk c of sequence b, group grp, into the workspace (chunk_cbq's
+// layout), part `part` of `parts`: tile pairs i with i mod (16·parts) in [16·part, 16·part + 16).
+// Bq and Cq rows by cp.async (zero past the chunk's end and past dstate), then a warp a tile pair at
+// a time: two int8 MMAs a k step, requantized as the CPU does.
+__device__ __forceinline__ void chunk_bmm(const Ssdi8ChunkScanArgs& a, unsigned char* smem, int c, int b, int grp,
+                                          int part, int parts) {
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int N = a.dstate, NK = (N + 31) / 32 * 32, RB = NK + 16;
+  const int start = c * a.chunk, L = min(a.chunk, a.seqlen - start), rows = (L + 31) / 32 * 32;
+  int8_t* Bq = reinterpret_cast<int8_t*>(smem);
+  int8_t* Cq = Bq + rows * RB;
+  const int64_t row0 = int64_t(b) * a.seqlen + start;
+  // The scan kernel's row loading, written out again: one device function for both measured the
+  // scan 7 % slower (8B-like module, four A/B pairs on one machine: 4.51–4.63 against 4.90–4.98 ms).
+  {
+    const int pieces = NK / 16, vecs = N / 16;
+    const bool is_c = lane >= pieces;
+    const int k = is_c ? lane - pieces : lane;
+    int8_t* dst = (is_c ? Cq : Bq) + 16 * k;
+    const int8_t* src = (is_c ? a.Cq : a.Bq) + row0 * a.bc_stride + grp * N + 16 * k;
+    if (lane < 2 * pieces)
+      for (int t = warp; t < rows; t += kWarps) {
+        if (t < L && k < vecs)
+          cp_async_16(dst + t * RB, src + int64_t(t) * a.bc_stride);
+        else
+          *reinterpret_cast<int4*>(dst + t * RB) = make_int4(0, 0, 0, 0);
+      }
+  }
+  cp_async_wait_all();
+  __syncthreads();
+  const float cb_mult = __fdiv_rn(__fmul_rn(a.C_scales[grp], a.B_scales[grp]), a.cb_scales[grp]);
+  const uint32_t Bq_s = shared_address(Bq), Cq_s = shared_address(Cq);
+  uint2* out = const_cast<uint2*>(chunk_cbq(a, b, c, grp));
+  const int tiles = (L + kTile - 1) / kTile;
+  for (int T = 0, pair = 0; T < tiles; ++T)
+    for (int S = 0; S <= T; ++S, ++pair) {
+      if (pair % (kWarps * parts) != part * kWarps + warp) continue;
+      const uint32_t c_rows = Cq_s + T * kTile * RB + 2 * a_lane_offset(lane, RB / 2);
+      const uint32_t b_rows = Bq_s + S * kTile * RB + 2 * bt_lane_offset(lane, RB / 2);
+      int cb[2][4] = {};
+      for (int k = 0; k < NK; k += 32) {
+        uint32_t af[4], bf[4];
+        ldmatrix_x4(af, c_rows + k);
+        ldmatrix_x4(bf, b_rows + k);
+        mma_s8_16832(cb[0], af, bf[0], bf[1]);
+        mma_s8_16832(cb[1], af, bf[2], bf[3]);
+      }
+      out[pair * 32 + lane] =
+          make_uint2(pack4(requantize(cb[0][0], cb_mult), requantize(cb[0][1], cb_mult), requantize(cb[0][2], cb_mult),
+                           requantize(cb[0][3], cb_mult)),
+                     pack4(requantize(cb[1][0], cb_mult), requantize(cb[1][1], cb_mult), requantize(cb[1][2], cb_mult),
+                           requantize(cb[1][3], cb_mult)));
+    }
+}
+
 // kSlice: headdim columns per block (16, 32 or 64). kDstate: dstate known at compile time (the
-// official Mamba-2 models' 128: the MMA loops over it unroll), or 0 for any.
-template <int kSlice, int kDstate>
-__global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8ChunkScanArgs a, int phase) {
+// official Mamba-2 models' 128: the MMA loops over it unroll), or 0 for any. kLocalOnly: the kLocal
+// launch (its own shared memory layout, two blocks an SM), whose blocks past the chunks' run
+// ChunkBMM in `bmm_parts` parts: they fill the launch's last wave.
+template <int kSlice, int kDstate, bool kLocalOnly>
+__global__ void __launch_bounds__(kThreads, kLocalOnly ? 2 : 1)
+    ssdi8_chunk_scan_kernel(Ssdi8ChunkScanArgs a, int phase_arg, int bmm_parts) {
   constexpr int kN8 = kSlice / 8;  // n8 tiles of the slice's columns
   extern __shared__ __align__(16) unsigned char smem[];
-  const Layout lay = make_layout(a.chunk, a.dstate, kSlice);
+  if constexpr (kLocalOnly) {
+    const int local_z = (a.seqlen + a.chunk - 1) / a.chunk - 1;
+    if (int(blockIdx.z) >= local_z) {
+      int item = ((blockIdx.z - local_z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+      const int part = item % bmm_parts;
+      item /= bmm_parts;
+      const int grp = item % a.groups;
+      item /= a.groups;
+      const int b = item % a.batch, c = item / a.batch;
+      if (c <= local_z) chunk_bmm(a, smem, c, b, grp, part, bmm_parts);
+      return;
+    }
+  }
+  const int phase = kLocalOnly ? int(kLocal) : phase_arg;
+  const Layout lay = make_layout(a.chunk, a.dstate, kSlice, kLocalOnly);
   const int N = kDstate ? kDstate : a.dstate;
   const int NK = kDstate ? (kDstate + 31) / 32 * 32 : lay.nk, RB = NK + 16;
   const int TRB = lay.trow_bytes, XS = lay.x16_stride;
@@ -166,8 +307,6 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
   int8_t* S = reinterpret_cast<int8_t*>(smem + lay.S);
   int8_t* XT = reinterpret_cast<int8_t*>(smem + lay.XT);
   __half* x16 = reinterpret_cast<__half*>(smem + lay.x16);
-  float* dt = reinterpret_cast<float*>(smem + lay.dt);
-  float* cs = reinterpret_cast<float*>(smem + lay.cs);
   float* decay = reinterpret_cast<float*>(smem + lay.decay);
   float* lut_state = reinterpret_cast<float*>(smem + lay.lut_state);
   float* cs2 = reinterpret_cast<float*>(smem + lay.cs2);
@@ -184,8 +323,8 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
   const int h = blockIdx.x / splits, p0 = (blockIdx.x % splits) * kSlice, b = blockIdx.y;
   const int grp = h / (a.heads / a.groups);
   const int col0 = h * a.headdim + p0;  // first x / y column of the slice
-  const float s_B = a.B_scales[grp], s_C = a.C_scales[grp], s_cb = a.cb_scales[grp];
-  const float A = a.A[h], Dh = a.D[h], bias = a.dt_bias[h];
+  const float s_B = a.B_scales[grp], s_C = a.C_scales[grp];
+  const float Dh = a.D[h];
 
   for (int p = tid; p < kSlice; p += kThreads) {
     const float s_xs = a.x_scaled_scales[col0 + p], s_s = a.state_scales[col0 + p];
@@ -201,7 +340,7 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
   const int nquads = N / 4, words = kSlice * nquads;  // words of the slice's state in the scratch
   int8_t* state = a.state + ((int64_t(b) * a.heads + h) * a.headdim + p0) * N;
   // The state's padding bytes (n ≥ N) stay zero: the C·S product reads them.
-  if (NK > N) {
+  if (!kLocalOnly && NK > N) {
     const int pad_words = max((NK - N) / 4, 1);  // ≥ 1: the branch is dead when NK == N
     for (int i = tid; i < kSlice * pad_words; i += kThreads)
       *reinterpret_cast<int*>(S + (i / pad_words) * RB + N + 4 * (i % pad_words)) = 0;
@@ -241,8 +380,9 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
       const int k = is_c ? lane - pieces : lane;
       int8_t* dst = (is_c ? Cq : Bq) + 16 * k;
       const int8_t* src = (is_c ? a.Cq : a.Bq) + row0 * a.bc_stride + grp * N + 16 * k;
-      const bool copy = lane < 2 * pieces && k < vecs && (scan || !is_c);
-      if (lane < 2 * pieces)
+      const int lanes = kLocalOnly ? pieces : 2 * pieces;  // kLocal: Bq alone
+      const bool copy = lane < lanes && k < vecs && (is_c ? scan : state_step);
+      if (lane < lanes)
         for (int t = warp; t < rows; t += kWarps) {
           if (t < L && copy) {
             cp_async_16(dst + t * RB, src + int64_t(t) * a.bc_stride);
@@ -252,15 +392,36 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
         }
       if (tid == 0) *work_next = 0;
     }
-    // ChunkCumsum: dt by every thread, the sequential cumsum (the CPU's order) by one, meanwhile
-    // the other warps copy the chunk's fp16 x rows (cp.async, 16 bytes an item, zero past the
-    // chunk's end) and transpose Bq; then the per-token exps by every thread.
-    for (int t = tid; t < L; t += kThreads) {
-      float raw = a.dt_raw[(row0 + t) * a.dt_stride + h];
-      if (a.dt_format != 0.f) raw = apply_format_code(raw, a.dt_format);
-      dt[t] = fminf(fmaxf(softplus_like_cpu(__fadd_rn(raw, bias)), a.dt_min), a.dt_max);
+    // ChunkCumsum's values of this (chunk, head), computed by ssdi8_chunk_tables_kernel, arrive with
+    // Bq and Cq; then the chunk's fp16 x rows (cp.async, 16 bytes an item, zero past the chunk's
+    // end), in flight while every warp transposes Bq.
+    {
+      const float* table = chunk_table(a, b, start / a.chunk, h);
+      for (int i = tid; i < lay.rows; i += kThreads) cp_async_16(decay + 4 * i, table + 4 * i);
+      if (tid == 0) *decay_q7 = *reinterpret_cast<const int*>(table + 4 * lay.rows);
     }
-    cp_async_wait_all();  // Bq, Cq: the other warps transpose Bq while warp 0 runs the cumsum
+    cp_async_commit();
+    {
+      // A thread keeps one 8-column piece and steps over rows.
+      constexpr int kVecs = kSlice / 8, kRowStep = kThreads / kVecs;
+      const int p = 8 * (tid % kVecs);
+      int t = tid / kVecs;
+      __half* dst = x16 + t * XS + p;
+      const __half* src = a.x + (row0 + t) * a.x_stride + col0 + p;
+      const int64_t src_step = kRowStep * a.x_stride;
+      for (; t < rows; t += kRowStep, dst += kRowStep * XS, src += src_step) {
+        if (t >= L) {
+          *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
+        } else if (x_vec8) {
+          cp_async_16(dst, src);
+        } else {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) dst[k] = src[k];
+        }
+      }
+    }
+    cp_async_commit();
+    cp_async_wait_pending<1>();  // Bq, Cq and the ChunkCumsum values
     __syncthreads();
     // BqT[n][t], ChunkState's B operand with the token dimension contiguous, transposed from Bq four
     // tokens × four n a lane, a batch 8 token quads × 4 n quads (Bq reads 4-way, BqT writes 2-way
@@ -282,63 +443,8 @@ __global__ void __launch_bounds__(kThreads, 1) ssdi8_chunk_scan_kernel(Ssdi8Chun
       *reinterpret_cast<unsigned*>(out + 3 * TRB) = __byte_perm(hi01, hi23, 0x7632);
     };
 
-    if (warp == 0) {
-      if (lane == 0) {
-        // The CPU's `running += dt·A` (contracted to an FMA by gcc), eight tokens a step so that the
-        // loads and stores leave the chain of FMAs alone; dt past the chunk's end is not read.
-        float running = 0.f;
-        for (int t0 = 0; t0 < L; t0 += 8) {
-          float d[8];
-#pragma unroll
-          for (int r = 0; r < 8; ++r) d[r] = dt[min(t0 + r, L - 1)];
-#pragma unroll
-          for (int r = 0; r < 8; ++r) {
-            running = t0 + r < L ? __fmaf_rn(d[r], A, running) : running;
-            d[r] = running;
-          }
-#pragma unroll
-          for (int r = 0; r < 8; ++r)
-            if (t0 + r < L) cs[t0 + r] = d[r];
-        }
-        *decay_q7 = static_cast<int>(rintf(__fmul_rn(exp_like_cpu(running), 128.f)));
-      }
-    } else {
-      // Meanwhile the others: the chunk's x16 rows (cp.async), then BqT.
-      // A thread keeps one 8-column piece and steps over rows (480 producers: a multiple of kVecs).
-      constexpr int kVecs = kSlice / 8, kRowStep = (kThreads - 32) / kVecs;
-      const int p = 8 * ((tid - 32) % kVecs);
-      int t = (tid - 32) / kVecs;
-      __half* dst = x16 + t * XS + p;
-      const __half* src = a.x + (row0 + t) * a.x_stride + col0 + p;
-      const int64_t src_step = kRowStep * a.x_stride;
-      for (; t < rows; t += kRowStep, dst += kRowStep * XS, src += src_step) {
-        if (t >= L) {
-          *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
-        } else if (x_vec8) {
-          cp_async_16(dst, src);
-        } else {
-#pragma unroll
-          for (int k = 0; k < 8; ++k) dst[k] = src[k];
-        }
-      }
-      if (state_step)
-        for (int batch = warp - 1; batch < bt_batches; batch += kWarps - 1) build_bt(batch);
-    }
-    cp_async_commit();
-    __syncthreads();
-    {
-      const float last = cs[L - 1];
-      for (int t = tid; t < rows; t += kThreads) {
-        if (t >= L) {  // the padding rows' X_scaled come out zero (x16 is zero there too); W finite
-          lut_state[t] = cs2[t] = dt_cb[t] = 0.f;
-          continue;
-        }
-        decay[t] = exp_like_cpu(cs[t]);
-        lut_state[t] = __fmul_rn(dt[t], exp_like_cpu(__fsub_rn(last, cs[t])));
-        cs2[t] = __fmul_rn(cs[t], kLog2e);
-        dt_cb[t] = __fmul_rn(s_cb, dt[t]);
-      }
-    }
+    if (state_step)
+      for (int batch = warp; batch < bt_batches; batch += kWarps) build_bt(batch);
     cp_async_wait_all();
     __syncthreads();
 
@@ -569,69 +675,39 @@ __global__ void __launch_bounds__(kPassThreads) state_pass_kernel(Ssdi8ChunkScan
   const int i = (p - p0) * N4 + nq, words = slice * N4;
   int* at = reinterpret_cast<int*>(a.state + ((int64_t(b) * a.heads + h) * a.headdim + p) * a.dstate) + nq;
   int S = *at;
-  for (int start = 0; start + a.chunk < a.seqlen; start += a.chunk) {
-    *scratch_word(a, b, h, p0, slice, start, words + i) = __int_as_float(S);
-    const int local = __float_as_int(*scratch_word(a, b, h, p0, slice, start, i));
-    const int qd = __float_as_int(*scratch_word(a, b, h, p0, slice, start, 2 * words));
-    S = pack4(pass_state(byte_of(local, 0), qd, byte_of(S, 0)), pass_state(byte_of(local, 1), qd, byte_of(S, 1)),
-              pass_state(byte_of(local, 2), qd, byte_of(S, 2)), pass_state(byte_of(local, 3), qd, byte_of(S, 3)));
+  // The scratch words of chunk 0; chunk c's lie c·chunk rows further. Sloc and Qd of kAhead chunks
+  // are loaded before the chain of passes uses them.
+  const float* local_word = scratch_word(a, b, h, p0, slice, 0, i);
+  const float* qd_word = scratch_word(a, b, h, p0, slice, 0, 2 * words);
+  float* entering_word = scratch_word(a, b, h, p0, slice, 0, words + i);
+  const int64_t step = int64_t(a.chunk) * a.y_stride;
+  constexpr int kAhead = 8;
+  const int passes = (a.seqlen - 1) / a.chunk;  // chunks but the last
+  for (int c0 = 0; c0 < passes; c0 += kAhead) {
+    int local[kAhead], qd[kAhead];
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j)
+      if (c0 + j < passes) {
+        local[j] = __float_as_int(local_word[(c0 + j) * step]);
+        qd[j] = __float_as_int(qd_word[(c0 + j) * step]);
+      }
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j)
+      if (c0 + j < passes) {
+        entering_word[(c0 + j) * step] = __int_as_float(S);
+        S = pack4(pass_state(byte_of(local[j], 0), qd[j], byte_of(S, 0)),
+                  pass_state(byte_of(local[j], 1), qd[j], byte_of(S, 1)),
+                  pass_state(byte_of(local[j], 2), qd[j], byte_of(S, 2)),
+                  pass_state(byte_of(local[j], 3), qd[j], byte_of(S, 3)));
+      }
   }
   *at = S;
 }
 
-// ChunkBMM: the CBq words of one (chunk, sequence, group) — blockIdx (x, y, z) — into the
-// workspace (chunk_cbq's layout). Bq and Cq rows by cp.async (zero past the chunk's end and past
-// dstate), then a warp a tile pair at a time: two int8 MMAs a k step, requantized as the CPU does.
-__global__ void __launch_bounds__(kThreads) ssdi8_chunk_bmm_kernel(Ssdi8ChunkScanArgs a) {
+// ChunkBMM of every (chunk, sequence, group, part): blockIdx (x, y, z / parts, z % parts).
+__global__ void __launch_bounds__(kThreads) ssdi8_chunk_bmm_kernel(Ssdi8ChunkScanArgs a, int parts) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const int c = blockIdx.x, b = blockIdx.y, grp = blockIdx.z;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int N = a.dstate, NK = (N + 31) / 32 * 32, RB = NK + 16;
-  const int start = c * a.chunk, L = min(a.chunk, a.seqlen - start), rows = (L + 31) / 32 * 32;
-  int8_t* Bq = reinterpret_cast<int8_t*>(smem);
-  int8_t* Cq = Bq + rows * RB;
-  const int64_t row0 = int64_t(b) * a.seqlen + start;
-  // The scan kernel's row loading, written out again: one device function for both measured the
-  // scan 7 % slower (8B-like module, four A/B pairs on one machine: 4.51–4.63 against 4.90–4.98 ms).
-  {
-    const int pieces = NK / 16, vecs = N / 16;
-    const bool is_c = lane >= pieces;
-    const int k = is_c ? lane - pieces : lane;
-    int8_t* dst = (is_c ? Cq : Bq) + 16 * k;
-    const int8_t* src = (is_c ? a.Cq : a.Bq) + row0 * a.bc_stride + grp * N + 16 * k;
-    if (lane < 2 * pieces)
-      for (int t = warp; t < rows; t += kWarps) {
-        if (t < L && k < vecs)
-          cp_async_16(dst + t * RB, src + int64_t(t) * a.bc_stride);
-        else
-          *reinterpret_cast<int4*>(dst + t * RB) = make_int4(0, 0, 0, 0);
-      }
-  }
-  cp_async_wait_all();
-  __syncthreads();
-  const float cb_mult = __fdiv_rn(__fmul_rn(a.C_scales[grp], a.B_scales[grp]), a.cb_scales[grp]);
-  const uint32_t Bq_s = shared_address(Bq), Cq_s = shared_address(Cq);
-  uint2* out = const_cast<uint2*>(chunk_cbq(a, b, c, grp));
-  const int tiles = (L + kTile - 1) / kTile;
-  for (int T = 0, pair = 0; T < tiles; ++T)
-    for (int S = 0; S <= T; ++S, ++pair) {
-      if (pair % kWarps != warp) continue;
-      const uint32_t c_rows = Cq_s + T * kTile * RB + 2 * a_lane_offset(lane, RB / 2);
-      const uint32_t b_rows = Bq_s + S * kTile * RB + 2 * bt_lane_offset(lane, RB / 2);
-      int cb[2][4] = {};
-      for (int k = 0; k < NK; k += 32) {
-        uint32_t af[4], bf[4];
-        ldmatrix_x4(af, c_rows + k);
-        ldmatrix_x4(bf, b_rows + k);
-        mma_s8_16832(cb[0], af, bf[0], bf[1]);
-        mma_s8_16832(cb[1], af, bf[2], bf[3]);
-      }
-      out[pair * 32 + lane] =
-          make_uint2(pack4(requantize(cb[0][0], cb_mult), requantize(cb[0][1], cb_mult), requantize(cb[0][2], cb_mult),
-                           requantize(cb[0][3], cb_mult)),
-                     pack4(requantize(cb[1][0], cb_mult), requantize(cb[1][1], cb_mult), requantize(cb[1][2], cb_mult),
-                           requantize(cb[1][3], cb_mult)));
-    }
+  chunk_bmm(a, smem, blockIdx.x, blockIdx.y, blockIdx.z / parts, blockIdx.z % parts, parts);
 }
 
 bool shape_supported(const Ssdi8ChunkScanArgs& a) {
@@ -661,7 +737,10 @@ struct Plan {
   int chunks = 1;       // chunks per sequence
   bool split = false;   // kLocal, state_pass_kernel, kScan rather than kWhole
   size_t smem = 0;
-  size_t bmm_smem = 0;  // ssdi8_chunk_bmm_kernel's Bq and Cq rows
+  size_t bmm_smem = 0;  // ChunkBMM's Bq and Cq rows
+  size_t local_smem = 0;  // the kLocal launch's: its layout, or ChunkBMM's where larger
+  int bmm_parts = 1;    // blocks a (sequence, chunk, group)'s ChunkBMM is split over
+  int bmm_z = 0;        // grid z slices of the kLocal launch that run ChunkBMM
 };
 
 size_t bmm_shared_bytes(const Ssdi8ChunkScanArgs& a) {
@@ -683,6 +762,7 @@ bool make_plan(const Ssdi8ChunkScanArgs& a, Plan* plan) {
   while (a.headdim % slice != 0) slice /= 2;
   const int64_t splits = a.headdim / slice;
   plan->chunks = (a.seqlen + a.chunk - 1) / a.chunk;
+  if (int64_t(plan->chunks) * a.heads > INT32_MAX) return false;  // ChunkCumsum's grid
   {
     // In units of a quarter chunk per SM: kWhole takes ceil(blocks / SMs) waves of all chunks; the
     // split takes the blocks' chunks spread evenly, kLocal's (about a quarter of a chunk's work
@@ -705,37 +785,53 @@ bool make_plan(const Ssdi8ChunkScanArgs& a, Plan* plan) {
   plan->slice = slice;
   plan->smem = make_layout(a.chunk, a.dstate, slice).total;
   plan->bmm_smem = bmm_shared_bytes(a);
-  return plan->smem <= static_cast<size_t>(max_smem) && plan->bmm_smem <= static_cast<size_t>(max_smem);
+  plan->local_smem = std::max(make_layout(a.chunk, a.dstate, slice, true).total, plan->bmm_smem);
+  // ChunkBMM in parts while its blocks would leave most SMs idle (at most 4: each part loads all rows).
+  const int64_t bmm_blocks = int64_t(plan->chunks) * a.batch * a.groups;
+  plan->bmm_parts = static_cast<int>(std::clamp<int64_t>(sms / bmm_blocks, 1, 4));
+  if (plan->split) {
+    const int64_t per_z = int64_t(a.heads) * (a.headdim / slice) * a.batch;
+    plan->bmm_z = static_cast<int>((bmm_blocks * plan->bmm_parts + per_z - 1) / per_z);
+    if (plan->chunks - 1 + int64_t(plan->bmm_z) > 65535) return false;
+  }
+  return plan->smem <= static_cast<size_t>(max_smem) && plan->local_smem <= static_cast<size_t>(max_smem);
+}
+
+template <class Kernel>
+cudaError_t allow_shared(Kernel kernel, size_t bytes) {
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
 }
 
 template <int kSlice, int kDstate>
 cudaError_t launch_with(const Ssdi8ChunkScanArgs& a, const Plan& plan, cudaStream_t stream) {
-  const auto kernel = ssdi8_chunk_scan_kernel<kSlice, kDstate>;
-  const cudaError_t status =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem));
-  if (status != cudaSuccess) return status;
-  const cudaError_t bmm_status = cudaFuncSetAttribute(ssdi8_chunk_bmm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      static_cast<int>(plan.bmm_smem));
-  if (bmm_status != cudaSuccess) return bmm_status;
-  ssdi8_chunk_bmm_kernel<<<dim3(plan.chunks, a.batch, a.groups), kThreads, plan.bmm_smem, stream>>>(a);
+  const auto kernel = ssdi8_chunk_scan_kernel<kSlice, kDstate, false>;
+  if (const cudaError_t status = allow_shared(kernel, plan.smem); status != cudaSuccess) return status;
   const int blocks_x = a.heads * (a.headdim / kSlice);
+  if (!a.tables_ready) ssdi8_chunk_tables_kernel<<<dim3(plan.chunks * a.heads, a.batch), kTableThreads, 0, stream>>>(a);
   if (!plan.split) {
-    kernel<<<dim3(blocks_x, a.batch), kThreads, plan.smem, stream>>>(a, kWhole);
+    if (const cudaError_t status = allow_shared(ssdi8_chunk_bmm_kernel, plan.bmm_smem); status != cudaSuccess)
+      return status;
+    ssdi8_chunk_bmm_kernel<<<dim3(plan.chunks, a.batch, a.groups * plan.bmm_parts), kThreads, plan.bmm_smem, stream>>>(
+        a, plan.bmm_parts);
+    kernel<<<dim3(blocks_x, a.batch), kThreads, plan.smem, stream>>>(a, kWhole, 1);
     return cudaGetLastError();
   }
-  kernel<<<dim3(blocks_x, a.batch, plan.chunks - 1), kThreads, plan.smem, stream>>>(a, kLocal);
+  const auto local = ssdi8_chunk_scan_kernel<kSlice, kDstate, true>;
+  if (const cudaError_t status = allow_shared(local, plan.local_smem); status != cudaSuccess) return status;
+  local<<<dim3(blocks_x, a.batch, plan.chunks - 1 + plan.bmm_z), kThreads, plan.local_smem, stream>>>(a, kLocal,
+                                                                                                      plan.bmm_parts);
   const int pass_blocks = (a.headdim * (a.dstate / 4) + kPassThreads - 1) / kPassThreads;
   state_pass_kernel<<<dim3(pass_blocks, a.heads, a.batch), kPassThreads, 0, stream>>>(a, kSlice);
-  kernel<<<dim3(blocks_x, a.batch, plan.chunks), kThreads, plan.smem, stream>>>(a, kScan);
+  kernel<<<dim3(blocks_x, a.batch, plan.chunks), kThreads, plan.smem, stream>>>(a, kScan, 1);
   return cudaGetLastError();
 }
 
 }  // namespace
 
 size_t ssdi8_chunk_scan_workspace_bytes(const Ssdi8ChunkScanArgs& a) {
-  if (a.batch < 1 || a.seqlen < 1 || a.groups < 1 || a.chunk < 1) return 0;
+  if (a.batch < 1 || a.seqlen < 1 || a.groups < 1 || a.heads < 1 || a.chunk < 1) return 0;
   const int64_t chunks = (a.seqlen + a.chunk - 1) / a.chunk;
-  return size_t(a.batch) * chunks * a.groups * tile_pairs(a.chunk) * 256;
+  return cbq_bytes(a) + size_t(a.batch) * chunks * a.heads * table_bytes(a.chunk);
 }
 
 bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& a) {
@@ -752,6 +848,13 @@ cudaError_t launch_ssdi8_chunk_scan(const Ssdi8ChunkScanArgs& a, cudaStream_t st
     case 32: return launch_with<32, 0>(a, plan, stream);
     default: return launch_with<16, 0>(a, plan, stream);
   }
+}
+
+cudaError_t launch_ssdi8_chunk_tables(const Ssdi8ChunkScanArgs& a, cudaStream_t stream) {
+  Plan plan;
+  if (!make_plan(a, &plan)) return cudaErrorInvalidValue;
+  ssdi8_chunk_tables_kernel<<<dim3(plan.chunks * a.heads, a.batch), kTableThreads, 0, stream>>>(a);
+  return cudaGetLastError();
 }
 
 }  // namespace ssdq::kernels

@@ -56,27 +56,36 @@ struct Ssdi8ChunkScanArgs {
   // (sequence, chunk, group), computed once for all the group's heads.
   void* workspace = nullptr;
   Ssdi8ChunkScanSchedule schedule = Ssdi8ChunkScanSchedule::kAuto;
+  // The workspace already holds ChunkCumsum's values for these dt (launch_ssdi8_chunk_tables, e.g. on
+  // another stream as soon as dt was written): launch_ssdi8_chunk_scan skips that launch.
+  bool tables_ready = false;
 };
 
 // Shapes handled: dstate a multiple of 16 up to 256; headdim a multiple of 16 up to 128; chunk
 // 1..256; heads divisible by groups; batch ≤ 65535; every pointer set; state, Bq and Cq 16-byte
 // aligned with bc_stride a multiple of 16; row strides at least a row; and the shared memory
 // within the current device's per-block limit:
-// (2·R + c)·(K + 16) + (dstate + c)·(R + 16) + 2·R·(c + 8) + 24·R + 16·c + 32 bytes, R = chunk and
+// (2·R + c)·(K + 16) + (dstate + c)·(R + 16) + 2·R·(c + 8) + 16·R + 16·c + 32 bytes, R = chunk and
 // K = dstate each rounded up to 32, for the c = 64, 32 or 16 headdim columns a block takes
-// (179,232 B at chunk 256, dstate 128, c = 64; dstate 256 needs chunk ≤ 224).
+// (177,184 B at chunk 256, dstate 128, c = 64; dstate 256 needs chunk ≤ 224).
 bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& args);
 
-// batch · chunks · groups · T(T+1)/2 · 256 bytes, T = ceil(chunk / 16): 34,816 bytes a (sequence,
-// chunk, group) at chunk 256.
+// batch · chunks · (groups · T(T+1)/2 · 256 + heads · (16·R + 16)) bytes, T = ceil(chunk / 16), R =
+// chunk rounded up to 32: the requantized C·Bᵀ of every (sequence, chunk, group) and ChunkCumsum's
+// per-token values of every (sequence, chunk, head); 34,816 + heads · 4,112 bytes a (sequence, chunk)
+// at chunk 256 and one group. Reads batch, seqlen, heads, groups and chunk.
 size_t ssdi8_chunk_scan_workspace_bytes(const Ssdi8ChunkScanArgs& args);
 
-// Two launches on `stream` (ChunkBMM into the workspace, then the chunked scan), or four when too
-// few (sequence, head) pairs to fill the GPU and chunk ≥ dstate/2 + 1 (the chunks then run in
-// parallel: chunk-local states, a pass over the chunks, then y; same results bit for bit). No
-// allocation: y serves as scratch between the launches, so it must not be read or written by
-// others until the launches complete.
-// cudaErrorInvalidValue for unsupported arguments.
+// Three launches on `stream` (ChunkCumsum's per-token values and ChunkBMM into the workspace, then
+// the chunked scan), or four when too few (sequence, head) pairs to fill the GPU and chunk ≥
+// dstate/2 + 1 (the chunks then run in parallel: chunk-local states with ChunkBMM in the same
+// launch, a pass over the chunks, then y; same results bit for bit). No allocation: y serves as
+// scratch between the launches, so it must not be read or written by others until the launches
+// complete. cudaErrorInvalidValue for unsupported arguments.
 cudaError_t launch_ssdi8_chunk_scan(const Ssdi8ChunkScanArgs& args, cudaStream_t stream);
+
+// ChunkCumsum alone (dt, the sequential cumsum, the per-token exps into the workspace): needs dt_raw,
+// dt_bias, dt_min / dt_max, dt_format, A, cb_scales and the workspace, not x, B, C or y.
+cudaError_t launch_ssdi8_chunk_tables(const Ssdi8ChunkScanArgs& args, cudaStream_t stream);
 
 }  // namespace ssdq::kernels

@@ -500,9 +500,10 @@ struct QuantizedCudaBackend::Impl {
     const size_t x8 = layout.add(M * widest_in), x16 = layout.add(M * widest_in * 2), expanded = layout.add(expand_bytes);
     const size_t ssd_bc = layout.add(any_ssdi8 ? M * 2 * c.ngroups * c.d_state : 0);  // the SSDi8 kernel's int8 B|C rows
     const size_t xbc8 = layout.add(any_split_in_proj ? M * c.conv_dim() : 0);  // split in_proj's int8 x|B|C rows
-    kernels::Ssdi8ChunkScanArgs ssdi8_shape;  // the SSDi8 kernel's C·Bᵀ workspace at the largest batch and length
+    kernels::Ssdi8ChunkScanArgs ssdi8_shape;  // the SSDi8 kernel's workspace at the largest batch and length
     ssdi8_shape.batch = static_cast<int>(batch);
     ssdi8_shape.seqlen = static_cast<int>(length);
+    ssdi8_shape.heads = static_cast<int>(c.nheads());
     ssdi8_shape.groups = static_cast<int>(c.ngroups);
     ssdi8_shape.chunk = static_cast<int>(c.chunk_size);
     const size_t ssd_cb = layout.add(any_ssdi8 ? kernels::ssdi8_chunk_scan_workspace_bytes(ssdi8_shape) : 0);
@@ -765,7 +766,8 @@ struct QuantizedCudaBackend::Impl {
     return {z_dt, xbc};
   }
 
-  bool enqueue_split_in_proj(const DeviceLayer& d, int64_t m) const {
+  // `ssd_tables`: the SSDi8 scan's ChunkCumsum, run on the second stream right after dt is written.
+  bool enqueue_split_in_proj(const DeviceLayer& d, int64_t m, const kernels::Ssdi8ChunkScanArgs* ssd_tables) const {
     if (!d.split_in_proj || m < kFusedS8GemmMinRows) return false;
     const auto [z_dt, xbc] = split_in_proj_args(d, m);
     if (!kernels::gemm_s8_scaled_supported(z_dt) || !kernels::gemm_s8_scaled_supported(xbc)) return false;
@@ -773,8 +775,48 @@ struct QuantizedCudaBackend::Impl {
     cuda_ok(cudaStreamWaitEvent(side_stream, fork_event, 0), "cudaStreamWaitEvent");
     cuda_ok(kernels::launch_gemm_s8_scaled(xbc, stream), "in_proj (x|B|C as int8)");
     cuda_ok(kernels::launch_gemm_s8_scaled(z_dt, side_stream), "in_proj (z|dt)");
+    if (ssd_tables) cuda_ok(kernels::launch_ssdi8_chunk_tables(*ssd_tables, side_stream), "ssdi8 ChunkCumsum");
     cuda_ok(cudaEventRecord(join_event, side_stream), "cudaEventRecord");
     return true;
+  }
+
+  kernels::Ssdi8ChunkScanArgs ssdi8_args(const DeviceLayer& d, int64_t batch, int64_t length, void* ssm_state) const {
+    const Mamba2Config& c = config;
+    const int64_t E = c.d_inner(), H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state, GN = G * N;
+    kernels::Ssdi8ChunkScanArgs s;
+    s.batch = static_cast<int>(batch);
+    s.seqlen = static_cast<int>(length);
+    s.heads = static_cast<int>(H);
+    s.headdim = static_cast<int>(P);
+    s.groups = static_cast<int>(G);
+    s.dstate = static_cast<int>(N);
+    s.chunk = static_cast<int>(c.chunk_size);
+    s.x = work.x16;
+    s.x_stride = E;
+    s.Bq = work.ssd_bc;
+    s.Cq = work.ssd_bc + GN;
+    s.bc_stride = 2 * GN;
+    s.dt_raw = work.zxbcdt + d.dt_at;
+    s.dt_stride = c.d_in_proj();
+    s.dt_bias = d.dt_bias.at<float>(0);
+    s.dt_min = static_cast<float>(c.dt_min);
+    s.dt_max = static_cast<float>(std::min<double>(c.dt_max, 3e38));
+    if (d.dt_format_in_kernel()) s.dt_format = d.dt_code;
+    s.A = d.A.at<float>(0);
+    s.D = d.D.at<float>(0);
+    s.B_scales = d.s_B.at<float>(0);
+    s.C_scales = d.s_C.at<float>(0);
+    s.x_scaled_scales = d.s_xs.at<float>(0);
+    s.state_scales = d.s_s.at<float>(0);
+    s.cb_scales = d.s_cb.at<float>(0);
+    s.state = static_cast<int8_t*>(ssm_state);
+    s.y = work.y;
+    s.y_stride = E;
+    s.workspace = work.ssd_cb;
+    if (!kernels::ssdi8_chunk_scan_supported(s))
+      fail("CUDA: the SSDi8 kernel does not support heads {} × headdim {}, d_state {}, chunk {} on this device", H, P,
+           N, c.chunk_size);
+    return s;
   }
 
   void enqueue_layer(const DeviceLayer& d, int64_t batch, int64_t length, QuantizedCudaState& state, int64_t l,
@@ -786,6 +828,9 @@ struct QuantizedCudaBackend::Impl {
 
     // The previous out_proj either added its output into the residual itself or left it in proj.
     const bool pending_delta = previous && !adds_into_residual(previous->out_proj, M);
+    const bool ssdi8_prefill = d.ssdi8 && length > 1;
+    kernels::Ssdi8ChunkScanArgs ssd;
+    if (ssdi8_prefill) ssd = ssdi8_args(d, batch, length, state.ssm(l));
     bool xbc_int8 = false;  // in_proj split: x|B|C in work.xbc8 as int8 codes, z|dt in work.zxbcdt
     if (!pending_delta && norm_in_gemv(d, M)) {
       enqueue_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj (with the RMSNorm)",
@@ -807,7 +852,10 @@ struct QuantizedCudaBackend::Impl {
       if (!int8_input) enqueue_format(d.in_proj_in, work.normed, M, D, D, Reader::kFloat16, "in_proj input");
       // Prefill only: in a decode step the two streams cost more than the conv saves (2.7b W8A8
       // TPOT at batch 64: 12.84 → 13.64 ms; docs/kernels/gemm.md).
-      xbc_int8 = length > 1 && enqueue_split_in_proj(d, M);
+      // With dt's format applied in the SSDi8 kernels, its ChunkCumsum follows dt on the second stream.
+      const bool tables_early = ssdi8_prefill && d.dt_format_in_kernel();
+      xbc_int8 = length > 1 && enqueue_split_in_proj(d, M, tables_early ? &ssd : nullptr);
+      ssd.tables_ready = xbc_int8 && tables_early;
       if (!xbc_int8) enqueue_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj");
     }
 
@@ -830,7 +878,6 @@ struct QuantizedCudaBackend::Impl {
     conv.out_type = ElementType::kF32;
     conv.in_formats = d.conv_in_codes.bytes() ? d.conv_in_codes.at<float>(0) : nullptr;
     conv.out_formats = d.conv_out_codes.bytes() ? d.conv_out_codes.at<float>(0) : nullptr;
-    const bool ssdi8_prefill = d.ssdi8 && length > 1;
     const kernels::SsdChunkScanArgs chunked = float_ssd_args(d, batch, length, state.ssm(l));
     const bool float_chunked = d.fp16_chunked_ssd && length > 1 && kernels::ssd_chunk_scan_supported(chunked);
     if (ssdi8_prefill) {  // the SSDi8 kernel's operands: fp16 x (ssd.x's format), int8 B|C rows
@@ -851,40 +898,7 @@ struct QuantizedCudaBackend::Impl {
 
     const float dt_min = static_cast<float>(c.dt_min), dt_max = static_cast<float>(std::min<double>(c.dt_max, 3e38));
     if (ssdi8_prefill) {
-      kernels::Ssdi8ChunkScanArgs s;
-      s.batch = static_cast<int>(batch);
-      s.seqlen = static_cast<int>(length);
-      s.heads = static_cast<int>(H);
-      s.headdim = static_cast<int>(P);
-      s.groups = static_cast<int>(G);
-      s.dstate = static_cast<int>(N);
-      s.chunk = static_cast<int>(c.chunk_size);
-      s.x = work.x16;
-      s.x_stride = E;
-      s.Bq = work.ssd_bc;
-      s.Cq = work.ssd_bc + GN;
-      s.bc_stride = 2 * GN;
-      s.dt_raw = dt_raw;
-      s.dt_stride = in_dim;
-      s.dt_bias = d.dt_bias.at<float>(0);
-      s.dt_min = dt_min;
-      s.dt_max = dt_max;
-      if (dt_in_kernel) s.dt_format = d.dt_code;
-      s.A = d.A.at<float>(0);
-      s.D = d.D.at<float>(0);
-      s.B_scales = d.s_B.at<float>(0);
-      s.C_scales = d.s_C.at<float>(0);
-      s.x_scaled_scales = d.s_xs.at<float>(0);
-      s.state_scales = d.s_s.at<float>(0);
-      s.cb_scales = d.s_cb.at<float>(0);
-      s.state = static_cast<int8_t*>(state.ssm(l));
-      s.y = work.y;
-      s.y_stride = E;
-      s.workspace = work.ssd_cb;
-      if (!kernels::ssdi8_chunk_scan_supported(s))
-        fail("CUDA: the SSDi8 kernel does not support heads {} × headdim {}, d_state {}, chunk {} on this device", H, P,
-             N, c.chunk_size);
-      cuda_ok(kernels::launch_ssdi8_chunk_scan(s, stream), "ssdi8_chunk_scan");
+      cuda_ok(kernels::launch_ssdi8_chunk_scan(ssd, stream), "ssdi8_chunk_scan");
     } else if (float_chunked) {
       cuda_ok(kernels::launch_ssd_chunk_scan(chunked, stream), "ssd_chunk_scan (float SSD)");
     } else {
