@@ -14,6 +14,8 @@ constexpr int kThreads = 512;  // 16 warps: one 16-row tile of the chunk each in
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 16;      // CB tiles are kTile × kTile (the m16 of the MMAs)
 constexpr int kMaxSlice = 64;  // headdim columns per block (a multiple of 16: n8 tile pairs)
+// The kernel's phases (see the comment above ssdi8_chunk_scan_kernel), each its own instantiation.
+enum Phase { kWhole = 0, kLocal = 1, kScan = 2 };
 
 // The row tile a warp takes in ChunkBMM/ChunkScan (a permutation of 0..15; a chunk has at most 16
 // tiles). Tile T costs T + 1 tile pairs; warps w, w + 4, w + 8, w + 12 share a sub-partition
@@ -43,10 +45,12 @@ struct Layout {
       decay_q7, work_next, total;
 };
 
-// The local phase alone (kLocal, see Phase) needs no Cq and no S, builds XqT only after BqT is
-// built (XqT takes Bq's place), and reads x16 with plain loads (rows without the ldmatrix padding):
-// 110.7 KB at chunk 256, dstate 128, 64 columns, two blocks an SM.
-__host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice, bool local_only = false) {
+// The split launch's phases take less: kLocal needs no Cq and no S, builds XqT only after BqT is
+// built (XqT takes Bq's place) and reads x16 with plain loads (rows without the ldmatrix padding):
+// 110.7 KB at chunk 256, dstate 128, 64 columns; kScan needs no Bq, BqT or XqT: 87.7 KB. Both run
+// two blocks an SM.
+__host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice, int phase = kWhole) {
+  const bool local_only = phase == kLocal, scan_only = phase == kScan;
   Layout l{};
   l.nk = (dstate + 31) / 32 * 32;
   l.row_bytes = l.nk + 16;
@@ -59,12 +63,13 @@ __host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice, 
     at = (at + bytes + 15) / 16 * 16;
     return here;
   };
-  l.B = take(size_t(l.rows) * l.row_bytes);
+  l.B = scan_only ? 0 : take(size_t(l.rows) * l.row_bytes);
   l.C = local_only ? l.B : take(size_t(l.rows) * l.row_bytes);
-  l.BT = take(size_t(dstate) * l.trow_bytes);
+  if (scan_only) l.B = l.C;
+  l.BT = scan_only ? l.C : take(size_t(dstate) * l.trow_bytes);
   l.S = local_only ? l.B : take(size_t(slice) * l.row_bytes);
   const bool xt_in_b = local_only && size_t(slice) * l.trow_bytes <= size_t(l.rows) * l.row_bytes;
-  l.XT = xt_in_b ? l.B : take(size_t(slice) * l.trow_bytes);
+  l.XT = scan_only ? l.C : xt_in_b ? l.B : take(size_t(slice) * l.trow_bytes);
   l.x16 = take(size_t(l.rows) * l.x16_stride * sizeof(__half));
   l.decay = take(sizeof(float) * l.rows);                            // exp(cs[t])
   l.lut_state = take(sizeof(float) * l.rows);                        // dt[t]·exp(cs[L-1] - cs[t])
@@ -200,23 +205,35 @@ __global__ void __launch_bounds__(kTableThreads) ssdi8_chunk_tables_kernel(Ssdi8
 }
 
 // The kernel's phases. kWhole walks all chunks of a (sequence, head, slice) in one block. With
-// enough chunks per block it splits in three launches that need no workspace:
-//   kLocal (one block per chunk but the last): dt, cs, Xq and ChunkState: Sloc and Qd to the scratch;
-//   state_pass_kernel (per state word, sequential over chunks): the state entering each chunk but
-//       the last to the scratch, the one entering the last chunk to `state`;
-//   kScan (one block per chunk): kWhole's steps for that chunk, with the state entering it read
-//       back; the block of the last chunk also runs ChunkState and StatePassing: the final state.
+// enough chunks per block it splits in three launches (after ChunkCumsum's):
+//   kLocal (one block per chunk; ChunkBMM in blocks past them): Xq and ChunkState: Sloc to the scratch;
+//   state_pass_kernel (per state word, sequential over chunks): the state entering each chunk to the
+//       scratch, the final state to `state`;
+//   kScan (one block per chunk, 256 threads): kWhole's ChunkScan for that chunk, with the state
+//       entering it read back.
 // Every value is computed by the same expression as in kWhole, so the results are the same bits.
-enum Phase { kWhole = 0, kLocal = 1, kScan = 2 };
 
 // The scratch of chunk `start` (a multiple of `chunk`, not the last chunk) of sequence b, head h,
 // slice [p0, p0 + slice): the block's own part of y (rows start.., columns p0.. of head h), which
 // kScan overwrites with y only after reading the state back. Int word i lies at row i / slice,
 // column i % slice, stored bit for bit as a float. Words [0, W): Sloc, [W, 2W): the state entering
-// the chunk, 2W: Qd, with W = slice·dstate/4, the int8 [slice][dstate] row-major, four n a word:
-// dstate/2 + 1 rows, so a chunk needs chunk ≥ dstate/2 + 1.
+// the chunk, with W = slice·dstate/4, the int8 [slice][dstate] row-major, four n a word: dstate/2
+// rows, so a chunk needs chunk ≥ dstate/2 (the plan asks dstate/2 + 1).
 __device__ inline float* scratch_word(const Ssdi8ChunkScanArgs& a, int b, int h, int p0, int slice, int start, int i) {
   return a.y + (int64_t(b) * a.seqlen + start + i / slice) * a.y_stride + int64_t(h) * a.headdim + p0 + i % slice;
+}
+
+// The last chunk may be too short for a scratch in y: its Sloc (which = 0) and the state entering it
+// (which = 1) lie in the workspace after ChunkCumsum's values, [headdim][dstate] int8 per (sequence,
+// head); word i of slice p0 at int i from the returned pointer.
+__host__ __device__ inline size_t tables_total_bytes(const Ssdi8ChunkScanArgs& a) {
+  const int64_t chunks = (a.seqlen + a.chunk - 1) / a.chunk;
+  return size_t(a.batch) * chunks * a.heads * table_bytes(a.chunk);
+}
+__device__ inline int* last_chunk_words(const Ssdi8ChunkScanArgs& a, int b, int h, int p0, int which) {
+  char* base = static_cast<char*>(a.workspace) + cbq_bytes(a) + tables_total_bytes(a);
+  return reinterpret_cast<int*>(base + ((int64_t(b) * a.heads + h) * 2 + which) * a.headdim * a.dstate +
+                                int64_t(p0) * a.dstate);
 }
 
 // ChunkBMM: the CBq words of chunk c of sequence b, group grp, into the workspace (chunk_cbq's
@@ -275,16 +292,19 @@ __device__ __forceinline__ void chunk_bmm(const Ssdi8ChunkScanArgs& a, unsigned 
 }
 
 // kSlice: headdim columns per block (16, 32 or 64). kDstate: dstate known at compile time (the
-// official Mamba-2 models' 128: the MMA loops over it unroll), or 0 for any. kLocalOnly: the kLocal
-// launch (its own shared memory layout, two blocks an SM), whose blocks past the chunks' run
-// ChunkBMM in `bmm_parts` parts: they fill the launch's last wave.
-template <int kSlice, int kDstate, bool kLocalOnly>
-__global__ void __launch_bounds__(kThreads, kLocalOnly ? 2 : 1)
-    ssdi8_chunk_scan_kernel(Ssdi8ChunkScanArgs a, int phase_arg, int bmm_parts) {
+// official Mamba-2 models' 128: the MMA loops over it unroll), or 0 for any. kPhase: see Phase;
+// kLocal and kScan have their own shared memory layouts and run two blocks an SM; kLocal's blocks
+// past the chunks' run ChunkBMM in `bmm_parts` parts (they fill the launch's last wave), and kScan's
+// 8 warps take two row tiles each (T and 15 - T: 17 tile pairs each at 16 tiles).
+constexpr int block_threads(int phase) { return phase == kScan ? kThreads / 2 : kThreads; }
+template <int kSlice, int kDstate, int kPhase>
+__global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 2)
+    ssdi8_chunk_scan_kernel(Ssdi8ChunkScanArgs a, int bmm_parts) {
   constexpr int kN8 = kSlice / 8;  // n8 tiles of the slice's columns
+  constexpr int kBlockThreads = block_threads(kPhase), kBlockWarps = kBlockThreads / 32, phase = kPhase;
   extern __shared__ __align__(16) unsigned char smem[];
-  if constexpr (kLocalOnly) {
-    const int local_z = (a.seqlen + a.chunk - 1) / a.chunk - 1;
+  if constexpr (kPhase == kLocal) {
+    const int local_z = (a.seqlen + a.chunk - 1) / a.chunk;
     if (int(blockIdx.z) >= local_z) {
       int item = ((blockIdx.z - local_z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
       const int part = item % bmm_parts;
@@ -292,12 +312,11 @@ __global__ void __launch_bounds__(kThreads, kLocalOnly ? 2 : 1)
       const int grp = item % a.groups;
       item /= a.groups;
       const int b = item % a.batch, c = item / a.batch;
-      if (c <= local_z) chunk_bmm(a, smem, c, b, grp, part, bmm_parts);
+      if (c < local_z) chunk_bmm(a, smem, c, b, grp, part, bmm_parts);
       return;
     }
   }
-  const int phase = kLocalOnly ? int(kLocal) : phase_arg;
-  const Layout lay = make_layout(a.chunk, a.dstate, kSlice, kLocalOnly);
+  const Layout lay = make_layout(a.chunk, a.dstate, kSlice, kPhase);
   const int N = kDstate ? kDstate : a.dstate;
   const int NK = kDstate ? (kDstate + 31) / 32 * 32 : lay.nk, RB = NK + 16;
   const int TRB = lay.trow_bytes, XS = lay.x16_stride;
@@ -326,7 +345,7 @@ __global__ void __launch_bounds__(kThreads, kLocalOnly ? 2 : 1)
   const float s_B = a.B_scales[grp], s_C = a.C_scales[grp];
   const float Dh = a.D[h];
 
-  for (int p = tid; p < kSlice; p += kThreads) {
+  for (int p = tid; p < kSlice; p += kBlockThreads) {
     const float s_xs = a.x_scaled_scales[col0 + p], s_s = a.state_scales[col0 + p];
     xs_scale[p] = s_xs;
     inv_xs_scale[p] = __frcp_rn(s_xs);
@@ -340,22 +359,23 @@ __global__ void __launch_bounds__(kThreads, kLocalOnly ? 2 : 1)
   const int nquads = N / 4, words = kSlice * nquads;  // words of the slice's state in the scratch
   int8_t* state = a.state + ((int64_t(b) * a.heads + h) * a.headdim + p0) * N;
   // The state's padding bytes (n ≥ N) stay zero: the C·S product reads them.
-  if (!kLocalOnly && NK > N) {
+  if (kPhase != kLocal && NK > N) {
     const int pad_words = max((NK - N) / 4, 1);  // ≥ 1: the branch is dead when NK == N
-    for (int i = tid; i < kSlice * pad_words; i += kThreads)
+    for (int i = tid; i < kSlice * pad_words; i += kBlockThreads)
       *reinterpret_cast<int*>(S + (i / pad_words) * RB + N + 4 * (i % pad_words)) = 0;
   }
-  if (phase == kWhole || (phase == kScan && last_chunk)) {
+  if (phase == kWhole) {
     const int vecs = N / 16;
-    for (int i = tid; i < kSlice * vecs; i += kThreads) {
+    for (int i = tid; i < kSlice * vecs; i += kBlockThreads) {
       const int p = i / vecs, k = i % vecs;
       *reinterpret_cast<int4*>(S + p * RB + 16 * k) = *reinterpret_cast<const int4*>(state + int64_t(p) * N + 16 * k);
     }
   } else if (phase == kScan) {  // the state entering the chunk, from the scratch this block overwrites
-    for (int i = tid; i < words; i += kThreads) {
+    const int* entering = last_chunk_words(a, b, h, p0, 1);
+    for (int i = tid; i < words; i += kBlockThreads) {
       const int p = i / nquads, k = i % nquads;
       *reinterpret_cast<int*>(S + p * RB + 4 * k) =
-          __float_as_int(*scratch_word(a, b, h, p0, kSlice, c_begin * a.chunk, words + i));
+          last_chunk ? entering[i] : __float_as_int(*scratch_word(a, b, h, p0, kSlice, c_begin * a.chunk, words + i));
     }
   }
   const bool scan = phase != kLocal;  // ChunkBMM, ChunkScan and y
@@ -367,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, kLocalOnly ? 2 : 1)
 
   for (int start = c_begin * a.chunk; start < a.seqlen && start < c_end * a.chunk; start += a.chunk) {
     const int L = min(a.chunk, a.seqlen - start);
-    const bool state_step = phase != kScan || last_chunk;  // ChunkState (and StatePassing)
+    constexpr bool state_step = kPhase != kScan;  // ChunkState (and StatePassing)
     const int rows = (L + 31) / 32 * 32;  // padded to the int8 MMA's k
     const int64_t row0 = int64_t(b) * a.seqlen + start;
 
@@ -380,10 +400,10 @@ __global__ void __launch_bounds__(kThreads, kLocalOnly ? 2 : 1)
       const int k = is_c ? lane - pieces : lane;
       int8_t* dst = (is_c ? Cq : Bq) + 16 * k;
       const int8_t* src = (is_c ? a.Cq : a.Bq) + row0 * a.bc_stride + grp * N + 16 * k;
-      const int lanes = kLocalOnly ? pieces : 2 * pieces;  // kLocal: Bq alone
-      const bool copy = lane < lanes && k < vecs && (is_c ? scan : state_step);
-      if (lane < lanes)
-        for (int t = warp; t < rows; t += kWarps) {
+      const bool active = lane < 2 * pieces && (is_c ? kPhase != kLocal : kPhase != kScan);
+      const bool copy = k < vecs;
+      if (active)
+        for (int t = warp; t < rows; t += kBlockWarps) {
           if (t < L && copy) {
             cp_async_16(dst + t * RB, src + int64_t(t) * a.bc_stride);
           } else if (t >= L || k >= vecs) {
@@ -397,13 +417,13 @@ __global__ void __launch_bounds__(kThreads, kLocalOnly ? 2 : 1)
     // end), in flight while every warp transposes Bq.
     {
       const float* table = chunk_table(a, b, start / a.chunk, h);
-      for (int i = tid; i < lay.rows; i += kThreads) cp_async_16(decay + 4 * i, table + 4 * i);
+      for (int i = tid; i < lay.rows; i += kBlockThreads) cp_async_16(decay + 4 * i, table + 4 * i);
       if (tid == 0) *decay_q7 = *reinterpret_cast<const int*>(table + 4 * lay.rows);
     }
     cp_async_commit();
     {
       // A thread keeps one 8-column piece and steps over rows.
-      constexpr int kVecs = kSlice / 8, kRowStep = kThreads / kVecs;
+      constexpr int kVecs = kSlice / 8, kRowStep = kBlockThreads / kVecs;
       const int p = 8 * (tid % kVecs);
       int t = tid / kVecs;
       __half* dst = x16 + t * XS + p;
@@ -444,7 +464,7 @@ __global__ void __launch_bounds__(kThreads, kLocalOnly ? 2 : 1)
     };
 
     if (state_step)
-      for (int batch = warp; batch < bt_batches; batch += kWarps) build_bt(batch);
+      for (int batch = warp; batch < bt_batches; batch += kBlockWarps) build_bt(batch);
     cp_async_wait_all();
     __syncthreads();
 
@@ -479,12 +499,15 @@ __global__ void __launch_bounds__(kThreads, kLocalOnly ? 2 : 1)
                     pack4(qv[8], qv[9], qv[10], qv[11]), pack4(qv[12], qv[13], qv[14], qv[15]));
     };
 
-    // ChunkBMM + ChunkScan: a warp owns a tile of kTile rows t0.. (tile_of_warp balances the
-    // triangle) and all kSlice columns; lane (g, q) holds rows t0 + g, t0 + g + 8 and columns
+    // ChunkScan: a warp owns a tile of kTile rows t0.. (tile_of_warp balances the triangle; kScan's
+    // warps take two) and all kSlice columns; lane (g, q) holds rows t0 + g, t0 + g + 8 and columns
     // 8j + 2q, +1 of every n8 tile j.
     const int tiles = (L + kTile - 1) / kTile;
-    const int T = tile_of_warp(warp);
-    if (scan && T < tiles) {
+    constexpr int kTilesPerWarp = kPhase == kScan ? 2 : 1;
+#pragma unroll 1
+    for (int tile_pass = 0; tile_pass < kTilesPerWarp; ++tile_pass) {
+      const int T = kPhase == kScan ? (tile_pass == 0 ? warp : 15 - warp) : tile_of_warp(warp);
+      if (!scan || T >= tiles) continue;
       const int t0 = T * kTile;
       // Per-lane ldmatrix addresses (tensor_core.cuh offsets count 16-bit elements: 2 bytes each).
       const uint32_t c_rows = Cq_s + t0 * RB + 2 * a_lane_offset(lane, RB / 2);
@@ -604,12 +627,12 @@ __global__ void __launch_bounds__(kThreads, kLocalOnly ? 2 : 1)
     // and n = n0 + 8u + 2q, +1 of each.
     const int qd = *decay_q7;
     const int m_units = kSlice / 16, units = m_units * (N / 16);
-    for (int first = warp; state_step && first < units; first += 2 * kWarps) {
-      const int count = first + kWarps < units ? 2 : 1;
+    for (int first = warp; state_step && first < units; first += 2 * kBlockWarps) {
+      const int count = first + kBlockWarps < units ? 2 : 1;
       uint32_t x_rows[2], b_rows[2];
 #pragma unroll
       for (int v = 0; v < 2; ++v) {
-        const int unit = v < count ? first + v * kWarps : first;
+        const int unit = v < count ? first + v * kBlockWarps : first;
         const int pm = 16 * (unit % m_units), n0 = 16 * (unit / m_units);
         x_rows[v] = XT_s + pm * TRB + 2 * a_lane_offset(lane, TRB / 2);
         b_rows[v] = BT_s + n0 * TRB + 2 * bt_lane_offset(lane, TRB / 2);
@@ -628,7 +651,7 @@ __global__ void __launch_bounds__(kThreads, kLocalOnly ? 2 : 1)
 #pragma unroll
       for (int v = 0; v < 2; ++v) {
         if (v >= count) break;
-        const int unit = first + v * kWarps;
+        const int unit = first + v * kBlockWarps;
         const int pm = 16 * (unit % m_units), n0 = 16 * (unit / m_units);
 #pragma unroll
         for (int u = 0; u < 2; ++u)
@@ -638,7 +661,9 @@ __global__ void __launch_bounds__(kThreads, kLocalOnly ? 2 : 1)
             const int lo = requantize(acc[v][u][2 * half], state_mult[p]);
             const int hi = requantize(acc[v][u][2 * half + 1], state_mult[p]);
             if (phase == kLocal) {  // Sloc to the scratch (two bytes of word p·N/4 + n/4); StatePassing is state_pass_kernel's
-              int16_t* word = reinterpret_cast<int16_t*>(scratch_word(a, b, h, p0, kSlice, start, p * nquads + n / 4));
+              const int i = p * nquads + n / 4;
+              int16_t* word = reinterpret_cast<int16_t*>(last_chunk ? last_chunk_words(a, b, h, p0, 0) + i
+                                                                    : reinterpret_cast<int*>(scratch_word(a, b, h, p0, kSlice, start, i)));
               word[(n % 4) / 2] = static_cast<int16_t>((unsigned(lo) & 0xffu) | ((unsigned(hi) & 0xffu) << 8));
             } else {
               int16_t* at = reinterpret_cast<int16_t*>(S + p * RB + n);
@@ -649,23 +674,21 @@ __global__ void __launch_bounds__(kThreads, kLocalOnly ? 2 : 1)
           }
       }
     }
-    if (phase == kLocal && tid == 0) *scratch_word(a, b, h, p0, kSlice, start, 2 * words) = __int_as_float(qd);
     __syncthreads();
   }
 
-  if (phase == kWhole || (phase == kScan && last_chunk)) {
+  if (phase == kWhole) {
     const int vecs = N / 16;
-    for (int i = tid; i < kSlice * vecs; i += kThreads) {
+    for (int i = tid; i < kSlice * vecs; i += kBlockThreads) {
       const int p = i / vecs, k = i % vecs;
       *reinterpret_cast<int4*>(state + int64_t(p) * N + 16 * k) = *reinterpret_cast<const int4*>(S + p * RB + 16 * k);
     }
   }
 }
 
-// StatePassing across the chunks (all but the last) of sequence blockIdx.z, head blockIdx.y: a
-// thread owns one state word (four n of one p), reads Sloc and Qd of each chunk from the scratch
-// kLocal wrote and stores the state entering each chunk there; the state entering the last chunk
-// goes to `state`, where kScan's block of the last chunk reads it.
+// StatePassing across the chunks of sequence blockIdx.z, head blockIdx.y: a thread owns one state
+// word (four n of one p), reads each chunk's Sloc (kLocal's) and Qd (ChunkCumsum's), stores the
+// state entering each chunk where kScan reads it back, and the final state to `state`.
 constexpr int kPassThreads = 256;
 __global__ void __launch_bounds__(kPassThreads) state_pass_kernel(Ssdi8ChunkScanArgs a, int slice) {
   const int N4 = a.dstate / 4, b = blockIdx.z, h = blockIdx.y;
@@ -675,26 +698,31 @@ __global__ void __launch_bounds__(kPassThreads) state_pass_kernel(Ssdi8ChunkScan
   const int i = (p - p0) * N4 + nq, words = slice * N4;
   int* at = reinterpret_cast<int*>(a.state + ((int64_t(b) * a.heads + h) * a.headdim + p) * a.dstate) + nq;
   int S = *at;
-  // The scratch words of chunk 0; chunk c's lie c·chunk rows further. Sloc and Qd of kAhead chunks
-  // are loaded before the chain of passes uses them.
+  // The words of chunk 0; chunk c's lie c·chunk rows further (the last chunk's in the workspace).
+  // Sloc and Qd of kAhead chunks are loaded before the chain of passes uses them.
   const float* local_word = scratch_word(a, b, h, p0, slice, 0, i);
-  const float* qd_word = scratch_word(a, b, h, p0, slice, 0, 2 * words);
   float* entering_word = scratch_word(a, b, h, p0, slice, 0, words + i);
-  const int64_t step = int64_t(a.chunk) * a.y_stride;
+  const int* qd_word = reinterpret_cast<const int*>(chunk_table(a, b, 0, h) + 4 * ((a.chunk + 31) / 32 * 32));
+  const int64_t step = int64_t(a.chunk) * a.y_stride, qd_step = int64_t(a.heads) * table_bytes(a.chunk) / 4;
   constexpr int kAhead = 8;
-  const int passes = (a.seqlen - 1) / a.chunk;  // chunks but the last
-  for (int c0 = 0; c0 < passes; c0 += kAhead) {
+  const int chunks = (a.seqlen + a.chunk - 1) / a.chunk;
+  for (int c0 = 0; c0 < chunks; c0 += kAhead) {
     int local[kAhead], qd[kAhead];
 #pragma unroll
     for (int j = 0; j < kAhead; ++j)
-      if (c0 + j < passes) {
-        local[j] = __float_as_int(local_word[(c0 + j) * step]);
-        qd[j] = __float_as_int(qd_word[(c0 + j) * step]);
+      if (c0 + j < chunks) {
+        const int c = c0 + j;
+        local[j] = c + 1 < chunks ? __float_as_int(local_word[c * step]) : last_chunk_words(a, b, h, p0, 0)[i];
+        qd[j] = qd_word[c * qd_step];
       }
 #pragma unroll
     for (int j = 0; j < kAhead; ++j)
-      if (c0 + j < passes) {
-        entering_word[(c0 + j) * step] = __int_as_float(S);
+      if (c0 + j < chunks) {
+        const int c = c0 + j;
+        if (c + 1 < chunks)
+          entering_word[c * step] = __int_as_float(S);
+        else
+          last_chunk_words(a, b, h, p0, 1)[i] = S;
         S = pack4(pass_state(byte_of(local[j], 0), qd[j], byte_of(S, 0)),
                   pass_state(byte_of(local[j], 1), qd[j], byte_of(S, 1)),
                   pass_state(byte_of(local[j], 2), qd[j], byte_of(S, 2)),
@@ -736,7 +764,7 @@ struct Plan {
   int slice = 0;        // headdim columns per block
   int chunks = 1;       // chunks per sequence
   bool split = false;   // kLocal, state_pass_kernel, kScan rather than kWhole
-  size_t smem = 0;
+  size_t smem = 0;       // kWhole's, or kScan's in the split
   size_t bmm_smem = 0;  // ChunkBMM's Bq and Cq rows
   size_t local_smem = 0;  // the kLocal launch's: its layout, or ChunkBMM's where larger
   int bmm_parts = 1;    // blocks a (sequence, chunk, group)'s ChunkBMM is split over
@@ -768,7 +796,7 @@ bool make_plan(const Ssdi8ChunkScanArgs& a, Plan* plan) {
     // split takes the blocks' chunks spread evenly, kLocal's (about a quarter of a chunk's work
     // each) and half a chunk for the pass and the launches.
     const int64_t blocks = int64_t(a.batch) * a.heads * splits, nc = plan->chunks;
-    const int64_t whole = 4 * ((blocks + sms - 1) / sms) * nc * sms, split = 4 * blocks * nc + blocks * (nc - 1) + 2 * sms;
+    const int64_t whole = 4 * ((blocks + sms - 1) / sms) * nc * sms, split = 4 * blocks * nc + blocks * nc + 2 * sms;
     const bool can_split = nc >= 2 && nc <= 65535 && a.heads <= 65535 && a.chunk >= a.dstate / 2 + 1;
     switch (a.schedule) {
       case Ssdi8ChunkScanSchedule::kWhole: plan->split = false; break;
@@ -783,16 +811,16 @@ bool make_plan(const Ssdi8ChunkScanArgs& a, Plan* plan) {
   while (slice > 32 && per_slice * 2 * (a.headdim / slice) <= sms) slice /= 2;
   while (make_layout(a.chunk, a.dstate, slice).total > static_cast<size_t>(max_smem) && slice > 16) slice /= 2;
   plan->slice = slice;
-  plan->smem = make_layout(a.chunk, a.dstate, slice).total;
+  plan->smem = make_layout(a.chunk, a.dstate, slice, plan->split ? kScan : kWhole).total;
   plan->bmm_smem = bmm_shared_bytes(a);
-  plan->local_smem = std::max(make_layout(a.chunk, a.dstate, slice, true).total, plan->bmm_smem);
+  plan->local_smem = std::max(make_layout(a.chunk, a.dstate, slice, kLocal).total, plan->bmm_smem);
   // ChunkBMM in parts while its blocks would leave most SMs idle (at most 4: each part loads all rows).
   const int64_t bmm_blocks = int64_t(plan->chunks) * a.batch * a.groups;
   plan->bmm_parts = static_cast<int>(std::clamp<int64_t>(sms / bmm_blocks, 1, 4));
   if (plan->split) {
     const int64_t per_z = int64_t(a.heads) * (a.headdim / slice) * a.batch;
     plan->bmm_z = static_cast<int>((bmm_blocks * plan->bmm_parts + per_z - 1) / per_z);
-    if (plan->chunks - 1 + int64_t(plan->bmm_z) > 65535) return false;
+    if (plan->chunks + int64_t(plan->bmm_z) > 65535) return false;
   }
   return plan->smem <= static_cast<size_t>(max_smem) && plan->local_smem <= static_cast<size_t>(max_smem);
 }
@@ -804,34 +832,36 @@ cudaError_t allow_shared(Kernel kernel, size_t bytes) {
 
 template <int kSlice, int kDstate>
 cudaError_t launch_with(const Ssdi8ChunkScanArgs& a, const Plan& plan, cudaStream_t stream) {
-  const auto kernel = ssdi8_chunk_scan_kernel<kSlice, kDstate, false>;
-  if (const cudaError_t status = allow_shared(kernel, plan.smem); status != cudaSuccess) return status;
   const int blocks_x = a.heads * (a.headdim / kSlice);
   if (!a.tables_ready) ssdi8_chunk_tables_kernel<<<dim3(plan.chunks * a.heads, a.batch), kTableThreads, 0, stream>>>(a);
   if (!plan.split) {
+    const auto whole = ssdi8_chunk_scan_kernel<kSlice, kDstate, kWhole>;
+    if (const cudaError_t status = allow_shared(whole, plan.smem); status != cudaSuccess) return status;
     if (const cudaError_t status = allow_shared(ssdi8_chunk_bmm_kernel, plan.bmm_smem); status != cudaSuccess)
       return status;
     ssdi8_chunk_bmm_kernel<<<dim3(plan.chunks, a.batch, a.groups * plan.bmm_parts), kThreads, plan.bmm_smem, stream>>>(
         a, plan.bmm_parts);
-    kernel<<<dim3(blocks_x, a.batch), kThreads, plan.smem, stream>>>(a, kWhole, 1);
+    whole<<<dim3(blocks_x, a.batch), block_threads(kWhole), plan.smem, stream>>>(a, 1);
     return cudaGetLastError();
   }
-  const auto local = ssdi8_chunk_scan_kernel<kSlice, kDstate, true>;
+  const auto local = ssdi8_chunk_scan_kernel<kSlice, kDstate, kLocal>;
+  const auto scan = ssdi8_chunk_scan_kernel<kSlice, kDstate, kScan>;
   if (const cudaError_t status = allow_shared(local, plan.local_smem); status != cudaSuccess) return status;
-  local<<<dim3(blocks_x, a.batch, plan.chunks - 1 + plan.bmm_z), kThreads, plan.local_smem, stream>>>(a, kLocal,
-                                                                                                      plan.bmm_parts);
+  if (const cudaError_t status = allow_shared(scan, plan.smem); status != cudaSuccess) return status;
+  local<<<dim3(blocks_x, a.batch, plan.chunks + plan.bmm_z), block_threads(kLocal), plan.local_smem, stream>>>(
+      a, plan.bmm_parts);
   const int pass_blocks = (a.headdim * (a.dstate / 4) + kPassThreads - 1) / kPassThreads;
   state_pass_kernel<<<dim3(pass_blocks, a.heads, a.batch), kPassThreads, 0, stream>>>(a, kSlice);
-  kernel<<<dim3(blocks_x, a.batch, plan.chunks), kThreads, plan.smem, stream>>>(a, kScan, 1);
+  scan<<<dim3(blocks_x, a.batch, plan.chunks), block_threads(kScan), plan.smem, stream>>>(a, 1);
   return cudaGetLastError();
 }
 
 }  // namespace
 
 size_t ssdi8_chunk_scan_workspace_bytes(const Ssdi8ChunkScanArgs& a) {
-  if (a.batch < 1 || a.seqlen < 1 || a.groups < 1 || a.heads < 1 || a.chunk < 1) return 0;
-  const int64_t chunks = (a.seqlen + a.chunk - 1) / a.chunk;
-  return cbq_bytes(a) + size_t(a.batch) * chunks * a.heads * table_bytes(a.chunk);
+  if (a.batch < 1 || a.seqlen < 1 || a.groups < 1 || a.heads < 1 || a.chunk < 1 || a.headdim < 1 || a.dstate < 1)
+    return 0;
+  return cbq_bytes(a) + tables_total_bytes(a) + size_t(a.batch) * a.heads * 2 * a.headdim * a.dstate;
 }
 
 bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& a) {

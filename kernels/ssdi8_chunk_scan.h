@@ -70,10 +70,11 @@ struct Ssdi8ChunkScanArgs {
 // (177,184 B at chunk 256, dstate 128, c = 64; dstate 256 needs chunk ≤ 224).
 bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& args);
 
-// batch · chunks · (groups · T(T+1)/2 · 256 + heads · (16·R + 16)) bytes, T = ceil(chunk / 16), R =
-// chunk rounded up to 32: the requantized C·Bᵀ of every (sequence, chunk, group) and ChunkCumsum's
-// per-token values of every (sequence, chunk, head); 34,816 + heads · 4,112 bytes a (sequence, chunk)
-// at chunk 256 and one group. Reads batch, seqlen, heads, groups and chunk.
+// batch · (chunks · (groups · T(T+1)/2 · 256 + heads · (16·R + 16)) + 2 · heads · headdim · dstate)
+// bytes, T = ceil(chunk / 16), R = chunk rounded up to 32: the requantized C·Bᵀ of every (sequence,
+// chunk, group), ChunkCumsum's per-token values of every (sequence, chunk, head) and two int8 states
+// a (sequence, head) for the split launch's last chunk. Reads batch, seqlen, heads, headdim, groups,
+// dstate and chunk.
 size_t ssdi8_chunk_scan_workspace_bytes(const Ssdi8ChunkScanArgs& args);
 
 // Three launches on `stream` (ChunkCumsum's per-token values and ChunkBMM into the workspace, then

@@ -504,6 +504,8 @@ struct QuantizedCudaBackend::Impl {
     ssdi8_shape.batch = static_cast<int>(batch);
     ssdi8_shape.seqlen = static_cast<int>(length);
     ssdi8_shape.heads = static_cast<int>(c.nheads());
+    ssdi8_shape.headdim = static_cast<int>(c.headdim);
+    ssdi8_shape.dstate = static_cast<int>(c.d_state);
     ssdi8_shape.groups = static_cast<int>(c.ngroups);
     ssdi8_shape.chunk = static_cast<int>(c.chunk_size);
     const size_t ssd_cb = layout.add(any_ssdi8 ? kernels::ssdi8_chunk_scan_workspace_bytes(ssdi8_shape) : 0);
