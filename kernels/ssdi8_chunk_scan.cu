@@ -690,7 +690,7 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
 // word (four n of one p), reads each chunk's Sloc (kLocal's) and Qd (ChunkCumsum's), stores the
 // state entering each chunk where kScan reads it back, and the final state to `state`.
 constexpr int kPassThreads = 256;
-__global__ void __launch_bounds__(kPassThreads) state_pass_kernel(Ssdi8ChunkScanArgs a, int slice) {
+__global__ void __launch_bounds__(kPassThreads, 3) state_pass_kernel(Ssdi8ChunkScanArgs a, int slice) {
   const int N4 = a.dstate / 4, b = blockIdx.z, h = blockIdx.y;
   const int idx = blockIdx.x * kPassThreads + threadIdx.x;
   if (idx >= a.headdim * N4) return;
@@ -702,6 +702,8 @@ __global__ void __launch_bounds__(kPassThreads) state_pass_kernel(Ssdi8ChunkScan
   // Sloc and Qd of kAhead chunks are loaded before the chain of passes uses them.
   const float* local_word = scratch_word(a, b, h, p0, slice, 0, i);
   float* entering_word = scratch_word(a, b, h, p0, slice, 0, words + i);
+  const int* last_local = last_chunk_words(a, b, h, p0, 0) + i;
+  int* last_entering = last_chunk_words(a, b, h, p0, 1) + i;
   const int* qd_word = reinterpret_cast<const int*>(chunk_table(a, b, 0, h) + 4 * ((a.chunk + 31) / 32 * 32));
   const int64_t step = int64_t(a.chunk) * a.y_stride, qd_step = int64_t(a.heads) * table_bytes(a.chunk) / 4;
   constexpr int kAhead = 8;
@@ -712,7 +714,7 @@ __global__ void __launch_bounds__(kPassThreads) state_pass_kernel(Ssdi8ChunkScan
     for (int j = 0; j < kAhead; ++j)
       if (c0 + j < chunks) {
         const int c = c0 + j;
-        local[j] = c + 1 < chunks ? __float_as_int(local_word[c * step]) : last_chunk_words(a, b, h, p0, 0)[i];
+        local[j] = c + 1 < chunks ? __float_as_int(local_word[c * step]) : *last_local;
         qd[j] = qd_word[c * qd_step];
       }
 #pragma unroll
@@ -722,7 +724,7 @@ __global__ void __launch_bounds__(kPassThreads) state_pass_kernel(Ssdi8ChunkScan
         if (c + 1 < chunks)
           entering_word[c * step] = __int_as_float(S);
         else
-          last_chunk_words(a, b, h, p0, 1)[i] = S;
+          *last_entering = S;
         S = pack4(pass_state(byte_of(local[j], 0), qd[j], byte_of(S, 0)),
                   pass_state(byte_of(local[j], 1), qd[j], byte_of(S, 1)),
                   pass_state(byte_of(local[j], 2), qd[j], byte_of(S, 2)),
