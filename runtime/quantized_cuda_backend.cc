@@ -775,9 +775,10 @@ struct QuantizedCudaBackend::Impl {
     if (!kernels::gemm_s8_scaled_supported(z_dt) || !kernels::gemm_s8_scaled_supported(xbc)) return false;
     cuda_ok(cudaEventRecord(fork_event, stream), "cudaEventRecord");
     cuda_ok(cudaStreamWaitEvent(side_stream, fork_event, 0), "cudaStreamWaitEvent");
-    cuda_ok(kernels::launch_gemm_s8_scaled(xbc, stream), "in_proj (x|B|C as int8)");
+    // z|dt first: ChunkCumsum then fills the SMs that the x|B|C GEMM's last round of tiles leaves idle.
     cuda_ok(kernels::launch_gemm_s8_scaled(z_dt, side_stream), "in_proj (z|dt)");
     if (ssd_tables) cuda_ok(kernels::launch_ssdi8_chunk_tables(*ssd_tables, side_stream), "ssdi8 ChunkCumsum");
+    cuda_ok(kernels::launch_gemm_s8_scaled(xbc, stream), "in_proj (x|B|C as int8)");
     cuda_ok(cudaEventRecord(join_event, side_stream), "cudaEventRecord");
     return true;
   }
