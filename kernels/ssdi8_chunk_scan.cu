@@ -10,7 +10,7 @@
 namespace ssdq::kernels {
 namespace {
 
-constexpr int kThreads = 512;  // 16 warps: one 16-row tile of the chunk each in ChunkBMM/ChunkScan
+constexpr int kThreads = 512;  // 16 warps: one 16-row tile of the chunk each in ChunkScan (kScan: 8 warps, two each)
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 16;      // CB tiles are kTile × kTile (the m16 of the MMAs)
 constexpr int kMaxSlice = 64;  // headdim columns per block (a multiple of 16: n8 tile pairs)
@@ -28,8 +28,8 @@ __device__ inline int tile_of_warp(int warp) {
 static_assert(kWarps == 16 && kTile * kWarps >= 256, "one row tile per warp covers the longest chunk");
 
 // One block per (sequence, head, slice of headdim columns), walking the chunks (kWhole), or per
-// (sequence, head, slice, chunk) (kLocal, kScan; see Phase); the slices of a head share nothing
-// but recompute dt, cs and CB. The four products run on tensor cores (mma.sync): CB = Cq·Bqᵀ,
+// (sequence, head, slice, chunk) (kLocal, kScan; see Phase); the slices of a head share ChunkCumsum's
+// values and CBq from the workspace, nothing else. The four products run on tensor cores (mma.sync): CB = Cq·Bqᵀ,
 // C·S and Xqᵀ·Bq as int8 m16n8k32 (exact), diag = W·x16 as fp16 m16n8k16 with fp32 accumulation.
 // Every operand but x16 (read transposed by ldmatrix.trans) is stored with its k dimension
 // contiguous; all rows are 16-byte aligned and an odd number of 16-byte units long, so ldmatrix
@@ -47,8 +47,8 @@ struct Layout {
 
 // The split launch's phases take less: kLocal needs no Cq and no S, builds XqT only after BqT is
 // built (XqT takes Bq's place) and reads x16 with plain loads (rows without the ldmatrix padding):
-// 110.7 KB at chunk 256, dstate 128, 64 columns; kScan needs no Bq, BqT or XqT: 87.7 KB. Both run
-// two blocks an SM.
+// 109,600 B at chunk 256, dstate 128, 64 columns; kScan needs no Bq, BqT or XqT: 88,096 B. Both
+// run two blocks an SM.
 __host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice, int phase = kWhole) {
   const bool local_only = phase == kLocal, scan_only = phase == kScan;
   Layout l{};
@@ -355,7 +355,7 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
   // Chunks [c_begin, c_end) of the sequence; the last one ends the sequence.
   const int chunks = (a.seqlen + a.chunk - 1) / a.chunk;
   const int c_begin = phase == kWhole ? 0 : blockIdx.z, c_end = phase == kWhole ? chunks : c_begin + 1;
-  const bool last_chunk = c_end == chunks;  // this block produces the final state (not in kLocal)
+  const bool last_chunk = c_end == chunks;  // kLocal / kScan: the last chunk's scratch is in the workspace
   const int nquads = N / 4, words = kSlice * nquads;  // words of the slice's state in the scratch
   int8_t* state = a.state + ((int64_t(b) * a.heads + h) * a.headdim + p0) * N;
   // The state's padding bytes (n ≥ N) stay zero: the C·S product reads them.
@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
           last_chunk ? entering[i] : __float_as_int(*scratch_word(a, b, h, p0, kSlice, c_begin * a.chunk, words + i));
     }
   }
-  const bool scan = phase != kLocal;  // ChunkBMM, ChunkScan and y
+  const bool scan = phase != kLocal;  // ChunkScan and y
   // Vector access where the pointers and strides allow it (a slice's first column is a multiple of 16).
   const bool x_vec8 = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.x_stride % 8 == 0;
   const bool y_vec2 = reinterpret_cast<uintptr_t>(a.y) % 8 == 0 && a.y_stride % 2 == 0;
@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
     const int rows = (L + 31) / 32 * 32;  // padded to the int8 MMA's k
     const int64_t row0 = int64_t(b) * a.seqlen + start;
 
-    // Bq and Cq rows of the chunk (cp.async, in flight while dt is computed), zero past the
+    // Bq and Cq rows of the chunk (cp.async; kLocal Bq alone, kScan Cq alone), zero past the
     // chunk's end and past dstate: a warp a row, lane j the 16-byte piece j of [Bq | Cq] (NK/16 ≤ 16
     // pieces each).
     {
@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
     }
     // ChunkCumsum's values of this (chunk, head), computed by ssdi8_chunk_tables_kernel, arrive with
     // Bq and Cq; then the chunk's fp16 x rows (cp.async, 16 bytes an item, zero past the chunk's
-    // end), in flight while every warp transposes Bq.
+    // end), in flight while every warp transposes Bq (where ChunkState runs).
     {
       const float* table = chunk_table(a, b, start / a.chunk, h);
       for (int i = tid; i < lay.rows; i += kBlockThreads) cp_async_16(decay + 4 * i, table + 4 * i);

@@ -52,8 +52,9 @@ struct Ssdi8ChunkScanArgs {
   const float* cb_scales = nullptr;       // [groups]  s_cb[g]
   int8_t* state = nullptr;                // [batch, heads, headdim, dstate] the int8 state q (value q·s_s[h,p]): initial in, final out
   float* y = nullptr; int64_t y_stride = 0;  // y[row * y_stride + h*headdim + p]; must not overlap the inputs
-  // ssdi8_chunk_scan_workspace_bytes of scratch, 16-byte aligned: the requantized C·Bᵀ of every
-  // (sequence, chunk, group), computed once for all the group's heads.
+  // ssdi8_chunk_scan_workspace_bytes of scratch, 16-byte aligned: ChunkCumsum's per-token values,
+  // the requantized C·Bᵀ of every (sequence, chunk, group) computed once for all the group's heads,
+  // and the split launch's last-chunk states.
   void* workspace = nullptr;
   Ssdi8ChunkScanSchedule schedule = Ssdi8ChunkScanSchedule::kAuto;
   // The workspace already holds ChunkCumsum's values for these dt (launch_ssdi8_chunk_tables, e.g. on
@@ -85,8 +86,10 @@ size_t ssdi8_chunk_scan_workspace_bytes(const Ssdi8ChunkScanArgs& args);
 // complete. cudaErrorInvalidValue for unsupported arguments.
 cudaError_t launch_ssdi8_chunk_scan(const Ssdi8ChunkScanArgs& args, cudaStream_t stream);
 
-// ChunkCumsum alone (dt, the sequential cumsum, the per-token exps into the workspace): needs dt_raw,
-// dt_bias, dt_min / dt_max, dt_format, A, cb_scales and the workspace, not x, B, C or y.
+// ChunkCumsum alone (dt, the sequential cumsum, the per-token exps into the workspace), for a caller
+// that runs it on another stream as soon as dt is written: it reads dt_raw, dt_bias, dt_min /
+// dt_max, dt_format, A and cb_scales, but takes the same arguments as launch_ssdi8_chunk_scan and
+// refuses what that refuses (cudaErrorInvalidValue).
 cudaError_t launch_ssdi8_chunk_tables(const Ssdi8ChunkScanArgs& args, cudaStream_t stream);
 
 }  // namespace ssdq::kernels

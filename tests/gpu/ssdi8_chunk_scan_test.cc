@@ -261,8 +261,10 @@ kernels::Ssdi8ChunkScanArgs make_args(const Problem& pr, const DeviceProblem& d,
   return a;
 }
 
+// tables_apart: ChunkCumsum by launch_ssdi8_chunk_tables on a second stream first (as the backend
+// runs it), the scan after an event with tables_ready.
 Outputs run_gpu(const Problem& pr, kernels::Ssdi8ChunkScanSchedule schedule = kernels::Ssdi8ChunkScanSchedule::kAuto,
-                float dt_format = 0.f) {
+                float dt_format = 0.f, bool tables_apart = false) {
   const Case& c = pr.c;
   DeviceProblem d(pr);
   testing::DeviceBuffer<int8_t> state(pr.state);
@@ -277,7 +279,22 @@ Outputs run_gpu(const Problem& pr, kernels::Ssdi8ChunkScanSchedule schedule = ke
   a.dt_format = dt_format;
   Outputs out;
   EXPECT_TRUE(kernels::ssdi8_chunk_scan_supported(a));
-  EXPECT_EQ(kernels::launch_ssdi8_chunk_scan(a, nullptr), cudaSuccess);
+  if (tables_apart) {
+    cudaStream_t side = nullptr;
+    cudaEvent_t done = nullptr;
+    EXPECT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT_EQ(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), cudaSuccess);
+    EXPECT_EQ(kernels::launch_ssdi8_chunk_tables(a, side), cudaSuccess);
+    EXPECT_EQ(cudaEventRecord(done, side), cudaSuccess);
+    EXPECT_EQ(cudaStreamWaitEvent(nullptr, done, 0), cudaSuccess);
+    a.tables_ready = true;
+    EXPECT_EQ(kernels::launch_ssdi8_chunk_scan(a, nullptr), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaEventDestroy(done);
+    cudaStreamDestroy(side);
+  } else {
+    EXPECT_EQ(kernels::launch_ssdi8_chunk_scan(a, nullptr), cudaSuccess);
+  }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   out.state = state.to_host();
   out.y = y.to_host();
@@ -342,15 +359,18 @@ TEST_P(Ssdi8ChunkScan, MatchesCpuReference) {
   const int64_t chunks = (c.seqlen + c.chunk - 1) / c.chunk;
   std::vector<kernels::Ssdi8ChunkScanSchedule> schedules = {kernels::Ssdi8ChunkScanSchedule::kWhole};
   if (chunks >= 2 && c.chunk >= c.dstate / 2 + 1) schedules.push_back(kernels::Ssdi8ChunkScanSchedule::kSplit);
-  for (auto schedule : schedules) {
-    const Outputs forced = run_gpu(pr, schedule);
-    const char* name = schedule == kernels::Ssdi8ChunkScanSchedule::kWhole ? "whole" : "split";
-    EXPECT_EQ(forced.state, got.state) << name;
-    int64_t differ = 0;
-    for (size_t i = 0; i < got.y.size(); ++i)
-      differ += std::memcmp(&forced.y[i], &got.y[i], sizeof(float)) != 0 && !(std::isnan(forced.y[i]) && std::isnan(got.y[i]));
-    EXPECT_EQ(differ, 0) << name;
-  }
+  // And with ChunkCumsum launched apart on a second stream.
+  for (auto schedule : schedules)
+    for (bool tables_apart : {false, true}) {
+      const Outputs forced = run_gpu(pr, schedule, 0.f, tables_apart);
+      const std::string name = std::string(schedule == kernels::Ssdi8ChunkScanSchedule::kWhole ? "whole" : "split") +
+                               (tables_apart ? ", ChunkCumsum apart" : "");
+      EXPECT_EQ(forced.state, got.state) << name;
+      int64_t differ = 0;
+      for (size_t i = 0; i < got.y.size(); ++i)
+        differ += std::memcmp(&forced.y[i], &got.y[i], sizeof(float)) != 0 && !(std::isnan(forced.y[i]) && std::isnan(got.y[i]));
+      EXPECT_EQ(differ, 0) << name;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -371,7 +391,14 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"odd_rows_g2_chunk64_len300", 2, 300, 4, 32, 2, 64, 64, -1.f, -0.05f, false, 0.f, 3.4e38f, true},
         // the smallest supported state and short chunks (split needs chunk ≥ dstate/2 + 1)
         Case{"headdim16_dstate16_chunk16_len100", 2, 100, 4, 16, 2, 16, 16, -1.f, -0.05f},
-        Case{"dstate32_chunk24_len130", 1, 130, 4, 32, 1, 32, 24, -0.5f, -0.02f}),
+        Case{"dstate32_chunk24_len130", 1, 130, 4, 32, 1, 32, 24, -0.5f, -0.02f},
+        // the split's phase layouts: headdim 128 and dstate 256; XqT apart from Bq (small dstate);
+        // two 64-column slices a head on the unrolled dstate-128 kernel; a group per head
+        Case{"split_headdim128_dstate256_chunk160", 1, 500, 16, 128, 4, 256, 160, -0.5f, -0.02f},
+        Case{"xqt_apart_dstate32_chunk64", 1, 200, 32, 64, 1, 32, 64, -1.f, -0.05f},
+        Case{"xqt_apart_dstate48_chunk30_g2", 1, 100, 32, 64, 2, 48, 30, -1.f, -0.05f},
+        Case{"slices_headdim128_len1000", 1, 1000, 24, 128, 1, 128, 256, -0.5f, -0.02f},
+        Case{"groups_equal_heads", 2, 300, 8, 64, 8, 64, 100, -1.f, -0.05f}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 // Two launches that split a sequence at a chunk boundary equal one launch exactly: the second
