@@ -475,28 +475,36 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
     const int xq_batches = rows / 16 * kSlice / 32;
     auto build_xq = [&](int batch) {
       const int i = 32 * batch + lane, t16 = 16 * (i / kSlice), p = i % kSlice;
-      float v[16];
-#pragma unroll
-      for (int r4 = 0; r4 < 16; r4 += 4) {
-        const float4 lut = *reinterpret_cast<const float4*>(lut_state + t16 + r4);
-        const float l[4] = {lut.x, lut.y, lut.z, lut.w};
-#pragma unroll
-        for (int r = 0; r < 4; ++r) v[r4 + r] = __fmul_rn(l[r], __half2float(x16[(t16 + r4 + r) * XS + p]));
-      }
+      // kLocal (64 registers for two blocks an SM) takes the 16 tokens in two halves.
+      constexpr int kPart = kPhase == kLocal ? 8 : 16;
       const float inv = inv_xs_scale[p];
-      int qv[16];
-      unsigned slow = 0;
 #pragma unroll
-      for (int r = 0; r < 16; ++r) slow |= unsigned(!quantize_int8_by_reciprocal(v[r], inv, &qv[r])) << r;
-      if (slow) {
-        const float s_xs = xs_scale[p];
+      for (int t_part = t16; t_part < t16 + 16; t_part += kPart) {
+        float v[kPart];
 #pragma unroll
-        for (int r = 0; r < 16; ++r)
-          if (slow >> r & 1u) qv[r] = quantize_int8(v[r], s_xs);
+        for (int r4 = 0; r4 < kPart; r4 += 4) {
+          const float4 lut = *reinterpret_cast<const float4*>(lut_state + t_part + r4);
+          const float l[4] = {lut.x, lut.y, lut.z, lut.w};
+#pragma unroll
+          for (int r = 0; r < 4; ++r) v[r4 + r] = __fmul_rn(l[r], __half2float(x16[(t_part + r4 + r) * XS + p]));
+        }
+        int qv[kPart];
+        unsigned slow = 0;
+#pragma unroll
+        for (int r = 0; r < kPart; ++r) slow |= unsigned(!quantize_int8_by_reciprocal(v[r], inv, &qv[r])) << r;
+        if (slow) {
+          const float s_xs = xs_scale[p];
+#pragma unroll
+          for (int r = 0; r < kPart; ++r)
+            if (slow >> r & 1u) qv[r] = quantize_int8(v[r], s_xs);
+        }
+        int8_t* out = XT + p * TRB + t_part;
+        if constexpr (kPart == 16)
+          *reinterpret_cast<int4*>(out) = make_int4(pack4(qv[0], qv[1], qv[2], qv[3]), pack4(qv[4], qv[5], qv[6], qv[7]),
+                                                    pack4(qv[8], qv[9], qv[10], qv[11]), pack4(qv[12], qv[13], qv[14], qv[15]));
+        else
+          *reinterpret_cast<int2*>(out) = make_int2(pack4(qv[0], qv[1], qv[2], qv[3]), pack4(qv[4], qv[5], qv[6], qv[7]));
       }
-      *reinterpret_cast<int4*>(XT + p * TRB + t16) =
-          make_int4(pack4(qv[0], qv[1], qv[2], qv[3]), pack4(qv[4], qv[5], qv[6], qv[7]),
-                    pack4(qv[8], qv[9], qv[10], qv[11]), pack4(qv[12], qv[13], qv[14], qv[15]));
     };
 
     // ChunkScan: a warp owns a tile of kTile rows t0.. (tile_of_warp balances the triangle; kScan's
