@@ -129,13 +129,13 @@ __device__ inline uint32_t pack_half2(float lo, float hi) {
 // into the workspace, tile pair T·(T+1)/2 + S at 256 bytes, lane (g, q) holding its 8 values of the
 // m16n8 accumulator layout of the pair's two n8 tiles — CBq[t0+g][s0+8u+2q+{0,1}] at bytes 4u + {0,1}
 // and CBq[t0+g+8][…] at bytes 4u + {2,3} — as one 8-byte word.
+__host__ __device__ inline int chunk_count(const Ssdi8ChunkScanArgs& a) { return (a.seqlen + a.chunk - 1) / a.chunk; }
 __host__ __device__ inline int tile_pairs(int chunk) {
   const int tiles = (chunk + kTile - 1) / kTile;
   return tiles * (tiles + 1) / 2;
 }
 __device__ inline const uint2* chunk_cbq(const Ssdi8ChunkScanArgs& a, int b, int chunk_index, int grp) {
-  const int chunks = (a.seqlen + a.chunk - 1) / a.chunk;
-  const int64_t block = (int64_t(b) * chunks + chunk_index) * a.groups + grp;
+  const int64_t block = (int64_t(b) * chunk_count(a) + chunk_index) * a.groups + grp;
   return reinterpret_cast<const uint2*>(a.workspace) + block * tile_pairs(a.chunk) * 32;
 }
 
@@ -144,16 +144,17 @@ __device__ inline const uint2* chunk_cbq(const Ssdi8ChunkScanArgs& a, int b, int
 // of R = round32(chunk) floats in the Layout's order — exp(cs[t]), dt[t]·exp(cs[L-1] − cs[t]),
 // cs[t]·log2(e), s_cb·dt[t], each zero past the chunk's end — then Qd = rint(exp(cs[L-1])·128) as
 // an int in a 16-byte tail.
-__host__ __device__ inline size_t table_bytes(int chunk) { return 16 * size_t((chunk + 31) / 32 * 32) + 16; }
+__host__ __device__ inline int table_rows(int chunk) { return (chunk + 31) / 32 * 32; }
+__host__ __device__ inline size_t table_bytes(int chunk) { return 16 * size_t(table_rows(chunk)) + 16; }
 __host__ __device__ inline size_t cbq_bytes(const Ssdi8ChunkScanArgs& a) {
-  const int64_t chunks = (a.seqlen + a.chunk - 1) / a.chunk;
-  return size_t(a.batch) * chunks * a.groups * tile_pairs(a.chunk) * 256;
+  return size_t(a.batch) * chunk_count(a) * a.groups * tile_pairs(a.chunk) * 256;
 }
-__device__ inline const float* chunk_table(const Ssdi8ChunkScanArgs& a, int b, int chunk_index, int h) {
-  const int chunks = (a.seqlen + a.chunk - 1) / a.chunk;
-  const int64_t entry = (int64_t(b) * chunks + chunk_index) * a.heads + h;
-  return reinterpret_cast<const float*>(static_cast<const char*>(a.workspace) + cbq_bytes(a) +
-                                        entry * table_bytes(a.chunk));
+__device__ inline float* chunk_table(const Ssdi8ChunkScanArgs& a, int b, int chunk_index, int h) {
+  const int64_t entry = (int64_t(b) * chunk_count(a) + chunk_index) * a.heads + h;
+  return reinterpret_cast<float*>(static_cast<char*>(a.workspace) + cbq_bytes(a) + entry * table_bytes(a.chunk));
+}
+__device__ inline int* chunk_qd(const Ssdi8ChunkScanArgs& a, int b, int chunk_index, int h) {
+  return reinterpret_cast<int*>(chunk_table(a, b, chunk_index, h) + 4 * table_rows(a.chunk));
 }
 
 // ChunkCumsum: a block per (chunk, head) — blockIdx.x = chunk·heads + head — of sequence blockIdx.y,
@@ -163,7 +164,7 @@ __global__ void __launch_bounds__(kTableThreads) ssdi8_chunk_tables_kernel(Ssdi8
   __shared__ float dt[kTableThreads], cs[kTableThreads];
   __shared__ int qd;
   const int t = threadIdx.x, b = blockIdx.y, c = blockIdx.x / a.heads, h = blockIdx.x % a.heads;
-  const int start = c * a.chunk, L = min(a.chunk, a.seqlen - start), R = (a.chunk + 31) / 32 * 32;
+  const int start = c * a.chunk, L = min(a.chunk, a.seqlen - start), R = table_rows(a.chunk);
   const int64_t row0 = int64_t(b) * a.seqlen + start;
   const float A = a.A[h];
   if (t < L) {
@@ -192,7 +193,7 @@ __global__ void __launch_bounds__(kTableThreads) ssdi8_chunk_tables_kernel(Ssdi8
     qd = static_cast<int>(rintf(__fmul_rn(exp_like_cpu(running), 128.f)));
   }
   __syncthreads();
-  float* table = const_cast<float*>(chunk_table(a, b, c, h));
+  float* table = chunk_table(a, b, c, h);
   if (t < R) {
     const bool in = t < L;
     const float s_cb = a.cb_scales[h / (a.heads / a.groups)];
@@ -201,7 +202,7 @@ __global__ void __launch_bounds__(kTableThreads) ssdi8_chunk_tables_kernel(Ssdi8
     table[2 * R + t] = in ? __fmul_rn(cs[t], kLog2e) : 0.f;
     table[3 * R + t] = in ? __fmul_rn(s_cb, dt[t]) : 0.f;
   }
-  if (t == 0) *reinterpret_cast<int*>(table + 4 * R) = qd;
+  if (t == 0) *chunk_qd(a, b, c, h) = qd;
 }
 
 // The kernel's phases. kWhole walks all chunks of a (sequence, head, slice) in one block. With
@@ -227,8 +228,7 @@ __device__ inline float* scratch_word(const Ssdi8ChunkScanArgs& a, int b, int h,
 // (which = 1) lie in the workspace after ChunkCumsum's values, [headdim][dstate] int8 per (sequence,
 // head); word i of slice p0 at int i from the returned pointer.
 __host__ __device__ inline size_t tables_total_bytes(const Ssdi8ChunkScanArgs& a) {
-  const int64_t chunks = (a.seqlen + a.chunk - 1) / a.chunk;
-  return size_t(a.batch) * chunks * a.heads * table_bytes(a.chunk);
+  return size_t(a.batch) * chunk_count(a) * a.heads * table_bytes(a.chunk);
 }
 __device__ inline int* last_chunk_words(const Ssdi8ChunkScanArgs& a, int b, int h, int p0, int which) {
   char* base = static_cast<char*>(a.workspace) + cbq_bytes(a) + tables_total_bytes(a);
@@ -304,15 +304,15 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
   constexpr int kBlockThreads = block_threads(kPhase), kBlockWarps = kBlockThreads / 32, phase = kPhase;
   extern __shared__ __align__(16) unsigned char smem[];
   if constexpr (kPhase == kLocal) {
-    const int local_z = (a.seqlen + a.chunk - 1) / a.chunk;
-    if (int(blockIdx.z) >= local_z) {
-      int item = ((blockIdx.z - local_z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    const int chunks = chunk_count(a);
+    if (int(blockIdx.z) >= chunks) {
+      int item = ((blockIdx.z - chunks) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
       const int part = item % bmm_parts;
       item /= bmm_parts;
       const int grp = item % a.groups;
       item /= a.groups;
       const int b = item % a.batch, c = item / a.batch;
-      if (c < local_z) chunk_bmm(a, smem, c, b, grp, part, bmm_parts);
+      if (c < chunks) chunk_bmm(a, smem, c, b, grp, part, bmm_parts);
       return;
     }
   }
@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
     off_scale[p] = __fmul_rn(s_C, s_s);
   }
   // Chunks [c_begin, c_end) of the sequence; the last one ends the sequence.
-  const int chunks = (a.seqlen + a.chunk - 1) / a.chunk;
+  const int chunks = chunk_count(a);
   const int c_begin = phase == kWhole ? 0 : blockIdx.z, c_end = phase == kWhole ? chunks : c_begin + 1;
   const bool last_chunk = c_end == chunks;  // kLocal / kScan: the last chunk's scratch is in the workspace
   const int nquads = N / 4, words = kSlice * nquads;  // words of the slice's state in the scratch
@@ -418,7 +418,7 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
     {
       const float* table = chunk_table(a, b, start / a.chunk, h);
       for (int i = tid; i < lay.rows; i += kBlockThreads) cp_async_16(decay + 4 * i, table + 4 * i);
-      if (tid == 0) *decay_q7 = *reinterpret_cast<const int*>(table + 4 * lay.rows);
+      if (tid == 0) *decay_q7 = *reinterpret_cast<const int*>(table + 4 * lay.rows);  // chunk_qd's
     }
     cp_async_commit();
     {
@@ -712,10 +712,10 @@ __global__ void __launch_bounds__(kPassThreads, 3) state_pass_kernel(Ssdi8ChunkS
   float* entering_word = scratch_word(a, b, h, p0, slice, 0, words + i);
   const int* last_local = last_chunk_words(a, b, h, p0, 0) + i;
   int* last_entering = last_chunk_words(a, b, h, p0, 1) + i;
-  const int* qd_word = reinterpret_cast<const int*>(chunk_table(a, b, 0, h) + 4 * ((a.chunk + 31) / 32 * 32));
+  const int* qd_word = chunk_qd(a, b, 0, h);
   const int64_t step = int64_t(a.chunk) * a.y_stride, qd_step = int64_t(a.heads) * table_bytes(a.chunk) / 4;
   constexpr int kAhead = 8;
-  const int chunks = (a.seqlen + a.chunk - 1) / a.chunk;
+  const int chunks = chunk_count(a);
   for (int c0 = 0; c0 < chunks; c0 += kAhead) {
     int local[kAhead], qd[kAhead];
 #pragma unroll
@@ -799,7 +799,7 @@ bool make_plan(const Ssdi8ChunkScanArgs& a, Plan* plan) {
   int slice = kMaxSlice;
   while (a.headdim % slice != 0) slice /= 2;
   const int64_t splits = a.headdim / slice;
-  plan->chunks = (a.seqlen + a.chunk - 1) / a.chunk;
+  plan->chunks = chunk_count(a);
   if (int64_t(plan->chunks) * a.heads > INT32_MAX) return false;  // ChunkCumsum's grid
   {
     // In units of a quarter chunk per SM: kWhole takes ceil(blocks / SMs) waves of all chunks; the
