@@ -54,36 +54,74 @@ constexpr int kInt4InputMaxBytes = 16 * 1024;
 __host__ __device__ inline bool uses_int4_input(const QgemvArgs& a) {
   return a.kind == QgemvKind::kW4A8 && static_cast<int64_t>(a.m) * a.k <= kInt4InputMaxBytes;
 }
-// The dynamic shared memory of a launch: the norm prologue's rows, then the rearranged W4A8 input.
-__host__ __device__ inline size_t int4_input_offset(const QgemvArgs& a) {
-  return a.norm_residual ? static_cast<size_t>(a.m) * a.k : 0;
-}
+// The dynamic shared memory of a launch: W4A8's rearranged input, or the norm prologue's rows.
 __host__ __device__ inline size_t qgemv_shared_bytes(const QgemvArgs& a) {
   const size_t rows = static_cast<size_t>(a.m) * a.k;
-  return int4_input_offset(a) + (uses_int4_input(a) ? rows + rows / 8 : 0);
+  return uses_int4_input(a) ? rows + rows / 8 : a.norm_residual ? rows : 0;
 }
 
+// The norm prologue's int8 input (the bits add_rmsnorm writes): emit(r, i, q) for element i of
+// row r, each thread its elements i ≡ threadIdx.x (mod kThreads) in increasing order, so a warp
+// emits 32 consecutive elements at a time. (Keeping a thread's elements in registers between the
+// reduction and the quantization measured slower end to end: more registers, fewer blocks an SM.)
+template <int kThreads, typename Emit>
+__device__ inline void for_each_normed_int8(const QgemvArgs& a, Emit&& emit) {
+  const float inv_x_scale = __frcp_rn(a.x_scale);
+  for (int r = 0; r < a.m; ++r) {
+    const float* row = a.norm_residual + static_cast<int64_t>(r) * a.k;
+    const float scale = rmsnorm_row_scale<kThreads>(row, a.k, a.norm_eps);
+    for (int i = threadIdx.x; i < a.k; i += kThreads) {
+      const float normed = rmsnorm_value(row[i], scale, a.norm_weight[i]);
+      int q;
+      if (!quantize_int8_by_reciprocal(normed, inv_x_scale, &q)) q = quantize_int8(normed, a.x_scale);
+      emit(r, i, q);
+    }
+  }
+}
+
+// The norm prologue (QgemvArgs::norm_residual), or the given x.
 template <int kThreads>
-__device__ inline Int8Input int4_input(const QgemvArgs& a, const Int8Input& x8, int8_t* shared) {
+__device__ inline Int8Input int8_input(const QgemvArgs& a, int8_t* shared) {
+  if (!a.norm_residual) return {a.x_int8, a.ldx, false};
+  for_each_normed_int8<kThreads>(a, [&](int r, int i, int q) { shared[static_cast<int64_t>(r) * a.k + i] = static_cast<int8_t>(q); });
+  __syncthreads();
+  return {shared, a.k, true};
+}
+
+// W4A8's rearranged input (uses_int4_input) in shared memory, from x or, with the norm prologue,
+// straight from the normalized values: a warp quantizes one 32-column piece, each lane writes its
+// byte where the piece's words put it and the warp adds the piece's values (no second pass).
+template <int kThreads>
+__device__ inline Int8Input int4_input(const QgemvArgs& a, int8_t* shared) {
   const int pieces = a.k / 32;
   uint4* words = reinterpret_cast<uint4*>(shared);
   int* offsets = reinterpret_cast<int*>(shared + static_cast<size_t>(a.m) * a.k);
-  for (int i = threadIdx.x; i < a.m * pieces; i += kThreads) {
-    const int r = i / pieces, p = i % pieces;
-    const uint4 x0 = x8.load(r, 2 * p), x1 = x8.load(r, 2 * p + 1);
-    const uint32_t x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-    uint32_t out[8];
-    int sum = 0;
+  if (a.norm_residual) {
+    const int lane = threadIdx.x % 32, byte = lane / 8 * 8 + lane % 2 * 4 + lane % 8 / 2;  // column lane's place
+    for_each_normed_int8<kThreads>(a, [&](int r, int i, int q) {  // k a multiple of 32: whole warps, one piece
+      shared[static_cast<int64_t>(r) * a.k + (i - lane) + byte] = static_cast<int8_t>(q);
+      const int sum = __reduce_add_sync(0xffffffffu, q);
+      if (lane == 0) offsets[r * pieces + i / 32] = -8 * sum;
+    });
+  } else {
+    const Int8Input x8{a.x_int8, a.ldx, false};
+    for (int i = threadIdx.x; i < a.m * pieces; i += kThreads) {
+      const int r = i / pieces, p = i % pieces;
+      const uint4 x0 = x8.load(r, 2 * p), x1 = x8.load(r, 2 * p + 1);
+      const uint32_t x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+      uint32_t out[8];
+      int sum = 0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      out[2 * j] = __byte_perm(x[2 * j], x[2 * j + 1], 0x6420);
-      out[2 * j + 1] = __byte_perm(x[2 * j], x[2 * j + 1], 0x7531);
-      sum = __dp4a(static_cast<int>(x[2 * j]), 0x01010101, sum);
-      sum = __dp4a(static_cast<int>(x[2 * j + 1]), 0x01010101, sum);
+      for (int j = 0; j < 4; ++j) {
+        out[2 * j] = __byte_perm(x[2 * j], x[2 * j + 1], 0x6420);
+        out[2 * j + 1] = __byte_perm(x[2 * j], x[2 * j + 1], 0x7531);
+        sum = __dp4a(static_cast<int>(x[2 * j]), 0x01010101, sum);
+        sum = __dp4a(static_cast<int>(x[2 * j + 1]), 0x01010101, sum);
+      }
+      words[2 * i] = make_uint4(out[0], out[1], out[2], out[3]);
+      words[2 * i + 1] = make_uint4(out[4], out[5], out[6], out[7]);
+      offsets[i] = -8 * sum;
     }
-    words[2 * i] = make_uint4(out[0], out[1], out[2], out[3]);
-    words[2 * i + 1] = make_uint4(out[4], out[5], out[6], out[7]);
-    offsets[i] = -8 * sum;
   }
   __syncthreads();
   Int8Input result{shared, a.k, true};
@@ -98,24 +136,6 @@ __device__ inline void unpack_int4_offset(uint32_t packed, int& even, int& odd) 
   const uint32_t t = packed ^ 0x88888888u;
   even = static_cast<int>(t & 0x0F0F0F0Fu);
   odd = static_cast<int>((t >> 4) & 0x0F0F0F0Fu);
-}
-
-// The norm prologue (QgemvArgs::norm_residual), or the given x.
-template <int kThreads>
-__device__ inline Int8Input int8_input(const QgemvArgs& a, int8_t* shared) {
-  if (!a.norm_residual) return {a.x_int8, a.ldx, false};
-  for (int r = 0; r < a.m; ++r) {
-    const float* row = a.norm_residual + static_cast<int64_t>(r) * a.k;
-    const float scale = rmsnorm_row_scale<kThreads>(row, a.k, a.norm_eps), inv_x_scale = __frcp_rn(a.x_scale);
-    for (int i = threadIdx.x; i < a.k; i += kThreads) {
-      const float v = rmsnorm_value(row[i], scale, a.norm_weight[i]);
-      int q;
-      if (!quantize_int8_by_reciprocal(v, inv_x_scale, &q)) q = quantize_int8(v, a.x_scale);
-      shared[static_cast<int64_t>(r) * a.k + i] = static_cast<int8_t>(q);
-    }
-  }
-  __syncthreads();
-  return {shared, a.k, true};
 }
 
 template <QgemvKind KIND>
@@ -216,8 +236,9 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(QgemvArgs a) {
   if (col < a.n) prefetch_l2(w, pieces * 16ll, lane);
   wait_for_previous_grid();
   allow_next_grid();
-  Int8Input x8 = takes_fp16_input(KIND) ? Int8Input{} : int8_input<kThreads>(a, normed);
-  if (KIND == QgemvKind::kW4A8 && uses_int4_input(a)) x8 = int4_input<kThreads>(a, x8, normed + int4_input_offset(a));
+  const Int8Input x8 = takes_fp16_input(KIND)                          ? Int8Input{}
+                       : KIND == QgemvKind::kW4A8 && uses_int4_input(a) ? int4_input<kThreads>(a, normed)
+                                                                        : int8_input<kThreads>(a, normed);
   if (col >= a.n) return;
   const int lanes_per_group = a.group_size / kCols;  // a power of two ≤ 32 (qgemv_supported)
   const int groups = a.k / a.group_size;
@@ -355,6 +376,89 @@ __global__ void __launch_bounds__(kThreads) qgemv_w8a8_stream_kernel(QgemvArgs a
 #pragma unroll
     for (int r = 0; r < M; ++r)
       if (lane == r && r < a.m) store(a, r, col, scale_per_channel(acc[r], a.w_scales[col], a.x_scale));
+  }
+}
+
+// W4A8 for a few rows (kStream): the W8A8 stream kernel's schedule — one wave of blocks, each warp
+// walking columns with all of its lane's pieces of a row (up to kPer) in flight — on int4_input's
+// rearranged rows, built once per block. Round u of a lane's pieces is 32 consecutive pieces, so
+// group g of the round is lanes g·lpg … (lpg = group_size / 32 lanes a group). All rounds' dot
+// products first (independent), then each group's int32 sum by shuffles, as a float in every lane
+// of the group, then every lane runs each row's fp32 chain over the groups in increasing order
+// (the CPU's), taking a group's sum and scale from its first lane; lane r stores row r.
+// kGroupLanes: lpg as a constant (the chain's shuffles unrolled), or 0 to take it from the arguments.
+template <int M, int kPer, int kGroupLanes>
+__global__ void __launch_bounds__(kThreads) qgemv_w4a8_stream_kernel(QgemvArgs a) {
+  extern __shared__ __align__(16) int8_t rows[];
+  const int lane = threadIdx.x % 32, warps = gridDim.x * kWarps;
+  const int pieces = a.k / Piece<QgemvKind::kW4A8>::kCols;
+  const uint4* weights = static_cast<const uint4*>(a.w);
+  const int lanes_per_group = kGroupLanes > 0 ? kGroupLanes : a.group_size / Piece<QgemvKind::kW4A8>::kCols;
+  const int groups = a.k / a.group_size;
+  int col = blockIdx.x * kWarps + threadIdx.x / 32;
+  if (col < a.n) prefetch_l2(weights + static_cast<int64_t>(col) * pieces, pieces * 16ll, lane);
+  wait_for_previous_grid();
+  allow_next_grid();
+  const Int8Input x8 = int4_input<kThreads>(a, rows);
+  for (; col < a.n; col += warps) {
+    const uint4* w = weights + static_cast<int64_t>(col) * pieces;
+    const float* scales = a.w_scales + static_cast<int64_t>(col) * groups;
+    float y[M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) y[r] = 0.f;
+    for (int base = 0; base < pieces; base += 32 * kPer) {
+      uint4 wv[kPer];
+      float scale[kPer];  // of the group the lane's piece belongs to
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        const int p = base + 32 * u + lane;
+        wv[u] = p < pieces ? __ldcs(w + p) : make_uint4(0, 0, 0, 0);
+        scale[u] = p < pieces ? __ldg(scales + p / lanes_per_group) : 0.f;
+      }
+      float sum[kPer][M];  // the lane's group's sum, rounded to float
+#pragma unroll
+      for (int u = 0; u < kPer; ++u)
+#pragma unroll
+        for (int r = 0; r < M; ++r) {
+          int acc = 0;
+          float unused = 0.f;
+          const int p = base + 32 * u + lane;
+          if (r < a.m && p < pieces) piece_dot<QgemvKind::kW4A8>(a, x8, wv[u], r, p, acc, unused);
+          for (int offset = lanes_per_group / 2; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+          sum[u][r] = static_cast<float>(acc);
+        }
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        const int first = base + 32 * u;  // the round's first piece (the same in every lane)
+        const int round_groups = min(32 / lanes_per_group, groups - first / lanes_per_group);  // ≤ 0 past the row
+        if constexpr (kGroupLanes > 0) {
+          // Every shuffle first, unconditionally, so they issue back to back; then the chain's FMAs.
+          constexpr int kRoundGroups = 32 / kGroupLanes;
+          float s[kRoundGroups], v[kRoundGroups][M];
+#pragma unroll
+          for (int h = 0; h < kRoundGroups; ++h) {
+            s[h] = __shfl_sync(0xffffffffu, scale[u], h * kGroupLanes);
+#pragma unroll
+            for (int r = 0; r < M; ++r) v[h][r] = __shfl_sync(0xffffffffu, sum[u][r], h * kGroupLanes);
+          }
+#pragma unroll
+          for (int h = 0; h < kRoundGroups; ++h)
+#pragma unroll
+            for (int r = 0; r < M; ++r)
+              if (h < round_groups) y[r] = __fmaf_rn(v[h][r], s[h], y[r]);
+        } else {
+          for (int h = 0; h < round_groups; ++h) {
+            const int source = h * lanes_per_group;
+            const float s = __shfl_sync(0xffffffffu, scale[u], source);
+#pragma unroll
+            for (int r = 0; r < M; ++r) y[r] = __fmaf_rn(__shfl_sync(0xffffffffu, sum[u][r], source), s, y[r]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < M; ++r)
+      if (lane == r && r < a.m) store(a, r, col, __fmul_rn(y[r], a.x_scale));
   }
 }
 
@@ -500,9 +604,9 @@ __global__ void __launch_bounds__(kQuadWarps * 32) qgemv_quad_kernel(QgemvArgs a
                 static_cast<long long>(min(8, a.n - first_col)) * groups * ppg * 16, lane);
   wait_for_previous_grid();
   allow_next_grid();
-  Int8Input x8 = KIND == QgemvKind::kW4A16 ? Int8Input{} : int8_input<kQuadWarps * 32>(a, normed);
-  if (KIND == QgemvKind::kW4A8 && uses_int4_input(a))
-    x8 = int4_input<kQuadWarps * 32>(a, x8, normed + int4_input_offset(a));
+  const Int8Input x8 = KIND == QgemvKind::kW4A16                       ? Int8Input{}
+                       : KIND == QgemvKind::kW4A8 && uses_int4_input(a) ? int4_input<kQuadWarps * 32>(a, normed)
+                                                                        : int8_input<kQuadWarps * 32>(a, normed);
   const uint4* w = static_cast<const uint4*>(a.w) + static_cast<int64_t>(active ? col : 0) * groups * ppg;
   const float* scales = a.w_scales + static_cast<int64_t>(active ? col : 0) * groups;
   float y[M];
@@ -558,12 +662,11 @@ cudaError_t launch(Kernel kernel, dim3 grid, int threads, const QgemvArgs& a, cu
 }
 
 // kStream: as many blocks as are resident at once (fewer when the columns run out).
-template <int M, int kPer>
-cudaError_t launch_w8a8_stream(const QgemvArgs& a, cudaStream_t stream) {
-  const auto kernel = qgemv_w8a8_stream_kernel<M, kPer>;
-  const size_t shared = static_cast<size_t>(a.m) * a.k;
+template <void (*kKernel)(QgemvArgs)>  // a template argument, so each kernel keeps its own cached occupancy
+cudaError_t launch_stream(const QgemvArgs& a, size_t shared, cudaStream_t stream) {
+  const auto kernel = kKernel;
   if (const cudaError_t status = allow_dynamic_shared(kernel, shared); status != cudaSuccess) return status;
-  // Blocks an SM, asked once per shared-memory size (a decode step launches the same few shapes).
+  // Blocks an SM, asked once per kernel and shared-memory size (a decode step launches the same few shapes).
   static std::atomic<int64_t> known{-1};  // shared bytes << 16 | blocks an SM
   int64_t cached = known.load(std::memory_order_relaxed);
   int per_sm = 0;
@@ -587,8 +690,9 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
       if constexpr (M <= kStreamMaxRows) {
         if (a.schedule == QgemvSchedule::kStream ||
             (a.schedule == QgemvSchedule::kAuto && static_cast<int64_t>(a.m) * a.k <= kQgemvNormMaxBytes))
-          return a.k <= 32 * 8 * Piece<QgemvKind::kW8A8>::kCols ? launch_w8a8_stream<M, 8>(a, stream)
-                                                                  : launch_w8a8_stream<M, 16>(a, stream);
+          return a.k <= 32 * 8 * Piece<QgemvKind::kW8A8>::kCols
+                     ? launch_stream<qgemv_w8a8_stream_kernel<M, 8>>(a, static_cast<size_t>(a.m) * a.k, stream)
+                     : launch_stream<qgemv_w8a8_stream_kernel<M, 16>>(a, static_cast<size_t>(a.m) * a.k, stream);
       }
       if (a.schedule == QgemvSchedule::kSplitK || (a.schedule == QgemvSchedule::kAuto && a.n < 8192 && a.m >= 4)) {
         constexpr int kSplit = 4;
@@ -601,6 +705,18 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
       const bool quad = a.schedule == QgemvSchedule::kQuad ||
                         (a.schedule == QgemvSchedule::kAuto && a.n >= 8192 && a.m <= 4 && a.group_size % 128 == 0);
       const dim3 quad_grid((a.n + 8 * kQuadWarps - 1) / (8 * kQuadWarps));
+      if constexpr (M <= kStreamMaxRows) {
+        if (a.kind == QgemvKind::kW4A8 &&
+            (a.schedule == QgemvSchedule::kStream || (a.schedule == QgemvSchedule::kAuto && uses_int4_input(a)))) {
+          const size_t shared = qgemv_shared_bytes(a);
+          const bool short_rows = a.k <= 32 * 4 * Piece<QgemvKind::kW4A8>::kCols;
+          if (a.group_size == 128)  // the recipes' default
+            return short_rows ? launch_stream<qgemv_w4a8_stream_kernel<M, 4, 4>>(a, shared, stream)
+                              : launch_stream<qgemv_w4a8_stream_kernel<M, 8, 4>>(a, shared, stream);
+          return short_rows ? launch_stream<qgemv_w4a8_stream_kernel<M, 4, 0>>(a, shared, stream)
+                            : launch_stream<qgemv_w4a8_stream_kernel<M, 8, 0>>(a, shared, stream);
+        }
+      }
       if (a.kind == QgemvKind::kW4A8) {
         if (quad) return launch(qgemv_quad_kernel<M, QgemvKind::kW4A8, kQuadW4A8GroupsInFlight>, quad_grid, kQuadWarps * 32, a, stream);
         return launch(qgemv_kernel<M, QgemvKind::kW4A8>, grid, kThreads, a, stream);
@@ -639,7 +755,8 @@ bool qgemv_supported(const QgemvArgs& a) {
     if (!a.x_int8 || !aligned16(a.x_int8) || a.ldx < a.k || a.ldx % 16 != 0) return false;
   }
   if (a.schedule == QgemvSchedule::kStream &&
-      (a.kind != QgemvKind::kW8A8 || a.m > kStreamMaxRows || static_cast<int64_t>(a.m) * a.k > kQgemvNormMaxBytes))
+      (a.m > kStreamMaxRows || (a.kind == QgemvKind::kW8A8 ? static_cast<int64_t>(a.m) * a.k > kQgemvNormMaxBytes
+                                                            : a.kind != QgemvKind::kW4A8 || !uses_int4_input(a))))
     return false;
   if (a.kind == QgemvKind::kW8A8) return a.k % 16 == 0 && !a.w_mma_layout;
   if (a.w_mma_layout &&

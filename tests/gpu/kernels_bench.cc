@@ -637,11 +637,14 @@ void bench_hadamard_quant(int rows, int n, int base_order, int groups) {
   fmt::print("{}\n", line);
 }
 
-// The W8A8 decode projections as a model step sees them: weights not in L2 (each launch takes
-// the next of enough copies to fill 256 MB), in_proj with the norm prologue, every W8A8 schedule.
-void bench_qgemv_cold(int m, int n, int k, bool norm_prologue, double bandwidth) {
+// The W8A8 / W4A8 (groups of 128) decode projections as a model step sees them: weights not in
+// L2 (each launch takes the next of enough copies to fill 256 MB), in_proj with the norm
+// prologue, every schedule of the kind.
+void bench_qgemv_cold(kernels::QgemvKind kind, int m, int n, int k, bool norm_prologue, double bandwidth) {
   std::mt19937 rng(12);
-  const size_t bytes = size_t(n) * k;
+  const bool int4 = kind == kernels::QgemvKind::kW4A8;
+  const int group_size = 128;
+  const size_t bytes = int4 ? size_t(n) * k / 2 : size_t(n) * k;
   const int copies = static_cast<int>(std::max<size_t>(2, (size_t(256) << 20) / bytes + 1));
   std::vector<void*> weights{device_random(bytes / 4, -1, 1, rng)};  // one random matrix, copied
   for (int i = 1; i < copies; ++i) {
@@ -649,14 +652,15 @@ void bench_qgemv_cold(int m, int n, int k, bool norm_prologue, double bandwidth)
     check_cuda(cudaMemcpy(weights.back(), weights[0], bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
   }
   kernels::QgemvArgs a;
-  a.kind = kernels::QgemvKind::kW8A8;
+  a.kind = kind;
   a.m = m;
   a.n = n;
   a.k = k;
   a.x_int8 = reinterpret_cast<int8_t*>(device_random(size_t(m) * k / 4, -1, 1, rng));
   a.ldx = k;
   a.x_scale = 0.02f;
-  a.w_scales = device_random(n, 0.001f, 0.01f, rng);
+  a.group_size = int4 ? group_size : 0;
+  a.w_scales = device_random(int4 ? size_t(n) * (k / group_size) : size_t(n), 0.001f, 0.01f, rng);
   a.out = device_random(size_t(m) * n, -1, 1, rng);
   a.ldout = n;
   a.w = weights[0];
@@ -664,10 +668,11 @@ void bench_qgemv_cold(int m, int n, int k, bool norm_prologue, double bandwidth)
     a.norm_residual = device_random(size_t(m) * k, -1, 1, rng);
     a.norm_weight = device_random(k, 0.5f, 1.5f, rng);
   }
-  std::string line = fmt::format("qgemv w8a8 cold m {} {:5d} × {:4d}{}:", m, n, k, norm_prologue ? " (norm prologue)" : "");
+  std::string line = fmt::format("qgemv {} cold m {} {:5d} × {:4d}{}:", int4 ? "w4a8" : "w8a8", m, n, k,
+                                 norm_prologue ? " (norm prologue)" : "");
   using S = kernels::QgemvSchedule;
   for (auto [schedule, name] : {std::pair{S::kSplitGroups, "warp"}, std::pair{S::kSplitK, "splitk"},
-                                std::pair{S::kStream, "stream"}}) {
+                                std::pair{S::kQuad, "quad"}, std::pair{S::kStream, "stream"}}) {
     a.schedule = schedule;
     if (!kernels::qgemv_supported(a)) continue;
     int next = 0;
@@ -752,10 +757,12 @@ int main(int argc, char** argv) {
   if (want("qgemv")) {
     for (int m : {1, 4, 8, 16}) ssdq::bench_qgemv(m, bandwidth);
     for (int m : {1, 4}) {  // mamba2-2.7b and 8B-like in_proj / out_proj
-      ssdq::bench_qgemv_cold(m, 10576, 2560, true, bandwidth);
-      ssdq::bench_qgemv_cold(m, 2560, 5120, false, bandwidth);
-      ssdq::bench_qgemv_cold(m, 18560, 4096, true, bandwidth);
-      ssdq::bench_qgemv_cold(m, 4096, 8192, false, bandwidth);
+      for (auto kind : {ssdq::kernels::QgemvKind::kW8A8, ssdq::kernels::QgemvKind::kW4A8}) {
+        ssdq::bench_qgemv_cold(kind, m, 10576, 2560, true, bandwidth);
+        ssdq::bench_qgemv_cold(kind, m, 2560, 5120, false, bandwidth);
+        ssdq::bench_qgemv_cold(kind, m, 18560, 4096, true, bandwidth);
+        ssdq::bench_qgemv_cold(kind, m, 4096, 8192, false, bandwidth);
+      }
     }
     for (int m : {1, 4, 16})
       for (auto kind : {ssdq::kernels::QgemvKind::kW8A8, ssdq::kernels::QgemvKind::kW4A8}) ssdq::bench_norm_qgemv(m, kind);

@@ -185,6 +185,11 @@ std::vector<Case> cases() {
       }
     } else if (out[i].group_size % 128 == 0) {
       other.schedule = kernels::QgemvSchedule::kQuad;
+      if (out[i].kind == K::kW4A8 && out[i].m <= 4 && out[i].m * out[i].k <= 16 * 1024) {
+        Case streamed = out[i];
+        streamed.schedule = kernels::QgemvSchedule::kStream;
+        out.push_back(streamed);
+      }
     } else {
       continue;
     }
@@ -198,6 +203,12 @@ std::vector<Case> cases() {
     out.push_back({K::kW8A8, m, 300, 8192, 0, false, kernels::QgemvSchedule::kStream});
   }
   out.push_back({K::kW8A8, 1, 129, 16384, 0, true, kernels::QgemvSchedule::kStream});
+  // W4A8 kStream: groups of 32 to 1,024 columns (1 to 32 lanes a group), k 8192 in one round of
+  // eight pieces a lane and 16384 in two, a partial last round (k 2560: 80 pieces), many columns
+  for (int g : {32, 64, 256, 1024}) out.push_back({K::kW4A8, 3, 129, 4096, g, true, kernels::QgemvSchedule::kStream});
+  out.push_back({K::kW4A8, 2, 300, 8192, 128, false, kernels::QgemvSchedule::kStream});
+  out.push_back({K::kW4A8, 1, 129, 16384, 128, true, kernels::QgemvSchedule::kStream});
+  for (int m : {1, 4}) out.push_back({K::kW4A8, m, 40000, 2560, 128, true, kernels::QgemvSchedule::kStream});
   for (K kind : {K::kW4A8, K::kW4A16}) {
     out.push_back({kind, 2, 77, 2048, 512, true, kernels::QgemvSchedule::kQuad});
     out.push_back({kind, 1, 8200, 2560, 128, true, kernels::QgemvSchedule::kAuto});  // picks kQuad
@@ -282,6 +293,7 @@ std::vector<NormCase> norm_cases() {
     if (m <= 4) out.push_back({K::kW8A8, m, 300, 2560, S::kStream});
     out.push_back({K::kW4A8, m, 300, 2560, S::kSplitGroups});
     out.push_back({K::kW4A8, m, 300, 2560, S::kQuad});
+    if (m <= 4) out.push_back({K::kW4A8, m, 300, 2560, S::kStream});
   }
   out.push_back({K::kW8A8, 16, 64, 4096, S::kAuto});  // 64 KB of shared input rows: the opt-in
   out.push_back({K::kW8A8, 4, 20000, 8192, S::kStream});  // 32 KB of rows, several columns a warp
@@ -337,7 +349,15 @@ TEST(Qgemv, RefusesWhatItCannotRun) {
   a.w_mma_layout = true;  // the tensor-core layout is W8A16's only
   EXPECT_FALSE(kernels::qgemv_supported(a));
   a.w_mma_layout = false;
-  a.schedule = kernels::QgemvSchedule::kStream;  // W8A8 only, at most 4 rows
+  a.schedule = kernels::QgemvSchedule::kStream;  // W8A8 and W4A8, at most 4 rows
+  EXPECT_TRUE(kernels::qgemv_supported(a));
+  a.k = 8192;
+  a.m = 4;  // 32 KB of W4A8 rows: more than its rearranged input takes
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.k = 256;
+  a.m = 1;
+  a.kind = kernels::QgemvKind::kW4A16;
+  a.x_f16 = reinterpret_cast<const __half*>(dummy);
   EXPECT_FALSE(kernels::qgemv_supported(a));
   a.kind = kernels::QgemvKind::kW8A8;
   EXPECT_TRUE(kernels::qgemv_supported(a));
