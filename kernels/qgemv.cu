@@ -54,10 +54,20 @@ constexpr int kInt4InputMaxBytes = 16 * 1024;
 __host__ __device__ inline bool uses_int4_input(const QgemvArgs& a) {
   return a.kind == QgemvKind::kW4A8 && static_cast<int64_t>(a.m) * a.k <= kInt4InputMaxBytes;
 }
+// W4A8 kStream always takes the rearranged input, for up to 32 KB of rows (36 KB of shared memory):
+// 2.7b out_proj (k 5,120) and 8B-like out_proj (k 8,192) at four rows.
+constexpr int kStreamInt4InputMaxBytes = 32 * 1024;
+__host__ __device__ inline bool w4a8_stream_fits(const QgemvArgs& a) {
+  return static_cast<int64_t>(a.m) * a.k <= kStreamInt4InputMaxBytes;
+}
+__host__ __device__ inline size_t int4_input_bytes(const QgemvArgs& a) {
+  const size_t rows = static_cast<size_t>(a.m) * a.k;
+  return rows + rows / 8;
+}
 // The dynamic shared memory of a launch: W4A8's rearranged input, or the norm prologue's rows.
 __host__ __device__ inline size_t qgemv_shared_bytes(const QgemvArgs& a) {
   const size_t rows = static_cast<size_t>(a.m) * a.k;
-  return uses_int4_input(a) ? rows + rows / 8 : a.norm_residual ? rows : 0;
+  return uses_int4_input(a) ? int4_input_bytes(a) : a.norm_residual ? rows : 0;
 }
 
 // The norm prologue's int8 input (the bits add_rmsnorm writes): emit(r, i, q) for element i of
@@ -707,8 +717,8 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
       const dim3 quad_grid((a.n + 8 * kQuadWarps - 1) / (8 * kQuadWarps));
       if constexpr (M <= kStreamMaxRows) {
         if (a.kind == QgemvKind::kW4A8 &&
-            (a.schedule == QgemvSchedule::kStream || (a.schedule == QgemvSchedule::kAuto && uses_int4_input(a)))) {
-          const size_t shared = qgemv_shared_bytes(a);
+            (a.schedule == QgemvSchedule::kStream || (a.schedule == QgemvSchedule::kAuto && w4a8_stream_fits(a)))) {
+          const size_t shared = int4_input_bytes(a);
           const bool short_rows = a.k <= 32 * 4 * Piece<QgemvKind::kW4A8>::kCols;
           if (a.group_size == 128)  // the recipes' default
             return short_rows ? launch_stream<qgemv_w4a8_stream_kernel<M, 4, 4>>(a, shared, stream)
@@ -756,7 +766,7 @@ bool qgemv_supported(const QgemvArgs& a) {
   }
   if (a.schedule == QgemvSchedule::kStream &&
       (a.m > kStreamMaxRows || (a.kind == QgemvKind::kW8A8 ? static_cast<int64_t>(a.m) * a.k > kQgemvNormMaxBytes
-                                                            : a.kind != QgemvKind::kW4A8 || !uses_int4_input(a))))
+                                                            : a.kind != QgemvKind::kW4A8 || !w4a8_stream_fits(a))))
     return false;
   if (a.kind == QgemvKind::kW8A8) return a.k % 16 == 0 && !a.w_mma_layout;
   if (a.w_mma_layout &&

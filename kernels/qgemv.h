@@ -36,7 +36,7 @@ enum class QgemvKind { kW8A8, kW4A8, kW4A16, kW8A16 };
 //   kSplitK:      W8A8 only: four warps a column, each a quarter of k, int32 sums added in shared memory
 //   kStream:      W8A8 and W4A8, m ≤ 4: one wave of blocks, each warp walking columns with a whole
 //                 round of its row's pieces (up to 8 KB a warp) in flight; x in shared memory
-//                 (W8A8: m·k ≤ 96 KB; W4A8: m·k ≤ 16 KB, the rows rearranged for the int4 pieces)
+//                 (W8A8: m·k ≤ 96 KB; W4A8: m·k ≤ 32 KB, the rows rearranged for the int4 pieces)
 //   kAuto:        W4A8: kStream where it can run; int4: kQuad where it measured faster (n ≥ 8192
 //                 columns, m ≤ 4), else kSplitGroups;
 //                 W8A8: kStream up to 4 rows, kSplitK below 8192 columns from 5 rows, else one

@@ -185,7 +185,7 @@ std::vector<Case> cases() {
       }
     } else if (out[i].group_size % 128 == 0) {
       other.schedule = kernels::QgemvSchedule::kQuad;
-      if (out[i].kind == K::kW4A8 && out[i].m <= 4 && out[i].m * out[i].k <= 16 * 1024) {
+      if (out[i].kind == K::kW4A8 && out[i].m <= 4 && out[i].m * out[i].k <= 32 * 1024) {
         Case streamed = out[i];
         streamed.schedule = kernels::QgemvSchedule::kStream;
         out.push_back(streamed);
@@ -209,6 +209,9 @@ std::vector<Case> cases() {
   out.push_back({K::kW4A8, 2, 300, 8192, 128, false, kernels::QgemvSchedule::kStream});
   out.push_back({K::kW4A8, 1, 129, 16384, 128, true, kernels::QgemvSchedule::kStream});
   for (int m : {1, 4}) out.push_back({K::kW4A8, m, 40000, 2560, 128, true, kernels::QgemvSchedule::kStream});
+  // ... and four rows of 2.7b's and 8B-like's out_proj k (20 and 32 KB of rearranged rows)
+  out.push_back({K::kW4A8, 4, 300, 5120, 128, true, kernels::QgemvSchedule::kStream});
+  out.push_back({K::kW4A8, 4, 300, 8192, 128, true, kernels::QgemvSchedule::kStream});
   for (K kind : {K::kW4A8, K::kW4A16}) {
     out.push_back({kind, 2, 77, 2048, 512, true, kernels::QgemvSchedule::kQuad});
     out.push_back({kind, 1, 8200, 2560, 128, true, kernels::QgemvSchedule::kAuto});  // picks kQuad
@@ -295,6 +298,7 @@ std::vector<NormCase> norm_cases() {
     out.push_back({K::kW4A8, m, 300, 2560, S::kQuad});
     if (m <= 4) out.push_back({K::kW4A8, m, 300, 2560, S::kStream});
   }
+  out.push_back({K::kW4A8, 4, 300, 8192, S::kStream});  // 32 KB of rows rearranged from the norm
   out.push_back({K::kW8A8, 16, 64, 4096, S::kAuto});  // 64 KB of shared input rows: the opt-in
   out.push_back({K::kW8A8, 4, 20000, 8192, S::kStream});  // 32 KB of rows, several columns a warp
   out.push_back({K::kW4A8, 2, 70, 1152, S::kQuad});  // 9 groups: k not a multiple of 256
@@ -351,10 +355,12 @@ TEST(Qgemv, RefusesWhatItCannotRun) {
   a.w_mma_layout = false;
   a.schedule = kernels::QgemvSchedule::kStream;  // W8A8 and W4A8, at most 4 rows
   EXPECT_TRUE(kernels::qgemv_supported(a));
-  a.k = 8192;
-  a.m = 4;  // 32 KB of W4A8 rows: more than its rearranged input takes
+  a.k = a.ldx = 8192;
+  a.m = 4;  // 32 KB of W4A8 rows: the most its rearranged input takes
+  EXPECT_TRUE(kernels::qgemv_supported(a));
+  a.k = a.ldx = 16384;
   EXPECT_FALSE(kernels::qgemv_supported(a));
-  a.k = 256;
+  a.k = a.ldx = 256;
   a.m = 1;
   a.kind = kernels::QgemvKind::kW4A16;
   a.x_f16 = reinterpret_cast<const __half*>(dummy);
