@@ -389,27 +389,30 @@ __global__ void __launch_bounds__(kThreads) qgemv_w8a8_stream_kernel(QgemvArgs a
   }
 }
 
-// W4A8 for a few rows (kStream): the W8A8 stream kernel's schedule — one wave of blocks, each warp
-// walking columns with all of its lane's pieces of a row (up to kPer) in flight — on int4_input's
-// rearranged rows, built once per block. Round u of a lane's pieces is 32 consecutive pieces, so
-// group g of the round is lanes g·lpg … (lpg = group_size / 32 lanes a group). All rounds' dot
-// products first (independent), then each group's int32 sum by shuffles, as a float in every lane
-// of the group, then every lane runs each row's fp32 chain over the groups in increasing order
-// (the CPU's), taking a group's sum and scale from its first lane; lane r stores row r.
+// The int4 kinds for a few rows (kStream): the W8A8 stream kernel's schedule — one wave of blocks,
+// each warp walking columns with all of its lane's pieces of a row (up to kPer) in flight. W4A8
+// works on int4_input's rearranged rows, built once per block; W4A16 reads its fp16 rows through
+// L1. Round u of a lane's pieces is 32 consecutive pieces, so group g of the round is lanes g·lpg …
+// (lpg = group_size / 32 lanes a group). All rounds' dot products first (independent), then each
+// group's sum by shuffles (W4A8: the exact int32 sum, then rounded to float), held by every lane of
+// the group, then every lane runs each row's fp32 chain over the groups in increasing order (the
+// CPU's), taking a group's sum and scale from its first lane; lane r stores row r.
 // kGroupLanes: lpg as a constant (the chain's shuffles unrolled), or 0 to take it from the arguments.
-template <int M, int kPer, int kGroupLanes>
-__global__ void __launch_bounds__(kThreads) qgemv_w4a8_stream_kernel(QgemvArgs a) {
+template <int M, int kPer, int kGroupLanes, QgemvKind KIND = QgemvKind::kW4A8>
+__global__ void __launch_bounds__(kThreads) qgemv_int4_stream_kernel(QgemvArgs a) {
+  static_assert(KIND == QgemvKind::kW4A8 || KIND == QgemvKind::kW4A16, "int4 weights");
+  constexpr bool kInt8X = KIND == QgemvKind::kW4A8;
   extern __shared__ __align__(16) int8_t rows[];
   const int lane = threadIdx.x % 32, warps = gridDim.x * kWarps;
-  const int pieces = a.k / Piece<QgemvKind::kW4A8>::kCols;
+  const int pieces = a.k / Piece<KIND>::kCols;
   const uint4* weights = static_cast<const uint4*>(a.w);
-  const int lanes_per_group = kGroupLanes > 0 ? kGroupLanes : a.group_size / Piece<QgemvKind::kW4A8>::kCols;
+  const int lanes_per_group = kGroupLanes > 0 ? kGroupLanes : a.group_size / Piece<KIND>::kCols;
   const int groups = a.k / a.group_size;
   int col = blockIdx.x * kWarps + threadIdx.x / 32;
   if (col < a.n) prefetch_l2(weights + static_cast<int64_t>(col) * pieces, pieces * 16ll, lane);
   wait_for_previous_grid();
   allow_next_grid();
-  const Int8Input x8 = int4_input<kThreads>(a, rows);
+  const Int8Input x8 = kInt8X ? int4_input<kThreads>(a, rows) : Int8Input{};  // W4A16 reads its fp16 x through L1
   for (; col < a.n; col += warps) {
     const uint4* w = weights + static_cast<int64_t>(col) * pieces;
     const float* scales = a.w_scales + static_cast<int64_t>(col) * groups;
@@ -425,17 +428,23 @@ __global__ void __launch_bounds__(kThreads) qgemv_w4a8_stream_kernel(QgemvArgs a
         wv[u] = p < pieces ? __ldcs(w + p) : make_uint4(0, 0, 0, 0);
         scale[u] = p < pieces ? __ldg(scales + p / lanes_per_group) : 0.f;
       }
-      float sum[kPer][M];  // the lane's group's sum, rounded to float
+      float sum[kPer][M];  // the lane's group's sum (W4A8: the int32 sum rounded to float)
 #pragma unroll
       for (int u = 0; u < kPer; ++u)
 #pragma unroll
         for (int r = 0; r < M; ++r) {
           int acc = 0;
-          float unused = 0.f;
+          float facc = 0.f;
           const int p = base + 32 * u + lane;
-          if (r < a.m && p < pieces) piece_dot<QgemvKind::kW4A8>(a, x8, wv[u], r, p, acc, unused);
-          for (int offset = lanes_per_group / 2; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-          sum[u][r] = static_cast<float>(acc);
+          if (r < a.m && p < pieces) piece_dot<KIND>(a, x8, wv[u], r, p, acc, facc);
+          for (int offset = lanes_per_group / 2; offset > 0; offset >>= 1) {
+            if constexpr (kInt8X) {
+              acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+            } else {
+              facc += __shfl_xor_sync(0xffffffffu, facc, offset);
+            }
+          }
+          sum[u][r] = kInt8X ? static_cast<float>(acc) : facc;
         }
 #pragma unroll
       for (int u = 0; u < kPer; ++u) {
@@ -468,7 +477,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_w4a8_stream_kernel(QgemvArgs a
     }
 #pragma unroll
     for (int r = 0; r < M; ++r)
-      if (lane == r && r < a.m) store(a, r, col, __fmul_rn(y[r], a.x_scale));
+      if (lane == r && r < a.m) store(a, r, col, kInt8X ? __fmul_rn(y[r], a.x_scale) : y[r]);
   }
 }
 
@@ -716,15 +725,24 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
                         (a.schedule == QgemvSchedule::kAuto && a.n >= 8192 && a.m <= 4 && a.group_size % 128 == 0);
       const dim3 quad_grid((a.n + 8 * kQuadWarps - 1) / (8 * kQuadWarps));
       if constexpr (M <= kStreamMaxRows) {
+        const bool short_rows = a.k <= 32 * 4 * Piece<QgemvKind::kW4A8>::kCols;
         if (a.kind == QgemvKind::kW4A8 &&
             (a.schedule == QgemvSchedule::kStream || (a.schedule == QgemvSchedule::kAuto && w4a8_stream_fits(a)))) {
           const size_t shared = int4_input_bytes(a);
-          const bool short_rows = a.k <= 32 * 4 * Piece<QgemvKind::kW4A8>::kCols;
           if (a.group_size == 128)  // the recipes' default
-            return short_rows ? launch_stream<qgemv_w4a8_stream_kernel<M, 4, 4>>(a, shared, stream)
-                              : launch_stream<qgemv_w4a8_stream_kernel<M, 8, 4>>(a, shared, stream);
-          return short_rows ? launch_stream<qgemv_w4a8_stream_kernel<M, 4, 0>>(a, shared, stream)
-                            : launch_stream<qgemv_w4a8_stream_kernel<M, 8, 0>>(a, shared, stream);
+            return short_rows ? launch_stream<qgemv_int4_stream_kernel<M, 4, 4>>(a, shared, stream)
+                              : launch_stream<qgemv_int4_stream_kernel<M, 8, 4>>(a, shared, stream);
+          return short_rows ? launch_stream<qgemv_int4_stream_kernel<M, 4, 0>>(a, shared, stream)
+                            : launch_stream<qgemv_int4_stream_kernel<M, 8, 0>>(a, shared, stream);
+        }
+        if (a.kind == QgemvKind::kW4A16 &&
+            (a.schedule == QgemvSchedule::kStream || (a.schedule == QgemvSchedule::kAuto && a.m == 1))) {
+          constexpr QgemvKind K = QgemvKind::kW4A16;
+          if (a.group_size == 128)
+            return short_rows ? launch_stream<qgemv_int4_stream_kernel<M, 4, 4, K>>(a, 0, stream)
+                              : launch_stream<qgemv_int4_stream_kernel<M, 8, 4, K>>(a, 0, stream);
+          return short_rows ? launch_stream<qgemv_int4_stream_kernel<M, 4, 0, K>>(a, 0, stream)
+                            : launch_stream<qgemv_int4_stream_kernel<M, 8, 0, K>>(a, 0, stream);
         }
       }
       if (a.kind == QgemvKind::kW4A8) {
@@ -765,8 +783,9 @@ bool qgemv_supported(const QgemvArgs& a) {
     if (!a.x_int8 || !aligned16(a.x_int8) || a.ldx < a.k || a.ldx % 16 != 0) return false;
   }
   if (a.schedule == QgemvSchedule::kStream &&
-      (a.m > kStreamMaxRows || (a.kind == QgemvKind::kW8A8 ? static_cast<int64_t>(a.m) * a.k > kQgemvNormMaxBytes
-                                                            : a.kind != QgemvKind::kW4A8 || !w4a8_stream_fits(a))))
+      (a.m > kStreamMaxRows || (a.kind == QgemvKind::kW8A8   ? static_cast<int64_t>(a.m) * a.k > kQgemvNormMaxBytes
+                                : a.kind == QgemvKind::kW4A8 ? !w4a8_stream_fits(a)
+                                                             : a.kind != QgemvKind::kW4A16)))
     return false;
   if (a.kind == QgemvKind::kW8A8) return a.k % 16 == 0 && !a.w_mma_layout;
   if (a.w_mma_layout &&

@@ -34,11 +34,12 @@ enum class QgemvKind { kW8A8, kW4A8, kW4A16, kW8A16 };
 //   kQuad:        eight columns a warp, four lanes a column; the chain stays in registers
 //                 (group_size a multiple of 128)
 //   kSplitK:      W8A8 only: four warps a column, each a quarter of k, int32 sums added in shared memory
-//   kStream:      W8A8 and W4A8, m ≤ 4: one wave of blocks, each warp walking columns with a whole
-//                 round of its row's pieces (up to 8 KB a warp) in flight; x in shared memory
-//                 (W8A8: m·k ≤ 96 KB; W4A8: m·k ≤ 32 KB, the rows rearranged for the int4 pieces)
-//   kAuto:        W4A8: kStream where it can run; int4: kQuad where it measured faster (n ≥ 8192
-//                 columns, m ≤ 4), else kSplitGroups;
+//   kStream:      W8A8, W4A8 and W4A16, m ≤ 4: one wave of blocks, each warp walking columns with a
+//                 whole round of its row's pieces (up to 8 KB a warp) in flight; int8 x in shared
+//                 memory (W8A8: m·k ≤ 96 KB; W4A8: m·k ≤ 32 KB, the rows rearranged for the int4
+//                 pieces), W4A16's fp16 x read through L1
+//   kAuto:        W4A8: kStream where it can run; W4A16: kStream at one row; otherwise int4: kQuad
+//                 where it measured faster (n ≥ 8192 columns, m ≤ 4), else kSplitGroups;
 //                 W8A8: kStream up to 4 rows, kSplitK below 8192 columns from 5 rows, else one
 //                 warp a column
 enum class QgemvSchedule { kAuto, kSplitGroups, kQuad, kSplitK, kStream };

@@ -185,7 +185,7 @@ std::vector<Case> cases() {
       }
     } else if (out[i].group_size % 128 == 0) {
       other.schedule = kernels::QgemvSchedule::kQuad;
-      if (out[i].kind == K::kW4A8 && out[i].m <= 4 && out[i].m * out[i].k <= 32 * 1024) {
+      if (out[i].m <= 4 && (out[i].kind == K::kW4A16 || out[i].m * out[i].k <= 32 * 1024)) {
         Case streamed = out[i];
         streamed.schedule = kernels::QgemvSchedule::kStream;
         out.push_back(streamed);
@@ -205,10 +205,12 @@ std::vector<Case> cases() {
   out.push_back({K::kW8A8, 1, 129, 16384, 0, true, kernels::QgemvSchedule::kStream});
   // W4A8 kStream: groups of 32 to 1,024 columns (1 to 32 lanes a group), k 8192 in one round of
   // eight pieces a lane and 16384 in two, a partial last round (k 2560: 80 pieces), many columns
-  for (int g : {32, 64, 256, 1024}) out.push_back({K::kW4A8, 3, 129, 4096, g, true, kernels::QgemvSchedule::kStream});
-  out.push_back({K::kW4A8, 2, 300, 8192, 128, false, kernels::QgemvSchedule::kStream});
-  out.push_back({K::kW4A8, 1, 129, 16384, 128, true, kernels::QgemvSchedule::kStream});
-  for (int m : {1, 4}) out.push_back({K::kW4A8, m, 40000, 2560, 128, true, kernels::QgemvSchedule::kStream});
+  for (K kind : {K::kW4A8, K::kW4A16}) {  // (W4A16 reads its fp16 rows from memory)
+    for (int g : {32, 64, 256, 1024}) out.push_back({kind, 3, 129, 4096, g, true, kernels::QgemvSchedule::kStream});
+    out.push_back({kind, 2, 300, 8192, 128, false, kernels::QgemvSchedule::kStream});
+    out.push_back({kind, 1, 129, 16384, 128, true, kernels::QgemvSchedule::kStream});
+    for (int m : {1, 4}) out.push_back({kind, m, 40000, 2560, 128, true, kernels::QgemvSchedule::kStream});
+  }
   // ... and four rows of 2.7b's and 8B-like's out_proj k (20 and 32 KB of rearranged rows)
   out.push_back({K::kW4A8, 4, 300, 5120, 128, true, kernels::QgemvSchedule::kStream});
   out.push_back({K::kW4A8, 4, 300, 8192, 128, true, kernels::QgemvSchedule::kStream});
@@ -353,7 +355,7 @@ TEST(Qgemv, RefusesWhatItCannotRun) {
   a.w_mma_layout = true;  // the tensor-core layout is W8A16's only
   EXPECT_FALSE(kernels::qgemv_supported(a));
   a.w_mma_layout = false;
-  a.schedule = kernels::QgemvSchedule::kStream;  // W8A8 and W4A8, at most 4 rows
+  a.schedule = kernels::QgemvSchedule::kStream;  // W8A8 and the int4 kinds, at most 4 rows
   EXPECT_TRUE(kernels::qgemv_supported(a));
   a.k = a.ldx = 8192;
   a.m = 4;  // 32 KB of W4A8 rows: the most its rearranged input takes
@@ -364,6 +366,8 @@ TEST(Qgemv, RefusesWhatItCannotRun) {
   a.m = 1;
   a.kind = kernels::QgemvKind::kW4A16;
   a.x_f16 = reinterpret_cast<const __half*>(dummy);
+  EXPECT_TRUE(kernels::qgemv_supported(a));
+  a.kind = kernels::QgemvKind::kW8A16;  // W8A8 and the int4 kinds only
   EXPECT_FALSE(kernels::qgemv_supported(a));
   a.kind = kernels::QgemvKind::kW8A8;
   EXPECT_TRUE(kernels::qgemv_supported(a));
