@@ -701,6 +701,18 @@ cudaError_t launch_stream(const QgemvArgs& a, size_t shared, cudaStream_t stream
   return launch_kernel(kernel, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), shared}, stream, a);
 }
 
+// The int4 stream kernel for the arguments: kPer = 4 pieces a lane up to k = 4,096, else 8, and the
+// chain unrolled for the recipes' groups of 128.
+template <int M, QgemvKind KIND>
+cudaError_t launch_int4_stream(const QgemvArgs& a, size_t shared, cudaStream_t stream) {
+  const bool short_rows = a.k <= 32 * 4 * Piece<KIND>::kCols;
+  if (a.group_size == 128)
+    return short_rows ? launch_stream<qgemv_int4_stream_kernel<M, 4, 4, KIND>>(a, shared, stream)
+                      : launch_stream<qgemv_int4_stream_kernel<M, 8, 4, KIND>>(a, shared, stream);
+  return short_rows ? launch_stream<qgemv_int4_stream_kernel<M, 4, 0, KIND>>(a, shared, stream)
+                    : launch_stream<qgemv_int4_stream_kernel<M, 8, 0, KIND>>(a, shared, stream);
+}
+
 template <int M>
 cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
   const dim3 grid((a.n + kWarps - 1) / kWarps);
@@ -725,25 +737,12 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
                         (a.schedule == QgemvSchedule::kAuto && a.n >= 8192 && a.m <= 4 && a.group_size % 128 == 0);
       const dim3 quad_grid((a.n + 8 * kQuadWarps - 1) / (8 * kQuadWarps));
       if constexpr (M <= kStreamMaxRows) {
-        const bool short_rows = a.k <= 32 * 4 * Piece<QgemvKind::kW4A8>::kCols;
         if (a.kind == QgemvKind::kW4A8 &&
-            (a.schedule == QgemvSchedule::kStream || (a.schedule == QgemvSchedule::kAuto && w4a8_stream_fits(a)))) {
-          const size_t shared = int4_input_bytes(a);
-          if (a.group_size == 128)  // the recipes' default
-            return short_rows ? launch_stream<qgemv_int4_stream_kernel<M, 4, 4>>(a, shared, stream)
-                              : launch_stream<qgemv_int4_stream_kernel<M, 8, 4>>(a, shared, stream);
-          return short_rows ? launch_stream<qgemv_int4_stream_kernel<M, 4, 0>>(a, shared, stream)
-                            : launch_stream<qgemv_int4_stream_kernel<M, 8, 0>>(a, shared, stream);
-        }
+            (a.schedule == QgemvSchedule::kStream || (a.schedule == QgemvSchedule::kAuto && w4a8_stream_fits(a))))
+          return launch_int4_stream<M, QgemvKind::kW4A8>(a, int4_input_bytes(a), stream);
         if (a.kind == QgemvKind::kW4A16 &&
-            (a.schedule == QgemvSchedule::kStream || (a.schedule == QgemvSchedule::kAuto && a.m == 1))) {
-          constexpr QgemvKind K = QgemvKind::kW4A16;
-          if (a.group_size == 128)
-            return short_rows ? launch_stream<qgemv_int4_stream_kernel<M, 4, 4, K>>(a, 0, stream)
-                              : launch_stream<qgemv_int4_stream_kernel<M, 8, 4, K>>(a, 0, stream);
-          return short_rows ? launch_stream<qgemv_int4_stream_kernel<M, 4, 0, K>>(a, 0, stream)
-                            : launch_stream<qgemv_int4_stream_kernel<M, 8, 0, K>>(a, 0, stream);
-        }
+            (a.schedule == QgemvSchedule::kStream || (a.schedule == QgemvSchedule::kAuto && a.m == 1)))
+          return launch_int4_stream<M, QgemvKind::kW4A16>(a, 0, stream);
       }
       if (a.kind == QgemvKind::kW4A8) {
         if (quad) return launch(qgemv_quad_kernel<M, QgemvKind::kW4A8, kQuadW4A8GroupsInFlight>, quad_grid, kQuadWarps * 32, a, stream);
