@@ -203,9 +203,10 @@ std::vector<Case> cases() {
     out.push_back({K::kW8A8, m, 300, 8192, 0, false, kernels::QgemvSchedule::kStream});
   }
   out.push_back({K::kW8A8, 1, 129, 16384, 0, true, kernels::QgemvSchedule::kStream});
-  // W4A8 kStream: groups of 32 to 1,024 columns (1 to 32 lanes a group), k 8192 in one round of
-  // eight pieces a lane and 16384 in two, a partial last round (k 2560: 80 pieces), many columns
-  for (K kind : {K::kW4A8, K::kW4A16}) {  // (W4A16 reads its fp16 rows from memory)
+  // The int4 kStream (W4A8 on rearranged shared rows, W4A16 on fp16 rows in memory): groups of 32
+  // to 1,024 columns (1 to 32 lanes a group), k 8192 in one round of eight pieces a lane and 16384
+  // in two, a partial last round (k 2560: 80 pieces), many columns
+  for (K kind : {K::kW4A8, K::kW4A16}) {
     for (int g : {32, 64, 256, 1024}) out.push_back({kind, 3, 129, 4096, g, true, kernels::QgemvSchedule::kStream});
     out.push_back({kind, 2, 300, 8192, 128, false, kernels::QgemvSchedule::kStream});
     out.push_back({kind, 1, 129, 16384, 128, true, kernels::QgemvSchedule::kStream});
