@@ -2,6 +2,7 @@
 
 #include <type_traits>
 
+#include "kernels/causal_conv1d_step.cuh"
 #include "kernels/element_type.h"
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/quant_epilogue.cuh"
@@ -16,16 +17,6 @@ constexpr int kLoadBatch = 8;   // prefill tokens whose inputs a thread loads be
 __device__ inline float load_input(float v, float) { return v; }
 __device__ inline float load_input(__nv_bfloat16 v, float) { return __bfloat162float(v); }
 __device__ inline float load_input(int8_t q, float scale) { return __fmul_rn(static_cast<float>(q), scale); }
-
-// A channel's activation format (apply_format_code) with the reciprocal of its int8 scale.
-struct ChannelFormat {
-  float code = 0.f, inv_code = 0.f;
-  __device__ ChannelFormat(const float* codes, int c) {
-    if (codes) code = codes[c];
-    if (code > 0.f) inv_code = __frcp_rn(code);
-  }
-  __device__ float apply(float v) const { return apply_format_code_fast(v, code, inv_code); }
-};
 
 // fp32 inputs take their point's format as read (the state then holds formatted values).
 template <typename In>
@@ -171,12 +162,10 @@ __device__ void conv_channel(const CausalConv1dArgs& a, int c, int b, int t0, in
   auto convolve = [&](In formatted) {
     raw[W - 1] = formatted;
     window[W - 1] = load_input(formatted, in_scale);
-    float acc = bias;
-#pragma unroll
-    for (int k = 0; k < W; ++k) acc = __fmaf_rn(w[k], window[k], acc);  // the CPU's order
+    const float y = conv_silu<W>(w, window, bias);
 #pragma unroll
     for (int k = 0; k < W - 1; ++k) window[k] = window[k + 1], raw[k] = raw[k + 1];
-    return silu(acc);
+    return y;
   };
   int t = t0;
   // Prefill: kLoadBatch tokens' inputs are loaded before any of their outputs is stored (the

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdint>
 #include <utility>
 
 namespace ssdq::kernels {
@@ -94,6 +95,23 @@ cudaError_t launch_kernel(void (*kernel)(Params...), const LaunchShape& shape, c
     return status;
   }
   return cudaGetLastError();
+}
+
+// Blocks of kKernel resident at once on one SM at `threads` threads and `shared` bytes of dynamic
+// shared memory, asked once per kernel and shared size (a decode step launches the same few
+// shapes); a template argument, so each kernel keeps its own cache.
+template <auto kKernel>
+cudaError_t resident_blocks_per_sm(int threads, size_t shared, int* per_sm) {
+  static std::atomic<int64_t> known{-1};  // shared bytes << 16 | blocks an SM
+  const int64_t cached = known.load(std::memory_order_relaxed);
+  if (cached >= 0 && static_cast<size_t>(cached >> 16) == shared) {
+    *per_sm = static_cast<int>(cached & 0xFFFF);
+    return cudaSuccess;
+  }
+  const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kKernel, threads, shared);
+  if (status != cudaSuccess) return status;
+  known.store(static_cast<int64_t>(shared) << 16 | (*per_sm & 0xFFFF), std::memory_order_relaxed);
+  return cudaSuccess;
 }
 
 // Lets `kernel` take `shared` bytes of dynamic shared memory: opts in above the default 48 KB

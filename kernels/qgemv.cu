@@ -681,20 +681,12 @@ cudaError_t launch(Kernel kernel, dim3 grid, int threads, const QgemvArgs& a, cu
 }
 
 // kStream: as many blocks as are resident at once (fewer when the columns run out).
-template <void (*kKernel)(QgemvArgs)>  // a template argument, so each kernel keeps its own cached occupancy
+template <void (*kKernel)(QgemvArgs)>  // a template argument: resident_blocks_per_sm caches per kernel
 cudaError_t launch_stream(const QgemvArgs& a, size_t shared, cudaStream_t stream) {
   if (const cudaError_t status = allow_dynamic_shared(kKernel, shared); status != cudaSuccess) return status;
-  // Blocks an SM, asked once per kernel and shared-memory size (a decode step launches the same few shapes).
-  static std::atomic<int64_t> known{-1};  // shared bytes << 16 | blocks an SM
-  int64_t cached = known.load(std::memory_order_relaxed);
   int per_sm = 0;
-  if (cached >= 0 && static_cast<size_t>(cached >> 16) == shared) {
-    per_sm = static_cast<int>(cached & 0xFFFF);
-  } else {
-    const cudaError_t status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, shared);
-    if (status != cudaSuccess) return status;
-    known.store(static_cast<int64_t>(shared) << 16 | (per_sm & 0xFFFF), std::memory_order_relaxed);
-  }
+  if (const cudaError_t status = resident_blocks_per_sm<kKernel>(kThreads, shared, &per_sm); status != cudaSuccess)
+    return status;
   const int64_t wave = int64_t(per_sm > 0 ? per_sm : 1) * current_device_attribute(cudaDevAttrMultiProcessorCount);
   const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((a.n + kWarps - 1) / kWarps, wave));
   return launch_kernel(kKernel, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), shared}, stream, a);

@@ -20,6 +20,7 @@
 #include "kernels/qgemv.h"
 #include "kernels/scale_int32.h"
 #include "kernels/ssd_chunk_scan.h"
+#include "kernels/ssd_conv_step.h"
 #include "kernels/ssd_state_update.h"
 #include "kernels/ssdi8_chunk_scan.h"
 #include "kernels/weight_unpack.h"
@@ -45,6 +46,11 @@ constexpr int64_t kW4A8GemvMaxRows = 4;
 // the weights are unpacked to int8 first: at 2,048 rows the packed 128 × 128 tile took 461 µs on
 // 2.7b's in_proj against 16 + 357 µs unpacked and 16 + 237 µs on wgmma (H100, docs/kernels/gemm.md).
 constexpr int64_t kGroupedInt4MaxRows = 64;
+// Batches up to which a decode step runs the conv inside the state update's launch
+// (kernels/ssd_conv_step.h): every block repeats its group's B|C convolutions, which pays while the
+// step waits on latency and not at full occupancy (2.7b W8A8 TPOT, H100: batch 1 2.56 → 2.40 ms,
+// 4 3.68 → 3.62, 8 4.90 → 4.88, 32 8.67 → 9.30; docs/kernels/ssd_state_update.md).
+constexpr int64_t kConvStepMaxBatch = 8;
 // Rows from which a per-channel int8 projection runs the fused sm_90 GEMM (kernels/gemm_s8_scaled.h)
 // rather than cuBLASLt + the scaling pass: measured on an H100, the fused kernel is 1.5–1.8× faster
 // from 64 rows, but decode at batch 8 and 32 was 3–4 % slower with it (docs/kernels/gemm.md).
@@ -315,6 +321,7 @@ struct QuantizedCudaBackend::Impl {
 
   struct Work {
     int32_t *tokens, *targets, *argmax, *acc;
+    int32_t* arrivals;  // [batch · ngroups] the fused conv + state update's counters, zero between launches
     float *residual, *normed, *zxbcdt, *xbc, *y, *gated, *proj, *chain, *logits, *nll;
     int8_t *x8, *ssd_bc, *xbc8;
     void* ssd_cb;     // the SSDi8 kernel's workspace
@@ -492,7 +499,7 @@ struct QuantizedCudaBackend::Impl {
     const int64_t logits_rows = std::max<int64_t>(1, std::min<int64_t>(M, kLogitsBlockBytes / (c.vocab_size * 4)));
     Layout layout;
     const size_t tokens = layout.add(M * 4), targets = layout.add(M * 4), argmax = layout.add(M * 4),
-                 acc = layout.add(integer_gemm ? M * widest_out * 4 : 0);
+                 acc = layout.add(integer_gemm ? M * widest_out * 4 : 0), arrivals = layout.add(batch * c.ngroups * 4);
     const size_t residual = layout.add(M * D * 4), normed = layout.add(M * D * 4), zxbcdt = layout.add(M * in_dim * 4),
                  xbc = layout.add(M * c.conv_dim() * 4), y = layout.add(M * E * 4), gated = layout.add(M * E * 4),
                  proj = layout.add(M * D * 4), chain = layout.add(grouped_gemm ? M * widest_out * 4 : 0),
@@ -516,11 +523,13 @@ struct QuantizedCudaBackend::Impl {
     work_block = DeviceBlock(layout.total(), "activations", &counter);
     const DeviceBlock& b = work_block;
     work = {b.at<int32_t>(tokens), b.at<int32_t>(targets), b.at<int32_t>(argmax), b.at<int32_t>(acc),
+            b.at<int32_t>(arrivals),
             b.at<float>(residual), b.at<float>(normed),    b.at<float>(zxbcdt),    b.at<float>(xbc),
             b.at<float>(y),        b.at<float>(gated),     b.at<float>(proj),      b.at<float>(chain),
             b.at<float>(logits),   b.at<float>(nll),       b.at<int8_t>(x8),       b.at<int8_t>(ssd_bc),
             b.at<int8_t>(xbc8),    b.at<void>(ssd_cb),    b.at<void>(ssd_chunk),
             b.at<__half>(x16),     b.at<void>(expanded),   logits_rows};
+    cuda_ok(cudaMemsetAsync(work.arrivals, 0, batch * c.ngroups * 4, stream), "cudaMemsetAsync");
     work_batch = batch;
     work_length = length;
     ++work_generation;
@@ -822,6 +831,40 @@ struct QuantizedCudaBackend::Impl {
     return s;
   }
 
+  // The decode recurrence's arguments (the state update over every token of the rows), reading the
+  // conv's output in work.xbc and dt from in_proj's output.
+  kernels::SsdStateUpdateArgs state_update_args(const DeviceLayer& d, int64_t batch, int64_t length, void* ssm_state) const {
+    const Mamba2Config& c = config;
+    const int64_t E = c.d_inner(), H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state, GN = G * N;
+    const int64_t conv_dim = c.conv_dim();
+    kernels::SsdStateUpdateArgs step;
+    step.batch = static_cast<int>(batch);
+    step.heads = static_cast<int>(H);
+    step.headdim = static_cast<int>(P);
+    step.groups = static_cast<int>(G);
+    step.dstate = static_cast<int>(N);
+    step.steps = static_cast<int>(length);
+    step.io_type = ElementType::kF32;
+    step.x = work.xbc;
+    step.x_stride = conv_dim;
+    step.B = work.xbc + E;
+    step.C = work.xbc + E + GN;
+    step.bc_stride = conv_dim;
+    step.dt = work.zxbcdt + d.dt_at;
+    step.dt_stride = c.d_in_proj();
+    if (d.dt_format_in_kernel()) step.dt_format = d.dt_code;
+    step.dt_bias = d.dt_bias.at<float>(0);
+    step.dt_min = static_cast<float>(c.dt_min);
+    step.dt_max = static_cast<float>(std::min<double>(c.dt_max, 3e38));
+    step.A = d.A.at<float>(0);
+    step.D = d.D.at<float>(0);
+    step.state = ssm_state;
+    set_state_scales(d, step);
+    step.y = work.y;
+    step.y_stride = E;
+    return step;
+  }
+
   void enqueue_layer(const DeviceLayer& d, int64_t batch, int64_t length, QuantizedCudaState& state, int64_t l,
                      const DeviceLayer* previous) const {
     const Mamba2Config& c = config;
@@ -893,50 +936,34 @@ struct QuantizedCudaBackend::Impl {
       conv.part_count = 1;
       conv.parts[0] = {work.xbc, 0, conv_dim, ElementType::kF16};
     }
-    cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d (with the x|B|C formats)");
+    // Decode, and shapes the chunked scans do not take: the recurrence over every token, exact for
+    // any length, the float SSD of the CPU up to rounding; an int8 state is dequantized in registers
+    // and stored once at the end, as the CPU rounds it after each forward call. One decode token a
+    // sequence runs the conv inside the state update's launch where that kernel takes the shape.
+    const bool recurrence = !ssdi8_prefill && !float_chunked;
+    kernels::SsdConvStepArgs conv_step;
+    conv_step.conv = conv;
+    if (recurrence) conv_step.step = state_update_args(d, batch, length, state.ssm(l));
+    conv_step.arrivals = work.arrivals;
+    const bool conv_in_step =
+        recurrence && length == 1 && batch <= kConvStepMaxBatch && kernels::ssd_conv_step_supported(conv_step);
+    if (!conv_in_step)
+      cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d (with the x|B|C formats)");
     if (xbc_int8) cuda_ok(cudaStreamWaitEvent(stream, join_event, 0), "cudaStreamWaitEvent");  // z|dt written
     float* dt_raw = work.zxbcdt + d.dt_at;
     const bool dt_in_kernel = d.dt_format_in_kernel();
     if (!dt_in_kernel) enqueue_format(d.ssd_dt, dt_raw, M, H, in_dim, Reader::kFloat32, "ssd dt");
 
-    const float dt_min = static_cast<float>(c.dt_min), dt_max = static_cast<float>(std::min<double>(c.dt_max, 3e38));
     if (ssdi8_prefill) {
       cuda_ok(kernels::launch_ssdi8_chunk_scan(ssd, stream), "ssdi8_chunk_scan");
     } else if (float_chunked) {
       cuda_ok(kernels::launch_ssd_chunk_scan(chunked, stream), "ssd_chunk_scan (float SSD)");
+    } else if (conv_in_step) {
+      cuda_ok(kernels::launch_ssd_conv_step(conv_step, stream), "causal_conv1d + ssd_state_update");
     } else {
-      // Decode, and shapes the chunked scan does not take: the recurrence over every token, exact
-      // for any length, the float SSD of the CPU up to rounding; an int8 state is dequantized in
-      // registers and stored once at the end, as the CPU rounds it after each forward call.
-      kernels::SsdStateUpdateArgs step;
-      step.batch = static_cast<int>(batch);
-      step.heads = static_cast<int>(H);
-      step.headdim = static_cast<int>(P);
-      step.groups = static_cast<int>(G);
-      step.dstate = static_cast<int>(N);
-      step.steps = static_cast<int>(length);
-      step.io_type = ElementType::kF32;
-      step.x = work.xbc;
-      step.x_stride = conv_dim;
-      step.B = work.xbc + E;
-      step.C = work.xbc + E + GN;
-      step.bc_stride = conv_dim;
-      step.dt = dt_raw;
-      step.dt_stride = in_dim;
-      if (dt_in_kernel)
-        step.dt_format = d.dt_code;
-      step.dt_bias = d.dt_bias.at<float>(0);
-      step.dt_min = dt_min;
-      step.dt_max = dt_max;
-      step.A = d.A.at<float>(0);
-      step.D = d.D.at<float>(0);
-      step.state = state.ssm(l);
-      set_state_scales(d, step);
-      step.y = work.y;
-      step.y_stride = E;
-      if (!kernels::ssd_state_update_supported(step))
+      if (!kernels::ssd_state_update_supported(conv_step.step))
         fail("CUDA: no SSD kernel supports heads {} × headdim {}, ngroups {}, d_state {}", H, P, G, N);
-      cuda_ok(kernels::launch_ssd_state_update(step, stream), "ssd_state_update");
+      cuda_ok(kernels::launch_ssd_state_update(conv_step.step, stream), "ssd_state_update");
     }
     // A float state takes its point's format (fp16 rounding, if any) once the SSD has written it; an int8
     // state (every SSDi8 layer's) was stored quantized by the kernel.

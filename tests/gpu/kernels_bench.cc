@@ -23,6 +23,7 @@
 #include "kernels/qgemv.h"
 #include "kernels/scale_int32.h"
 #include "kernels/weight_unpack.h"
+#include "kernels/ssd_conv_step.h"
 #include "kernels/ssd_state_update.h"
 #include "quant/hadamard_base.h"
 
@@ -97,6 +98,60 @@ void bench_state_update(int batch, int heads, int groups, double bandwidth, bool
   const double bytes = 2.0 * batch * heads * P * N * (int8_state ? 1 : sizeof(float));
   fmt::print("ssd_state_update  batch {:4d} heads {:3d} groups {} {}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n",
              batch, heads, groups, int8_state ? "int8" : "fp32", us, bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth);
+}
+
+// One decode step's conv + int8-state update as the quantized backend runs it (fp32 in_proj row,
+// int8 formats on the conv's input and output, per-(h, p) state scales): the two kernels one after
+// the other against the fused ssd_conv_step. Back-to-back launches, so each includes its launch.
+void bench_conv_step(int batch, int heads, int groups) {
+  const int P = 64, N = 128, E = heads * P, channels = E + 2 * groups * N, row = channels + E + heads;
+  std::mt19937 rng(7);
+  kernels::CausalConv1dArgs conv;
+  conv.batch = batch;
+  conv.seqlen = 1;
+  conv.channels = channels;
+  conv.width = 4;
+  conv.in = device_random(size_t(batch) * row, -1, 1, rng);
+  conv.in_stride = row;
+  conv.weight = device_random(size_t(channels) * 4, -0.5f, 0.5f, rng);
+  conv.bias = device_random(channels, -0.2f, 0.2f, rng);
+  conv.state = device_random(size_t(batch) * channels * 3, -1, 1, rng);
+  conv.in_type = conv.out_type = kernels::ElementType::kF32;
+  conv.in_formats = device_random(channels, 0.01f, 0.03f, rng);
+  conv.out_formats = device_random(channels, 0.01f, 0.03f, rng);
+  conv.out = device_random(size_t(batch) * channels, -1, 1, rng);
+  kernels::SsdStateUpdateArgs step;
+  step.batch = batch;
+  step.heads = heads;
+  step.headdim = P;
+  step.groups = groups;
+  step.dstate = N;
+  const float* xbc = static_cast<const float*>(conv.out);
+  step.x = xbc;
+  step.B = xbc + E;
+  step.C = xbc + E + groups * N;
+  step.x_stride = step.bc_stride = channels;
+  step.dt = static_cast<const float*>(conv.in) + channels + E;
+  step.dt_stride = row;
+  step.A = device_random(heads, -4, -1, rng);
+  step.D = device_random(heads, 0.5f, 1.5f, rng);
+  step.dt_bias = device_random(heads, -4, -1, rng);
+  step.state = device_random(size_t(batch) * E * N / 4 + 1, -1, 1, rng);  // int8 bytes
+  step.state_type = kernels::ElementType::kS8;
+  step.state_scales = device_random(E, 0.004f, 0.012f, rng);
+  step.y = device_random(size_t(batch) * E, -1, 1, rng);
+  step.y_stride = E;
+  kernels::SsdConvStepArgs fused{conv, step, nullptr};
+  check_cuda(cudaMalloc(&fused.arrivals, size_t(batch) * groups * sizeof(int32_t)), "cudaMalloc");
+  check_cuda(cudaMemset(fused.arrivals, 0, size_t(batch) * groups * sizeof(int32_t)), "cudaMemset");
+  const double separate = time_us([&] {
+    const cudaError_t status = kernels::launch_causal_conv1d(conv, nullptr);
+    return status != cudaSuccess ? status : kernels::launch_ssd_state_update(step, nullptr);
+  });
+  const double one = time_us([&] { return kernels::launch_ssd_conv_step(fused, nullptr); });
+  fmt::print("conv + state      batch {:4d} heads {:3d} groups {} int8: conv then state update {:6.2f} us, "
+             "ssd_conv_step {:6.2f} us\n",
+             batch, heads, groups, separate, one);
 }
 
 void bench_add_rmsnorm(int rows, int dim, double bandwidth) {
@@ -749,6 +804,8 @@ int main(int argc, char** argv) {
     for (int batch : {1, 8, 32, 128}) ssdq::bench_state_update(batch, 80, 1, bandwidth);  // mamba2-2.7b
     for (int batch : {1, 32, 128}) ssdq::bench_state_update(batch, 80, 1, bandwidth, true);
     ssdq::bench_state_update(1, 128, 8, bandwidth);  // 8B-like
+    for (int batch : {1, 8, 32}) ssdq::bench_conv_step(batch, 80, 1);
+    ssdq::bench_conv_step(1, 128, 8);
   }
   if (want("norm"))
     for (int rows : {1, 32, 2048, 16384}) ssdq::bench_add_rmsnorm(rows, 2560, bandwidth);

@@ -1,0 +1,122 @@
+// The pieces of the decode state update (kernels/ssd_state_update.h) that its kernels share: the
+// block's slice of a head's rows, one row's state held in registers, and the step that advances it.
+// ssd_state_update.cu reads x, B and C from global memory; ssd_conv_step.cu from the conv outputs
+// it keeps in shared memory. The arithmetic is the same, so both give the same bits.
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+#include "kernels/element_type.h"
+#include "kernels/programmatic_launch.cuh"
+#include "kernels/quant_epilogue.cuh"
+#include "kernels/ssd_state_update.h"
+
+namespace ssdq::kernels {
+
+constexpr int kStateUpdateWarps = 8;
+constexpr int kStateUpdateMaxPerLane = 8;  // dstate up to 256
+
+// Small batches split each head's rows over several blocks, up to one row a warp, while the
+// blocks fit the GPU at once (`per_sm` blocks of 256 threads an SM): the per-row chain of dependent
+// loads, not bandwidth, is what a decode step waits for. The grid is (heads, batch, splits).
+inline dim3 state_update_grid(const SsdStateUpdateArgs& a, int per_sm) {
+  const int blocks = a.heads * a.batch;
+  const int resident = std::max(1, per_sm) * std::max(1, current_device_attribute(cudaDevAttrMultiProcessorCount));
+  const int splits = std::max(1, std::min(resident / blocks, a.headdim / kStateUpdateWarps));
+  return dim3(a.heads, a.batch, splits);
+}
+
+// The block's head, sequence and rows [row_begin, row_end) of the head.
+struct StateSlice {
+  int head, seq, row_begin, row_end, group;
+  __device__ explicit StateSlice(const SsdStateUpdateArgs& a) : head(blockIdx.x), seq(blockIdx.y) {
+    const int rows_per_block = (a.headdim + gridDim.z - 1) / gridDim.z;
+    row_begin = blockIdx.z * rows_per_block;
+    row_end = min(a.headdim, row_begin + rows_per_block);
+    group = head / (a.heads / a.groups);
+  }
+};
+
+// A head's per-token constants: dt's bias, A and D (loaded before the wait for the previous grid).
+struct HeadConstants {
+  float A, skip, bias;
+  __device__ HeadConstants(const SsdStateUpdateArgs& a, int head)
+      : A(a.A[head]), skip(a.D[head]), bias(a.dt_bias ? a.dt_bias[head] : 0.f) {}
+  // dt of one token from the raw value: the point's format, then softplus and the clamp.
+  __device__ float dt(const SsdStateUpdateArgs& a, float raw) const {
+    if (a.dt_format != 0.f) raw = apply_format_code(raw, a.dt_format);
+    if (a.dt_bias) raw = fminf(fmaxf(softplus(raw + bias), a.dt_min), a.dt_max);
+    return raw;
+  }
+};
+
+// Row p of a head's state, dstate / 32 values a lane (n = lane + 32 i), in fp32 registers: an int8
+// state is dequantized and rounded back on store (one scale row per channel, read once, and once
+// per element only when it varies along n). load() only issues the loads; dequantize() waits for
+// them, so a kernel can issue other loads in between.
+template <typename S, int kPerLane>
+struct StateRow {
+  S* row = nullptr;
+  S stored[kPerLane];
+  float s[kPerLane], scale[kPerLane];
+
+  __device__ void load(const SsdStateUpdateArgs& a, const StateSlice& slice, int p, int lane) {
+    row = static_cast<S*>(a.state) +
+          ((static_cast<int64_t>(slice.seq) * a.heads + slice.head) * a.headdim + p) * a.dstate;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) stored[i] = row[lane + 32 * i];
+    if constexpr (std::is_same_v<S, int8_t>) {
+      const int channel = slice.head * a.headdim + p;
+      const float* scales =
+          a.state_scales +
+          static_cast<int64_t>(a.state_scale_index ? a.state_scale_index[channel] : channel) * a.state_scale_inner;
+      const float channel_scale = scales[0];
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) scale[i] = a.state_scale_inner == 1 ? channel_scale : scales[lane + 32 * i];
+    }
+  }
+
+  __device__ void dequantize() {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      if constexpr (std::is_same_v<S, int8_t>) {
+        s[i] = __fmul_rn(static_cast<float>(stored[i]), scale[i]);
+      } else {
+        s[i] = stored[i];
+      }
+    }
+  }
+
+  // One token: h ← exp(dt·A) h + dt·x·B, returns y = h·C + D·x (every lane holds it). b(i) and c(i)
+  // give B and C at n = lane + 32 i.
+  template <typename GetB, typename GetC>
+  __device__ float advance(const HeadConstants& head, float dt, float x, GetB b, GetC c) {
+    // Explicit roundings: left to contraction, the compiler may fuse differently in different
+    // kernels (or in a loop's peeled first trip), and the kernels must agree bit for bit.
+    const float decay = __expf(__fmul_rn(dt, head.A));
+    const float dtx = __fmul_rn(dt, x);
+    float acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      s[i] = __fmaf_rn(decay, s[i], __fmul_rn(dtx, b(i)));
+      acc = __fmaf_rn(s[i], c(i), acc);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, offset));
+    return __fmaf_rn(head.skip, x, acc);
+  }
+
+  __device__ void store(int lane) const {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      if constexpr (std::is_same_v<S, int8_t>) {
+        row[lane + 32 * i] = quantize_int8(s[i], scale[i]);
+      } else {
+        row[lane + 32 * i] = s[i];
+      }
+    }
+  }
+};
+
+}  // namespace ssdq::kernels
