@@ -398,8 +398,12 @@ __global__ void __launch_bounds__(kThreads) qgemv_w8a8_stream_kernel(QgemvArgs a
 // the group, then every lane runs each row's fp32 chain over the groups in increasing order (the
 // CPU's), taking a group's sum and scale from its first lane; lane r stores row r.
 // kGroupLanes: lpg as a constant (the chain's shuffles unrolled), or 0 to take it from the arguments.
-template <int M, int kPer, int kGroupLanes, QgemvKind KIND = QgemvKind::kW4A8>
-__global__ void __launch_bounds__(kThreads) qgemv_int4_stream_kernel(QgemvArgs a) {
+// kSkipPastRow: rounds past the row's last piece are skipped (a uniform branch) rather than run
+// predicated off; it costs registers (kPer 8: 64 → 72, a block an SM fewer, 8B-like W4A8 TPOT 3.63 →
+// 3.72 ms), so only where rows leave rounds empty. Up to two rows at least four blocks an SM (≤ 64
+// registers; kPer 5 took 72 unbounded).
+template <int M, int kPer, int kGroupLanes, QgemvKind KIND, bool kSkipPastRow>
+__global__ void __launch_bounds__(kThreads, M <= 2 ? 4 : 1) qgemv_int4_stream_kernel(QgemvArgs a) {
   static_assert(KIND == QgemvKind::kW4A8 || KIND == QgemvKind::kW4A16, "int4 weights");
   constexpr bool kInt8X = KIND == QgemvKind::kW4A8;
   extern __shared__ __align__(16) int8_t rows[];
@@ -430,7 +434,8 @@ __global__ void __launch_bounds__(kThreads) qgemv_int4_stream_kernel(QgemvArgs a
       }
       float sum[kPer][M];  // the lane's group's sum (W4A8: the int32 sum rounded to float)
 #pragma unroll
-      for (int u = 0; u < kPer; ++u)
+      for (int u = 0; u < kPer; ++u) {
+        if (kSkipPastRow && base + 32 * u >= pieces) break;  // past the row in every lane
 #pragma unroll
         for (int r = 0; r < M; ++r) {
           int acc = 0;
@@ -446,9 +451,11 @@ __global__ void __launch_bounds__(kThreads) qgemv_int4_stream_kernel(QgemvArgs a
           }
           sum[u][r] = kInt8X ? static_cast<float>(acc) : facc;
         }
+      }
 #pragma unroll
       for (int u = 0; u < kPer; ++u) {
         const int first = base + 32 * u;  // the round's first piece (the same in every lane)
+        if (kSkipPastRow && first >= pieces) break;
         const int round_groups = min(32 / lanes_per_group, groups - first / lanes_per_group);  // ≤ 0 past the row
         if constexpr (kGroupLanes > 0) {
           // Every shuffle first, unconditionally, so they issue back to back; then the chain's FMAs.
@@ -692,16 +699,20 @@ cudaError_t launch_stream(const QgemvArgs& a, size_t shared, cudaStream_t stream
   return launch_kernel(kKernel, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), shared}, stream, a);
 }
 
-// The int4 stream kernel for the arguments: kPer = 4 pieces a lane up to k = 4,096, else 8, and the
-// chain unrolled for the recipes' groups of 128.
+// The int4 stream kernel for the arguments: kPer = 4 pieces a lane up to k = 4,096, with the rounds
+// past the row skipped (2.7b's in_proj fills 2.5 of 4), 5 up to 5,120 (2.7b's out_proj exactly), else
+// 8; the chain unrolled for the recipes' groups of 128. Before, every kPer round ran, 1.5 of them
+// empty at 2.7b in_proj and 3 of 8 at its out_proj (ssdi8 W4A8 TPOT 2.32 → 2.24 ms, H100).
 template <int M, QgemvKind KIND>
 cudaError_t launch_int4_stream(const QgemvArgs& a, size_t shared, cudaStream_t stream) {
-  const bool short_rows = a.k <= 32 * 4 * Piece<KIND>::kCols;
-  if (a.group_size == 128)
-    return short_rows ? launch_stream<qgemv_int4_stream_kernel<M, 4, 4, KIND>>(a, shared, stream)
-                      : launch_stream<qgemv_int4_stream_kernel<M, 8, 4, KIND>>(a, shared, stream);
-  return short_rows ? launch_stream<qgemv_int4_stream_kernel<M, 4, 0, KIND>>(a, shared, stream)
-                    : launch_stream<qgemv_int4_stream_kernel<M, 8, 0, KIND>>(a, shared, stream);
+  const int rounds = (a.k / Piece<KIND>::kCols + 31) / 32;
+  if (a.group_size == 128) {
+    if (rounds <= 4) return launch_stream<qgemv_int4_stream_kernel<M, 4, 4, KIND, true>>(a, shared, stream);
+    if (rounds <= 5) return launch_stream<qgemv_int4_stream_kernel<M, 5, 4, KIND, false>>(a, shared, stream);
+    return launch_stream<qgemv_int4_stream_kernel<M, 8, 4, KIND, false>>(a, shared, stream);
+  }
+  return rounds <= 4 ? launch_stream<qgemv_int4_stream_kernel<M, 4, 0, KIND, true>>(a, shared, stream)
+                     : launch_stream<qgemv_int4_stream_kernel<M, 8, 0, KIND, false>>(a, shared, stream);
 }
 
 template <int M>

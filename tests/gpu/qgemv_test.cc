@@ -212,6 +212,12 @@ std::vector<Case> cases() {
     out.push_back({kind, 1, 129, 16384, 128, true, kernels::QgemvSchedule::kStream});
     for (int m : {1, 4}) out.push_back({kind, m, 40000, 2560, 128, true, kernels::QgemvSchedule::kStream});
   }
+  // ... five pieces a lane: 2.7b's out_proj k for both kinds, and k 4608, whose fifth round is half
+  // a row's worth of lanes
+  for (K kind : {K::kW4A8, K::kW4A16}) {
+    out.push_back({kind, 1, 300, 5120, 128, true, kernels::QgemvSchedule::kStream});
+    for (int m : {1, 2}) out.push_back({kind, m, 129, 4608, 128, false, kernels::QgemvSchedule::kStream});
+  }
   // ... and four rows of 2.7b's and 8B-like's out_proj k (20 and 32 KB of rearranged rows)
   out.push_back({K::kW4A8, 4, 300, 5120, 128, true, kernels::QgemvSchedule::kStream});
   out.push_back({K::kW4A8, 4, 300, 8192, 128, true, kernels::QgemvSchedule::kStream});
