@@ -19,13 +19,14 @@ struct Case {
   int batch, heads, headdim, groups, dstate;
   bool int8_state, per_n_scales;
   Formats formats;
+  bool raw_dt = false;  // dt as given through its int8 format, no bias / softplus (else dt_raw + bias)
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   const char* formats = c.formats == Formats::kNone ? "plain" : c.formats == Formats::kInt8 ? "int8" : "mixed";
-  return fmt::format("b{}_h{}_p{}_g{}_n{}_{}{}_{}", c.batch, c.heads, c.headdim, c.groups, c.dstate,
-                     c.int8_state ? "s8" : "f32", c.per_n_scales ? "_per_n" : "", formats);
+  return fmt::format("b{}_h{}_p{}_g{}_n{}_{}{}_{}{}", c.batch, c.heads, c.headdim, c.groups, c.dstate,
+                     c.int8_state ? "s8" : "f32", c.per_n_scales ? "_per_n" : "", formats, c.raw_dt ? "_raw_dt" : "");
 }
 
 // Per-channel format codes (kernels/quant_epilogue.cuh apply_format_code): int8 scales, or for
@@ -106,9 +107,13 @@ TEST_P(SsdConvStep, SameBitsAsConvThenStateUpdate) {
   step.dstate = c.dstate;
   step.dt = d_in.get() + channels;
   step.dt_stride = row;
-  step.dt_bias = d_dt_bias.get();
-  step.dt_min = 1e-3f;
-  step.dt_max = 0.5f;
+  if (c.raw_dt) {
+    step.dt_format = 0.002f;  // dt rounded to multiples of 0.002 as read
+  } else {
+    step.dt_bias = d_dt_bias.get();
+    step.dt_min = 1e-3f;
+    step.dt_max = 0.5f;
+  }
   step.A = d_A.get();
   step.D = d_D.get();
   if (c.int8_state) {
@@ -121,6 +126,9 @@ TEST_P(SsdConvStep, SameBitsAsConvThenStateUpdate) {
 
   for (int t = 0; t < 3; ++t) {
     std::vector<float> in = testing::random_vector(size_t(c.batch) * row, -2.f, 2.f, rng);
+    if (c.raw_dt)  // dt itself: small and positive
+      for (int b = 0; b < c.batch; ++b)
+        for (int h = 0; h < c.heads; ++h) in[b * row + channels + h] = testing::random_vector(1, 0.001f, 0.2f, rng)[0];
     d_in.upload(in);
 
     kernels::CausalConv1dArgs separate_conv = conv;
@@ -169,7 +177,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{1, 6, 50, 2, 64, false, false, Formats::kMixed},    // a last slice of fewer rows
                       Case{2, 4, 32, 2, 256, true, false, Formats::kInt8},     // dstate 256
                       Case{40, 24, 64, 4, 64, true, false, Formats::kInt8},    // one block a (head, sequence)
-                      Case{2, 2, 256, 1, 64, false, false, Formats::kMixed}),  // the widest head
+                      Case{2, 2, 256, 1, 64, false, false, Formats::kMixed},   // the widest head
+                      // 38 heads × 144 rows: on a 132-SM GPU 17 slices of 9 rows a head, the last
+                      // one empty; dt as given (its format, no bias)
+                      Case{1, 38, 144, 2, 64, true, false, Formats::kInt8, true},
+                      Case{2, 8, 64, 1, 128, false, false, Formats::kNone, true}),
     case_name);
 
 TEST(SsdConvStepCaps, RefusesWhatItDoesNotTake) {
