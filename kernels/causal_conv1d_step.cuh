@@ -29,6 +29,15 @@ __device__ inline float conv_silu(const float (&w)[W], const float (&window)[W],
   return silu(acc);
 }
 
+// Channel c of sequence b at seqlen 1, fp32 path: its conv state (W-1 values) and its new input.
+template <int W>
+__device__ inline float* conv_state_at(const CausalConv1dArgs& a, int c, int b) {
+  return static_cast<float*>(a.state) + (static_cast<int64_t>(b) * a.channels + c) * (W - 1);
+}
+__device__ inline float conv_step_input(const CausalConv1dArgs& a, int c, int b) {
+  return static_cast<const float*>(a.in)[static_cast<int64_t>(b) * a.in_stride + c];
+}
+
 // One decode step (seqlen 1) of fp32-input channel c of sequence b. load() only issues the loads
 // (a kernel can issue others before it uses them); output() is the formatted output;
 // store_state() then writes the channel's next conv state (the window's last W-1 formatted inputs).
@@ -38,8 +47,8 @@ struct ConvStepChannel {
   float w[W], window[W], bias = 0.f, raw = 0.f, in_code = 0.f, out_code = 0.f;
 
   __device__ void load(const CausalConv1dArgs& a, int c, int b) {
-    state = static_cast<float*>(a.state) + (static_cast<int64_t>(b) * a.channels + c) * (W - 1);
-    raw = static_cast<const float*>(a.in)[static_cast<int64_t>(b) * a.in_stride + c];
+    state = conv_state_at<W>(a, c, b);
+    raw = conv_step_input(a, c, b);
 #pragma unroll
     for (int k = 0; k < W; ++k) w[k] = a.weight[c * W + k];
 #pragma unroll
@@ -68,10 +77,10 @@ struct ConvStepLanes {
   float w = 0.f, value = 0.f, bias = 0.f, in_code = 0.f, out_code = 0.f;
 
   __device__ void load(const CausalConv1dArgs& a, int c, int b, int lane) {
-    state = static_cast<float*>(a.state) + (static_cast<int64_t>(b) * a.channels + c) * (W - 1);
+    state = conv_state_at<W>(a, c, b);
     if (lane < W) {
       w = a.weight[c * W + lane];
-      value = lane < W - 1 ? state[lane] : static_cast<const float*>(a.in)[static_cast<int64_t>(b) * a.in_stride + c];
+      value = lane < W - 1 ? state[lane] : conv_step_input(a, c, b);
     }
     if (lane == W - 1 && a.in_formats) in_code = a.in_formats[c];
     if (lane == 0) {
@@ -87,9 +96,8 @@ struct ConvStepLanes {
       weights[k] = __shfl_sync(0xffffffffu, w, k);
       window[k] = __shfl_sync(0xffffffffu, value, k);
     }
-    const float y = ChannelFormat(__shfl_sync(0xffffffffu, out_code, 0))
-                        .apply(conv_silu<W>(weights, window, __shfl_sync(0xffffffffu, bias, 0)));
-    return y;
+    return ChannelFormat(__shfl_sync(0xffffffffu, out_code, 0))
+        .apply(conv_silu<W>(weights, window, __shfl_sync(0xffffffffu, bias, 0)));
   }
   __device__ void store_state(int lane) const {
     if (lane >= 1 && lane < W) state[lane - 1] = value;
