@@ -98,18 +98,26 @@ __device__ inline Int8Input int8_input(const QgemvArgs& a, int8_t* shared) {
   return {shared, a.k, true};
 }
 
+// Where byte b (0..31) of row r's rearranged piece p lies in shared memory: piece after piece
+// (kGroupMajor false), or for the lane-a-group kernel each 16-byte half of a piece at
+// [r][p % 4][half][p / 4], so that lanes reading consecutive groups' halves read consecutive 16 bytes.
+template <bool kGroupMajor>
+__device__ inline int int4_input_offset(int k, int r, int p, int b) {
+  if constexpr (!kGroupMajor) return r * k + 32 * p + b;
+  return r * k + ((p % 4) * 2 + b / 16) * (k / 128) * 16 + (p / 4) * 16 + b % 16;
+}
+
 // W4A8's rearranged input (uses_int4_input) in shared memory, from x or, with the norm prologue,
 // straight from the normalized values: a warp quantizes one 32-column piece, each lane writes its
 // byte where the piece's words put it and the warp adds the piece's values (no second pass).
-template <int kThreads>
+template <int kThreads, bool kGroupMajor = false>
 __device__ inline Int8Input int4_input(const QgemvArgs& a, int8_t* shared) {
   const int pieces = a.k / 32;
-  uint4* words = reinterpret_cast<uint4*>(shared);
   int* offsets = reinterpret_cast<int*>(shared + static_cast<size_t>(a.m) * a.k);
   if (a.norm_residual) {
     const int lane = threadIdx.x % 32, byte = lane / 8 * 8 + lane % 2 * 4 + lane % 8 / 2;  // column lane's place
     for_each_normed_int8<kThreads>(a, [&](int r, int i, int q) {  // k a multiple of 32: whole warps, one piece
-      shared[static_cast<int64_t>(r) * a.k + (i - lane) + byte] = static_cast<int8_t>(q);
+      shared[int4_input_offset<kGroupMajor>(a.k, r, i / 32, byte)] = static_cast<int8_t>(q);
       const int sum = __reduce_add_sync(0xffffffffu, q);
       if (lane == 0) offsets[r * pieces + i / 32] = -8 * sum;
     });
@@ -128,8 +136,8 @@ __device__ inline Int8Input int4_input(const QgemvArgs& a, int8_t* shared) {
         sum = __dp4a(static_cast<int>(x[2 * j]), 0x01010101, sum);
         sum = __dp4a(static_cast<int>(x[2 * j + 1]), 0x01010101, sum);
       }
-      words[2 * i] = make_uint4(out[0], out[1], out[2], out[3]);
-      words[2 * i + 1] = make_uint4(out[4], out[5], out[6], out[7]);
+      *reinterpret_cast<uint4*>(shared + int4_input_offset<kGroupMajor>(a.k, r, p, 0)) = make_uint4(out[0], out[1], out[2], out[3]);
+      *reinterpret_cast<uint4*>(shared + int4_input_offset<kGroupMajor>(a.k, r, p, 16)) = make_uint4(out[4], out[5], out[6], out[7]);
       offsets[i] = -8 * sum;
     }
   }
@@ -488,6 +496,95 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 4 : 1) qgemv_int4_stream_ke
   }
 }
 
+// W4A8 with groups of 128 columns (the recipes'), up to 4 rows, k a multiple of 512 up to 8,192: one
+// lane a group. Lane g reads group g's four 16-byte pieces of the column (64 contiguous bytes) and
+// its scale, and sums the group's exact int32 dot product alone — no shuffles between lanes — from
+// int4_input's rows laid out group-major (consecutive lanes read consecutive 16 bytes). The sums and
+// scales go through shared memory to lanes r < m, which run row r's fp32 chain over the groups in
+// increasing order (the CPU's) with 16-byte reads. A warp loads its next column's pieces into the
+// registers the dot products have just freed before it runs the chain, so the loads are in flight
+// during it. kGroupsPerLane: 1 (k ≤ 4,096) or 2 (k ≤ 8,192).
+constexpr int kLaneGroupMaxGroups = 64;
+__host__ __device__ inline bool w4a8_lane_group_fits(const QgemvArgs& a) {
+  return a.kind == QgemvKind::kW4A8 && a.group_size == 128 && a.k % 512 == 0 && a.k / 128 <= kLaneGroupMaxGroups &&
+         a.m <= kStreamMaxRows && w4a8_stream_fits(a);
+}
+template <int M, int kGroupsPerLane>
+__global__ void __launch_bounds__(kThreads, M == 1 ? 4 : M == 2 ? 3 : 1) qgemv_w4a8_lane_group_kernel(QgemvArgs a) {
+  extern __shared__ __align__(16) int8_t rows[];
+  __shared__ __align__(16) float group_sums[kWarps][M][32 * kGroupsPerLane];
+  __shared__ __align__(16) float group_scales[kWarps][32 * kGroupsPerLane];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = gridDim.x * kWarps;
+  const int groups = a.k / 128, pieces = a.k / 32;
+  const uint4* weights = static_cast<const uint4*>(a.w);
+  int col = blockIdx.x * kWarps + warp;
+  uint4 wv[kGroupsPerLane][4];
+  float scale[kGroupsPerLane];
+  auto load_column = [&](int c) {  // group g = lane + 32·q of column c (nothing past the row or the columns)
+#pragma unroll
+    for (int q = 0; q < kGroupsPerLane; ++q) {
+      const int g = lane + 32 * q;
+      if (c < a.n && g < groups) {
+        const uint4* w = weights + static_cast<int64_t>(c) * pieces + 4 * g;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) wv[q][j] = __ldcs(w + j);
+        scale[q] = __ldg(a.w_scales + static_cast<int64_t>(c) * groups + g);
+      }
+    }
+  };
+  load_column(col);
+  wait_for_previous_grid();
+  allow_next_grid();
+  const Int8Input x8 = int4_input<kThreads, /*kGroupMajor=*/true>(a, rows);
+  const uint4* x_halves = reinterpret_cast<const uint4*>(rows);  // [r][piece in group][half][group]
+  for (; col < a.n; col += warps) {
+#pragma unroll
+    for (int q = 0; q < kGroupsPerLane; ++q) {
+      const int g = lane + 32 * q;
+      if (g >= groups) break;
+#pragma unroll
+      for (int r = 0; r < M; ++r) {
+        if (r >= a.m) break;
+        const int4 offsets = *reinterpret_cast<const int4*>(x8.offsets + r * pieces + 4 * g);
+        int acc = offsets.x + offsets.y + offsets.z + offsets.w;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t w[4] = {wv[q][j].x, wv[q][j].y, wv[q][j].z, wv[q][j].w};
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint4 x = x_halves[((r * 4 + j) * 2 + h) * groups + g];
+            int even, odd;
+            unpack_int4_offset(w[2 * h], even, odd);
+            acc = __dp4a(even, static_cast<int>(x.x), acc);
+            acc = __dp4a(odd, static_cast<int>(x.y), acc);
+            unpack_int4_offset(w[2 * h + 1], even, odd);
+            acc = __dp4a(even, static_cast<int>(x.z), acc);
+            acc = __dp4a(odd, static_cast<int>(x.w), acc);
+          }
+        }
+        group_sums[warp][r][g] = static_cast<float>(acc);
+      }
+      group_scales[warp][g] = scale[q];
+    }
+    load_column(col + warps);
+    __syncwarp();
+    if (lane < a.m) {
+      const float4* sums = reinterpret_cast<const float4*>(group_sums[warp][lane]);
+      const float4* scales = reinterpret_cast<const float4*>(group_scales[warp]);
+      float y = 0.f;
+      for (int g4 = 0; g4 < groups / 4; ++g4) {
+        const float4 v = sums[g4], s = scales[g4];
+        y = __fmaf_rn(v.x, s.x, y);
+        y = __fmaf_rn(v.y, s.y, y);
+        y = __fmaf_rn(v.z, s.z, y);
+        y = __fmaf_rn(v.w, s.w, y);
+      }
+      store(a, lane, col, __fmul_rn(y, a.x_scale));
+    }
+    __syncwarp();
+  }
+}
+
 // W8A16 (the head-to-toe lm_head), one warp per output column streaming its row with
 // kW8A16Unroll loads in flight (all of a 4,096-column row at once): each piece's fp32 dot is
 // scaled by its group's scale as it arrives and the lanes' sums meet by shuffles at the end — a
@@ -716,6 +813,13 @@ cudaError_t launch_int4_stream(const QgemvArgs& a, size_t shared, cudaStream_t s
 }
 
 template <int M>
+cudaError_t launch_w4a8_lane_group(const QgemvArgs& a, cudaStream_t stream) {
+  const size_t shared = int4_input_bytes(a);
+  return a.k / 128 <= 32 ? launch_stream<qgemv_w4a8_lane_group_kernel<M, 1>>(a, shared, stream)
+                         : launch_stream<qgemv_w4a8_lane_group_kernel<M, 2>>(a, shared, stream);
+}
+
+template <int M>
 cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
   const dim3 grid((a.n + kWarps - 1) / kWarps);
   switch (a.kind) {
@@ -739,6 +843,9 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
                         (a.schedule == QgemvSchedule::kAuto && a.n >= 8192 && a.m <= 4 && a.group_size % 128 == 0);
       const dim3 quad_grid((a.n + 8 * kQuadWarps - 1) / (8 * kQuadWarps));
       if constexpr (M <= kStreamMaxRows) {
+        if (a.schedule == QgemvSchedule::kLaneGroup ||
+            (a.schedule == QgemvSchedule::kAuto && w4a8_lane_group_fits(a)))
+          return launch_w4a8_lane_group<M>(a, stream);
         if (a.kind == QgemvKind::kW4A8 &&
             (a.schedule == QgemvSchedule::kStream || (a.schedule == QgemvSchedule::kAuto && w4a8_stream_fits(a))))
           return launch_int4_stream<M, QgemvKind::kW4A8>(a, int4_input_bytes(a), stream);
@@ -783,6 +890,7 @@ bool qgemv_supported(const QgemvArgs& a) {
   } else {
     if (!a.x_int8 || !aligned16(a.x_int8) || a.ldx < a.k || a.ldx % 16 != 0) return false;
   }
+  if (a.schedule == QgemvSchedule::kLaneGroup && !w4a8_lane_group_fits(a)) return false;
   if (a.schedule == QgemvSchedule::kStream &&
       (a.m > kStreamMaxRows || (a.kind == QgemvKind::kW8A8   ? static_cast<int64_t>(a.m) * a.k > kQgemvNormMaxBytes
                                 : a.kind == QgemvKind::kW4A8 ? !w4a8_stream_fits(a)

@@ -38,11 +38,13 @@ enum class QgemvKind { kW8A8, kW4A8, kW4A16, kW8A16 };
 //                 whole round of its row's pieces (up to 8 KB a warp) in flight; int8 x in shared
 //                 memory (W8A8: m·k ≤ 96 KB; W4A8: m·k ≤ 32 KB, the rows rearranged for the int4
 //                 pieces), W4A16's fp16 x read through L1
-//   kAuto:        W4A8: kStream where it can run; W4A16: kStream at one row; otherwise int4: kQuad
+//   kLaneGroup:   W4A8, groups of 128, m ≤ 4, k a multiple of 512 up to 8,192: kStream's columns with one
+//                 lane a group (no shuffles), the chain through shared memory
+//   kAuto:        W4A8: kLaneGroup where it can run, else kStream where it can; W4A16: kStream at one row; otherwise int4: kQuad
 //                 where it measured faster (n ≥ 8192 columns, m ≤ 4), else kSplitGroups;
 //                 W8A8: kStream up to 4 rows, kSplitK below 8192 columns from 5 rows, else one
 //                 warp a column
-enum class QgemvSchedule { kAuto, kSplitGroups, kQuad, kSplitK, kStream };
+enum class QgemvSchedule { kAuto, kSplitGroups, kQuad, kSplitK, kStream, kLaneGroup };
 
 struct QgemvArgs {
   QgemvKind kind = QgemvKind::kW8A8;

@@ -727,7 +727,8 @@ void bench_qgemv_cold(kernels::QgemvKind kind, int m, int n, int k, bool norm_pr
                                  norm_prologue ? " (norm prologue)" : "");
   using S = kernels::QgemvSchedule;
   for (auto [schedule, name] : {std::pair{S::kSplitGroups, "warp"}, std::pair{S::kSplitK, "splitk"},
-                                std::pair{S::kQuad, "quad"}, std::pair{S::kStream, "stream"}}) {
+                                std::pair{S::kQuad, "quad"}, std::pair{S::kStream, "stream"},
+                                std::pair{S::kLaneGroup, "lane group"}}) {
     a.schedule = schedule;
     if (!kernels::qgemv_supported(a)) continue;
     int next = 0;

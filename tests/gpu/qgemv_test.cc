@@ -37,6 +37,7 @@ std::string name_of(const ::testing::TestParamInfo<Case>& info) {
                      c.schedule == kernels::QgemvSchedule::kQuad      ? "_quad"
                      : c.schedule == kernels::QgemvSchedule::kSplitK  ? "_splitk"
                      : c.schedule == kernels::QgemvSchedule::kStream  ? "_stream"
+                     : c.schedule == kernels::QgemvSchedule::kLaneGroup ? "_lanegroup"
                      : c.schedule == kernels::QgemvSchedule::kAuto    ? "_auto"
                                                                        : "") +
          (c.mma_layout ? "_mma" : "");
@@ -221,6 +222,11 @@ std::vector<Case> cases() {
   // ... and four rows of 2.7b's and 8B-like's out_proj k (20 and 32 KB of rearranged rows)
   out.push_back({K::kW4A8, 4, 300, 5120, 128, true, kernels::QgemvSchedule::kStream});
   out.push_back({K::kW4A8, 4, 300, 8192, 128, true, kernels::QgemvSchedule::kStream});
+  // kLaneGroup (W4A8, groups of 128): one group a lane (k ≤ 4,096: 4 to 32 groups, some lanes idle) or
+  // two (k 5,120: the second only in 8 lanes; 8,192), 1–4 rows, more columns than one wave of warps
+  for (int m : {1, 2, 3, 4})
+    for (int k : {512, 2560, 4096, 5120, 8192})
+      out.push_back({K::kW4A8, m, m == 1 ? 40000 : 300, k, 128, m % 2 == 1, kernels::QgemvSchedule::kLaneGroup});
   for (K kind : {K::kW4A8, K::kW4A16}) {
     out.push_back({kind, 2, 77, 2048, 512, true, kernels::QgemvSchedule::kQuad});
     out.push_back({kind, 1, 8200, 2560, 128, true, kernels::QgemvSchedule::kAuto});  // picks kQuad
@@ -308,6 +314,9 @@ std::vector<NormCase> norm_cases() {
     if (m <= 4) out.push_back({K::kW4A8, m, 300, 2560, S::kStream});
   }
   out.push_back({K::kW4A8, 4, 300, 8192, S::kStream});  // 32 KB of rows rearranged from the norm
+  for (int m : {1, 3}) out.push_back({K::kW4A8, m, 300, 2560, S::kLaneGroup});
+  out.push_back({K::kW4A8, 4, 300, 8192, S::kLaneGroup});
+  out.push_back({K::kW4A8, 1, 18560, 4096, S::kLaneGroup});  // 8B-like in_proj: several columns a warp
   out.push_back({K::kW8A8, 16, 64, 4096, S::kAuto});  // 64 KB of shared input rows: the opt-in
   out.push_back({K::kW8A8, 4, 20000, 8192, S::kStream});  // 32 KB of rows, several columns a warp
   out.push_back({K::kW4A8, 2, 70, 1152, S::kQuad});  // 9 groups: k not a multiple of 256
@@ -379,6 +388,26 @@ TEST(Qgemv, RefusesWhatItCannotRun) {
   a.kind = kernels::QgemvKind::kW8A8;
   EXPECT_TRUE(kernels::qgemv_supported(a));
   a.m = 5;
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.m = 1;
+  a.schedule = kernels::QgemvSchedule::kLaneGroup;  // W4A8, groups of 128, k a multiple of 512 up to 8,192, m ≤ 4
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.kind = kernels::QgemvKind::kW4A8;
+  a.group_size = 128;
+  a.k = a.ldx = 512;
+  EXPECT_TRUE(kernels::qgemv_supported(a));
+  a.k = a.ldx = 8192;
+  a.m = 4;
+  EXPECT_TRUE(kernels::qgemv_supported(a));
+  a.m = 5;
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.m = 1;
+  a.k = a.ldx = 16384;  // 128 groups: more than two a lane
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.k = a.ldx = 1280;  // not a multiple of 512
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.k = a.ldx = 2048;
+  a.group_size = 256;
   EXPECT_FALSE(kernels::qgemv_supported(a));
 }
 
