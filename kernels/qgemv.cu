@@ -156,6 +156,15 @@ __device__ inline void unpack_int4_offset(uint32_t packed, int& even, int& odd) 
   odd = static_cast<int>((t >> 4) & 0x0F0F0F0Fu);
 }
 
+// acc + Σ (q + 8)·x over one packed int4 word's 8 columns, against the rearranged input's two words
+// for them (x_even: the even columns, x_odd: the odd ones).
+__device__ inline int dot_int4_offset_word(uint32_t packed, uint32_t x_even, uint32_t x_odd, int acc) {
+  int even, odd;
+  unpack_int4_offset(packed, even, odd);
+  acc = __dp4a(even, static_cast<int>(x_even), acc);
+  return __dp4a(odd, static_cast<int>(x_odd), acc);
+}
+
 template <QgemvKind KIND>
 struct Piece {  // columns covered by one 16-byte weight load
   static constexpr int kCols = KIND == QgemvKind::kW8A8 || KIND == QgemvKind::kW8A16 ? 16 : 32;
@@ -179,12 +188,7 @@ __device__ inline void piece_dot(const QgemvArgs& a, const Int8Input& x8, const 
       const uint32_t x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
       iacc += x8.offsets[row * x8.pieces + piece];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        int even, odd;
-        unpack_int4_offset(w[j], even, odd);
-        iacc = __dp4a(even, static_cast<int>(x[2 * j]), iacc);
-        iacc = __dp4a(odd, static_cast<int>(x[2 * j + 1]), iacc);
-      }
+      for (int j = 0; j < 4; ++j) iacc = dot_int4_offset_word(w[j], x[2 * j], x[2 * j + 1], iacc);
       return;
     }
     const uint4 x0 = x8.load(row, 2 * piece), x1 = x8.load(row, 2 * piece + 1);
@@ -553,13 +557,8 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 4 : M == 2 ? 3 : 1) qgemv_w
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const uint4 x = x_halves[((r * 4 + j) * 2 + h) * groups + g];
-            int even, odd;
-            unpack_int4_offset(w[2 * h], even, odd);
-            acc = __dp4a(even, static_cast<int>(x.x), acc);
-            acc = __dp4a(odd, static_cast<int>(x.y), acc);
-            unpack_int4_offset(w[2 * h + 1], even, odd);
-            acc = __dp4a(even, static_cast<int>(x.z), acc);
-            acc = __dp4a(odd, static_cast<int>(x.w), acc);
+            acc = dot_int4_offset_word(w[2 * h], x.x, x.y, acc);
+            acc = dot_int4_offset_word(w[2 * h + 1], x.z, x.w, acc);
           }
         }
         group_sums[warp][r][g] = static_cast<float>(acc);
