@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/quant_epilogue.cuh"
@@ -626,11 +627,14 @@ __global__ void __launch_bounds__(kThreads) qgemv_w8a16_kernel(QgemvArgs a) {
   }
 }
 
-// W8A16 with pack_w8a16_mma_layout's weights: a warp a tile of 16 columns, m16n8k16 fp16 MMAs
-// with fp32 sums (the columns as the MMA's rows, up to 8 x rows an n8 tile), each group's sums
-// scaled into y. A weight byte b becomes fp16 exactly: b ^ 0x80 under the exponent of 1024
-// (1024 + b + 128), minus 1152. About a quarter of the CUDA-core kernel's instructions a byte,
-// which issued ~100 instructions a 16-byte piece and streamed the 8B-like head at 2.2–2.4 TB/s.
+// The fp16-input kinds with an mma layout's weights (pack_w8a16_mma_layout, pack_w4a16_mma_layout):
+// a warp a tile of 16 columns, m16n8k16 fp16 MMAs with fp32 sums (the columns as the MMA's rows,
+// up to 8 x rows an n8 tile), each group's sums scaled into y. A lane's one 16-byte load is its A
+// fragments for two k16 steps (int8) or four (int4), turned into fp16 exactly: a byte b as b ^ 0x80
+// under the exponent of 1024 (1024 + b + 128) minus 1152; a stored nibble q + 8 as 1024 + q + 8
+// minus 1032 (low nibbles of each half) or (1024 + 16·(q + 8))/16 − 72 (high nibbles). About a
+// quarter of the CUDA-core kernels' instructions a weight: those streamed the 8B-like heads at
+// 2.2–2.4 TB/s (int8, ~100 instructions a 16-byte piece) and 1.2 TB/s (int4).
 constexpr int kMmaWarps = 4;
 constexpr int kMmaUnroll = 8;  // 16-byte loads in flight per lane
 __device__ inline uint32_t int8x2_to_half2(uint32_t biased, uint32_t selector) {
@@ -638,17 +642,47 @@ __device__ inline uint32_t int8x2_to_half2(uint32_t biased, uint32_t selector) {
   const __half2 v = __hsub2(*reinterpret_cast<const __half2*>(&bits), __half2half2(__ushort_as_half(0x6480)));  // 1152
   return *reinterpret_cast<const uint32_t*>(&v);
 }
+template <QgemvKind KIND>
+struct MmaLoad {  // input columns (k16 steps) one lane's 16-byte load of the mma layout covers
+  static constexpr int kSteps = KIND == QgemvKind::kW8A16 ? 2 : 4;
+  static constexpr int kCols = 16 * kSteps;
+};
+// The A fragment of k16 step `step` of a lane's 16-byte load.
+template <QgemvKind KIND>
+__device__ inline void mma_a_fragment(const uint4& wv, int step, uint32_t (&af)[4]) {
+  const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
+  if constexpr (KIND == QgemvKind::kW8A16) {
+    const uint32_t w0 = words[2 * step] ^ 0x80808080u, w1 = words[2 * step + 1] ^ 0x80808080u;
+    af[0] = int8x2_to_half2(w0, 0x5140);
+    af[1] = int8x2_to_half2(w0, 0x7362);
+    af[2] = int8x2_to_half2(w1, 0x5140);
+    af[3] = int8x2_to_half2(w1, 0x7362);
+  } else {  // nibble j of the word: the low half of af[j % 4] for j < 4, its high half for j ≥ 4
+    const uint32_t w = words[step];
+    const __half2 bias = __half2half2(__ushort_as_half(0x6408));  // 1032
+    const __half2 sixteenth = __half2half2(__ushort_as_half(0x2c00)), minus_72 = __half2half2(__ushort_as_half(0xd480));
+    const uint32_t bits[4] = {(w & 0x000f000fu) | 0x64006400u, (w & 0x00f000f0u) | 0x64006400u,
+                              ((w >> 8) & 0x000f000fu) | 0x64006400u, ((w >> 8) & 0x00f000f0u) | 0x64006400u};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const __half2 h = *reinterpret_cast<const __half2*>(&bits[j]);
+      const __half2 v = j % 2 == 0 ? __hsub2(h, bias) : __hfma2(h, sixteenth, minus_72);
+      af[j] = *reinterpret_cast<const uint32_t*>(&v);
+    }
+  }
+}
 
-template <int kNTiles>  // n8 tiles of x rows: 1 (m ≤ 8) or 2 (m ≤ 16)
-__global__ void __launch_bounds__(kMmaWarps * 32) qgemv_w8a16_mma_kernel(QgemvArgs a) {
+template <QgemvKind KIND, int kNTiles>  // n8 tiles of x rows: 1 (m ≤ 8) or 2 (m ≤ 16)
+__global__ void __launch_bounds__(kMmaWarps * 32) qgemv_mma_kernel(QgemvArgs a) {
+  constexpr int kSteps = MmaLoad<KIND>::kSteps, kChunkCols = MmaLoad<KIND>::kCols;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  const int tile = blockIdx.x * kMmaWarps + warp, tiles = (a.n + 15) / 16, chunks = a.k / 32;
+  const int tile = blockIdx.x * kMmaWarps + warp, tiles = (a.n + 15) / 16, chunks = a.k / kChunkCols;
   const uint4* tile_w = static_cast<const uint4*>(a.w) + static_cast<int64_t>(tile) * chunks * 32;
   if (tile < tiles) prefetch_l2(tile_w, chunks * 512ll, lane);
   wait_for_previous_grid();
   allow_next_grid();
   if (tile >= tiles) return;  // the whole warp
-  const int col0 = tile * 16 + g, col1 = col0 + 8, groups = a.k / a.group_size, chunks_per_group = a.group_size / 32;
+  const int col0 = tile * 16 + g, col1 = col0 + 8, groups = a.k / a.group_size, chunks_per_group = a.group_size / kChunkCols;
   const float* scales0 = a.w_scales + static_cast<int64_t>(min(col0, a.n - 1)) * groups;
   const float* scales1 = a.w_scales + static_cast<int64_t>(min(col1, a.n - 1)) * groups;
   const uint32_t* x_rows[kNTiles];  // x row g + 8j from column 2q, as half2 words
@@ -669,12 +703,11 @@ __global__ void __launch_bounds__(kMmaWarps * 32) qgemv_w8a16_mma_kernel(QgemvAr
     for (int u = 0; u < kMmaUnroll; ++u) {
       const int c = c0 + u;
       if (c >= chunks) break;
-      const uint32_t words[4] = {wv[u].x ^ 0x80808080u, wv[u].y ^ 0x80808080u, wv[u].z ^ 0x80808080u, wv[u].w ^ 0x80808080u};
 #pragma unroll
-      for (int step = 0; step < 2; ++step) {
-        const uint32_t af[4] = {int8x2_to_half2(words[2 * step], 0x5140), int8x2_to_half2(words[2 * step], 0x7362),
-                                int8x2_to_half2(words[2 * step + 1], 0x5140), int8x2_to_half2(words[2 * step + 1], 0x7362)};
-        const int k_half2 = (32 * c + 16 * step) / 2;  // the step's first column, in half2 words
+      for (int step = 0; step < kSteps; ++step) {
+        uint32_t af[4];
+        mma_a_fragment<KIND>(wv[u], step, af);
+        const int k_half2 = (kChunkCols * c + 16 * step) / 2;  // the step's first column, in half2 words
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j) {
           const uint32_t b0 = x_valid[j] ? __ldg(x_rows[j] + k_half2) : 0u;
@@ -818,6 +851,13 @@ cudaError_t launch_w4a8_lane_group(const QgemvArgs& a, cudaStream_t stream) {
                          : launch_stream<qgemv_w4a8_lane_group_kernel<M, 2>>(a, shared, stream);
 }
 
+template <int M, QgemvKind KIND>
+cudaError_t launch_mma(const QgemvArgs& a, cudaStream_t stream) {
+  const dim3 grid(((a.n + 15) / 16 + kMmaWarps - 1) / kMmaWarps);
+  return M <= 8 ? launch(qgemv_mma_kernel<KIND, 1>, grid, kMmaWarps * 32, a, stream)
+                : launch(qgemv_mma_kernel<KIND, 2>, grid, kMmaWarps * 32, a, stream);
+}
+
 template <int M>
 cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
   const dim3 grid((a.n + kWarps - 1) / kWarps);
@@ -838,6 +878,7 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
       return launch(qgemv_w8a8_kernel<M, 1>, grid, kThreads, a, stream);
     case QgemvKind::kW4A8:
     case QgemvKind::kW4A16: {
+      if (a.w_mma_layout) return launch_mma<M, QgemvKind::kW4A16>(a, stream);  // kW4A16 only (qgemv_supported)
       const bool quad = a.schedule == QgemvSchedule::kQuad ||
                         (a.schedule == QgemvSchedule::kAuto && a.n >= 8192 && a.m <= 4 && a.group_size % 128 == 0);
       const dim3 quad_grid((a.n + 8 * kQuadWarps - 1) / (8 * kQuadWarps));
@@ -860,11 +901,7 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
       return launch(qgemv_kernel<M, QgemvKind::kW4A16>, grid, kThreads, a, stream);
     }
     case QgemvKind::kW8A16:
-      if (a.w_mma_layout) {
-        const dim3 mma_grid(((a.n + 15) / 16 + kMmaWarps - 1) / kMmaWarps);
-        return M <= 8 ? launch(qgemv_w8a16_mma_kernel<1>, mma_grid, kMmaWarps * 32, a, stream)
-                      : launch(qgemv_w8a16_mma_kernel<2>, mma_grid, kMmaWarps * 32, a, stream);
-      }
+      if (a.w_mma_layout) return launch_mma<M, QgemvKind::kW8A16>(a, stream);
       return launch(qgemv_w8a16_kernel<M>, grid, kThreads, a, stream);
   }
   return cudaErrorInvalidValue;
@@ -896,9 +933,12 @@ bool qgemv_supported(const QgemvArgs& a) {
                                                              : a.kind != QgemvKind::kW4A16)))
     return false;
   if (a.kind == QgemvKind::kW8A8) return a.k % 16 == 0 && !a.w_mma_layout;
-  if (a.w_mma_layout &&
-      (a.kind != QgemvKind::kW8A16 || a.k % 32 != 0 || a.group_size % 32 != 0 || a.schedule != QgemvSchedule::kAuto))
-    return false;
+  if (a.w_mma_layout) {
+    const int chunk = a.kind == QgemvKind::kW8A16 ? MmaLoad<QgemvKind::kW8A16>::kCols
+                      : a.kind == QgemvKind::kW4A16 ? MmaLoad<QgemvKind::kW4A16>::kCols
+                                                    : 0;
+    if (chunk == 0 || a.k % chunk != 0 || a.group_size % chunk != 0 || a.schedule != QgemvSchedule::kAuto) return false;
+  }
   // Grouped kinds: a group spans a power of two of lanes, ≤ 32, at one 16-byte piece a lane.
   const int cols = a.kind == QgemvKind::kW8A16 ? 16 : 32, lanes = a.group_size / cols;
   if (a.kind == QgemvKind::kW8A16 && a.schedule == QgemvSchedule::kQuad) return false;  // int4 only
@@ -923,6 +963,32 @@ std::vector<int8_t> pack_w8a16_mma_layout(const int8_t* w, int64_t n, int64_t k)
           const int8_t bytes[8] = {at(r0, k0),     at(r0, k0 + 1), at(r1, k0),     at(r1, k0 + 1),
                                    at(r0, k0 + 8), at(r0, k0 + 9), at(r1, k0 + 8), at(r1, k0 + 9)};
           for (int b = 0; b < 8; ++b) *out++ = bytes[b];
+        }
+      }
+  return packed;
+}
+
+std::vector<int8_t> pack_w4a16_mma_layout(const int8_t* w, int64_t n, int64_t k) {
+  if (n < 1 || k < 64 || k % 64 != 0) return {};
+  const int64_t tiles = (n + 15) / 16, chunks = k / 64;
+  std::vector<int8_t> packed(static_cast<size_t>(tiles * 16 * k / 2), 0);
+  auto nibble = [&](int64_t row, int64_t col) {  // q + 8; a padding row holds q = 0
+    return static_cast<uint32_t>(row < n ? w[row * k + col] + 8 : 8) & 0xFu;
+  };
+  int8_t* out = packed.data();
+  for (int64_t t = 0; t < tiles; ++t)
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int64_t r0 = 16 * t + lane / 4, r1 = r0 + 8;
+        for (int step = 0; step < 4; ++step) {
+          const int64_t k0 = 64 * c + 16 * step + 2 * (lane % 4);
+          // fragment register j's two elements: nibbles j (low half) and j + 4 (high half)
+          const uint32_t lo[4] = {nibble(r0, k0), nibble(r1, k0), nibble(r0, k0 + 8), nibble(r1, k0 + 8)};
+          const uint32_t hi[4] = {nibble(r0, k0 + 1), nibble(r1, k0 + 1), nibble(r0, k0 + 9), nibble(r1, k0 + 9)};
+          uint32_t word = 0;
+          for (int j = 0; j < 4; ++j) word |= lo[j] << (4 * j) | hi[j] << (4 * (j + 4));
+          std::memcpy(out, &word, 4);
+          out += 4;
         }
       }
   return packed;

@@ -9,9 +9,9 @@
 // dot products per weight group (dp4a), then the fp32 chain y ← fma(float(acc_g), s_w[n, g], y)
 // over g in increasing order from y = 0, then y·s_x, then + bias[n]; with accumulate,
 // out ← out + that. W4A16 sums x·q in fp32 per group and scales once per group; W8A16 scales
-// each 16-column piece's fp32 sum by its group's scale, or (w_mma_layout) each group's sum from
-// the tensor cores, whose fp32 additions are not all rounded to nearest. None of the float kinds
-// is bit-exact to the CPU's dequantize-then-GEMM: a different summation order.
+// each 16-column piece's fp32 sum by its group's scale; with w_mma_layout (W8A16 and W4A16) each
+// group's sum comes from the tensor cores, whose fp32 additions are not all rounded to nearest.
+// None of the float kinds is bit-exact to the CPU's dequantize-then-GEMM: a different summation order.
 // int4 packing is quant/quantizer.h `pack_int4` of the row-major [n, k] matrix (column 2i in the
 // low nibble, 2i+1 in the high nibble of byte i of a row).
 #pragma once
@@ -54,8 +54,9 @@ struct QgemvArgs {
   int64_t ldx = 0;
   float x_scale = 1.f;             // s_x of the int8 input
   const void* w = nullptr;         // int8 [n, k] or packed int4 [n, k/2]; 16-byte aligned
-  bool w_mma_layout = false;       // kW8A16 with schedule kAuto: w is pack_w8a16_mma_layout's [ceil(n/16)·16, k]
-                                   // (the tensor-core kernel; k and group_size multiples of 32)
+  bool w_mma_layout = false;       // kW8A16 / kW4A16 with schedule kAuto: w is pack_w8a16_mma_layout's /
+                                   // pack_w4a16_mma_layout's (the tensor-core kernel; k and group_size
+                                   // multiples of 32 / 64)
   const float* w_scales = nullptr; // [n] (kW8A8) or [n, k / group_size]
   int group_size = 0;              // int4 kinds: a multiple of 32 dividing k; kW8A16: 16·2^j ≤ 512 dividing k
   const float* bias = nullptr;     // optional [n], added after scaling (SSDi8 mean correction)
@@ -80,6 +81,13 @@ struct QgemvArgs {
 // columns to the step). Empty unless k is a positive multiple of 32. The kernel then needs
 // group_size a multiple of 32.
 std::vector<int8_t> pack_w8a16_mma_layout(const int8_t* w, int64_t n, int64_t k);
+// kW4A16 weights (int4 values q ∈ [−8, 7], one a byte in w) in the tensor-core kernel's order: for
+// each tile of 16 columns (zero rows padding n) and each 64 input columns, 32 lanes × 16 bytes,
+// lane (g, q) holding one 32-bit word per k16 step whose nibble j (q + 8, unsigned) is the low
+// element of A fragment register j % 4 for j < 4 and its high element for j ≥ 4 (registers: rows
+// g, g + 8, g, g + 8 at columns 2q (+1), 2q (+1), 2q + 8 (+1), 2q + 8 (+1)). Empty unless k is a
+// positive multiple of 64. The kernel then needs group_size a multiple of 64.
+std::vector<int8_t> pack_w4a16_mma_layout(const int8_t* w, int64_t n, int64_t k);
 
 constexpr int kQgemvMaxRows = 16;
 constexpr int kQgemvNormMaxBytes = 96 * 1024;

@@ -302,7 +302,7 @@ struct QuantizedCudaBackend::Impl {
   DeviceBlock embedding, embedding_scales, norm_f, head16, hadamard_base;
   DeviceBlock head_q, head_q_scales;  // upload_quantized_head
   kernels::QgemvKind head_q_kind = kernels::QgemvKind::kW8A16;
-  bool head_q_mma = false;  // head_q in kernels::pack_w8a16_mma_layout's order
+  bool head_q_mma = false;  // head_q in kernels::pack_w8a16_mma_layout's / pack_w4a16_mma_layout's order
   int head_q_group = 0;
   std::vector<int8_t> hadamard_base_host;  // the launcher passes H_K in the kernel's parameters
   kernels::EmbeddingArgs::Table embedding_table = kernels::EmbeddingArgs::Table::kF32;
@@ -1063,11 +1063,15 @@ struct QuantizedCudaBackend::Impl {
           for (int64_t c0 = 0; c0 < q.cols; c0 += group) scales.push_back(q.scales[q.scale_index(r, c0)]);
       }
     }
-    // int8 heads with groups of 32 or more go to the tensor-core GEMV, in its layout.
-    head_q_mma = !int4 && group % 32 == 0 && q.cols % 32 == 0;
-    head_q = int4         ? device_copy(pack_int4(q.values.data(), static_cast<int64_t>(q.values.size())), &counter, "lm_head")
-             : head_q_mma ? device_copy(kernels::pack_w8a16_mma_layout(q.values.data(), q.rows, q.cols), &counter, "lm_head")
-                          : device_copy(q.values, &counter, "lm_head");
+    // Heads whose groups the tensor-core GEMV takes (int8: 32 columns or more, int4: 64) go to it, in
+    // its layout.
+    const int64_t mma_cols = int4 ? 64 : 32;
+    head_q_mma = group % mma_cols == 0 && q.cols % mma_cols == 0;
+    head_q = head_q_mma ? device_copy(int4 ? kernels::pack_w4a16_mma_layout(q.values.data(), q.rows, q.cols)
+                                           : kernels::pack_w8a16_mma_layout(q.values.data(), q.rows, q.cols),
+                                      &counter, "lm_head")
+             : int4 ? device_copy(pack_int4(q.values.data(), static_cast<int64_t>(q.values.size())), &counter, "lm_head")
+                    : device_copy(q.values, &counter, "lm_head");
     head_q_scales = device_copy(scales, &counter, "lm_head scales");
     head_q_kind = int4 ? kernels::QgemvKind::kW4A16 : kernels::QgemvKind::kW8A16;
     head_q_group = static_cast<int>(group);

@@ -24,7 +24,7 @@ struct Case {
   int m, n, k, group_size;
   bool bias_and_accumulate;
   kernels::QgemvSchedule schedule = kernels::QgemvSchedule::kSplitGroups;
-  bool mma_layout = false;  // kW8A16: pack_w8a16_mma_layout's weights (the tensor-core kernel)
+  bool mma_layout = false;  // kW8A16 / kW4A16: pack_w8a16_mma_layout's / pack_w4a16_mma_layout's weights (tensor cores)
 };
 
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
@@ -102,11 +102,12 @@ TEST_P(Qgemv, MatchesTheCpuSpecification) {
       }
 
   std::vector<int8_t> w_bytes;
-  if (int4) {
+  if (c.mma_layout) {
+    w_bytes = c.kind == kernels::QgemvKind::kW4A16 ? kernels::pack_w4a16_mma_layout(wm.quantized.values.data(), c.n, c.k)
+                                                  : kernels::pack_w8a16_mma_layout(wm.quantized.values.data(), c.n, c.k);
+  } else if (int4) {
     const std::vector<uint8_t> packed = pack_int4(wm.quantized.values.data(), int64_t(c.n) * c.k);
     w_bytes.assign(packed.begin(), packed.end());
-  } else if (c.mma_layout) {
-    w_bytes = kernels::pack_w8a16_mma_layout(wm.quantized.values.data(), c.n, c.k);
   } else {
     w_bytes = wm.quantized.values;
   }
@@ -197,6 +198,12 @@ std::vector<Case> cases() {
     out.push_back(other);
   }
   out.push_back({K::kW8A8, 5, 2560, 5120, 0, true, kernels::QgemvSchedule::kAuto});  // picks kSplitK
+  // W4A16 on tensor cores (the int4 head-to-toe lm_head): n not a multiple of 16, one and two n8
+  // tiles of rows, groups 64–1,024, the 8B-like head's k
+  for (int m : {1, 2, 8, 9, 16})
+    out.push_back({K::kW4A16, m, 300, 2560, 128, false, kernels::QgemvSchedule::kAuto, true});
+  for (int g : {64, 256, 1024}) out.push_back({K::kW4A16, 3, 129, 1024, g, true, kernels::QgemvSchedule::kAuto, true});
+  out.push_back({K::kW4A16, 1, 4096, 4096, 128, false, kernels::QgemvSchedule::kAuto, true});
   // kStream: more columns than one wave of warps (each walks several), a whole row in one round
   // (k 8192) and in several (k 16384), 1–4 rows
   for (int m : {1, 2, 4}) {
@@ -368,8 +375,16 @@ TEST(Qgemv, RefusesWhatItCannotRun) {
   a.out_type = kernels::ElementType::kF32;
   a.accumulate = false;
   EXPECT_TRUE(kernels::qgemv_supported(a));
-  a.w_mma_layout = true;  // the tensor-core layout is W8A16's only
+  a.w_mma_layout = true;  // the tensor-core layouts are the fp16-input kinds' only
   EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.kind = kernels::QgemvKind::kW4A16;
+  a.x_f16 = reinterpret_cast<const __half*>(dummy);
+  a.group_size = 32;  // int4 on tensor cores: 64-column steps of a lane's load
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.group_size = 64;
+  EXPECT_TRUE(kernels::qgemv_supported(a));
+  a.kind = kernels::QgemvKind::kW4A8;
+  a.group_size = 128;
   a.w_mma_layout = false;
   a.schedule = kernels::QgemvSchedule::kStream;  // W8A8 and the int4 kinds, at most 4 rows
   EXPECT_TRUE(kernels::qgemv_supported(a));
