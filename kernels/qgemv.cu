@@ -75,17 +75,33 @@ __host__ __device__ inline size_t qgemv_shared_bytes(const QgemvArgs& a) {
 // row r, each thread its elements i ≡ threadIdx.x (mod kThreads) in increasing order, so a warp
 // emits 32 consecutive elements at a time. (Keeping a thread's elements in registers between the
 // reduction and the quantization measured slower end to end: more registers, fewer blocks an SM.)
+// The values and weights come kNormBatch elements a thread at a time, and the RMS pass's values
+// kNormScaleBatch at a time, all of a batch's loads issued before the first is used: one after the
+// other, each element's round trip to L2 lay on the prologue's path while the block's weights waited.
+constexpr int kNormBatch = 8, kNormScaleBatch = 4;
 template <int kThreads, typename Emit>
 __device__ inline void for_each_normed_int8(const QgemvArgs& a, Emit&& emit) {
   const float inv_x_scale = __frcp_rn(a.x_scale);
   for (int r = 0; r < a.m; ++r) {
     const float* row = a.norm_residual + static_cast<int64_t>(r) * a.k;
-    const float scale = rmsnorm_row_scale<kThreads>(row, a.k, a.norm_eps);
-    for (int i = threadIdx.x; i < a.k; i += kThreads) {
-      const float normed = rmsnorm_value(row[i], scale, a.norm_weight[i]);
-      int q;
-      if (!quantize_int8_by_reciprocal(normed, inv_x_scale, &q)) q = quantize_int8(normed, a.x_scale);
-      emit(r, i, q);
+    const float scale = rmsnorm_row_scale<kThreads, kNormScaleBatch>(row, a.k, a.norm_eps);
+    for (int i0 = threadIdx.x; i0 < a.k; i0 += kNormBatch * kThreads) {
+      float v[kNormBatch], w[kNormBatch];
+#pragma unroll
+      for (int u = 0; u < kNormBatch; ++u) {
+        const int i = i0 + u * kThreads;
+        v[u] = i < a.k ? row[i] : 0.f;
+        w[u] = i < a.k ? __ldg(a.norm_weight + i) : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kNormBatch; ++u) {
+        const int i = i0 + u * kThreads;
+        if (i >= a.k) break;  // W4A8 (k a multiple of 32): the same in a whole warp, as int4_input needs
+        const float normed = rmsnorm_value(v[u], scale, w[u]);
+        int q;
+        if (!quantize_int8_by_reciprocal(normed, inv_x_scale, &q)) q = quantize_int8(normed, a.x_scale);
+        emit(r, i, q);
+      }
     }
   }
 }

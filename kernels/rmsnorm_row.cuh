@@ -27,7 +27,8 @@ __device__ inline float rmsnorm_scale_from_lanes(float (&sum)[256 / kThreads], i
   return rsqrtf(total / dim + eps);
 }
 
-template <int kThreads>
+// kBatch: a thread's elements loaded kBatch at a time, all loads issued before the first is summed.
+template <int kThreads, int kBatch = 1>
 __device__ inline float rmsnorm_row_scale(const float* row, int dim, float eps) {
   constexpr int kLanes = 256, kPer = kLanes / kThreads;
   static_assert(kThreads % 32 == 0 && kLanes % kThreads == 0, "whole warps dividing 256");
@@ -35,7 +36,14 @@ __device__ inline float rmsnorm_row_scale(const float* row, int dim, float eps) 
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     sum[j] = 0.f;
-    for (int i = threadIdx.x + j * kThreads; i < dim; i += kLanes) sum[j] = __fmaf_rn(row[i], row[i], sum[j]);
+    for (int i0 = threadIdx.x + j * kThreads; i0 < dim; i0 += kBatch * kLanes) {
+      float v[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) v[u] = i0 + u * kLanes < dim ? row[i0 + u * kLanes] : 0.f;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        if (i0 + u * kLanes < dim) sum[j] = __fmaf_rn(v[u], v[u], sum[j]);
+    }
   }
   return rmsnorm_scale_from_lanes<kThreads>(sum, dim, eps);
 }
