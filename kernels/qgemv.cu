@@ -964,49 +964,50 @@ bool qgemv_supported(const QgemvArgs& a) {
          a.k % a.group_size == 0;
 }
 
-std::vector<int8_t> pack_w8a16_mma_layout(const int8_t* w, int64_t n, int64_t k) {
-  if (n < 1 || k < 32 || k % 32 != 0) return {};
-  const int64_t tiles = (n + 15) / 16, chunks = k / 32;
-  std::vector<int8_t> packed(static_cast<size_t>(tiles * 16 * k), 0);
-  auto at = [&](int64_t row, int64_t col) { return row < n ? w[row * k + col] : int8_t{0}; };
-  int8_t* out = packed.data();
+namespace {
+// emit(r0, r1, k0) for each 16-column tile, chunk of 16·steps input columns, lane (g, q) and k16
+// step, in the order the mma layouts store them: the lane's rows r0 = g and r1 = g + 8 of the tile
+// and its first column in the step, 2q.
+template <typename Emit>
+void for_each_mma_lane_step(int64_t n, int64_t k, int steps, Emit&& emit) {
+  const int64_t tiles = (n + 15) / 16, chunks = k / (16 * steps);
   for (int64_t t = 0; t < tiles; ++t)
     for (int64_t c = 0; c < chunks; ++c)
-      for (int lane = 0; lane < 32; ++lane) {
-        const int64_t r0 = 16 * t + lane / 4, r1 = r0 + 8;
-        for (int step = 0; step < 2; ++step) {
-          const int64_t k0 = 32 * c + 16 * step + 2 * (lane % 4);
-          const int8_t bytes[8] = {at(r0, k0),     at(r0, k0 + 1), at(r1, k0),     at(r1, k0 + 1),
-                                   at(r0, k0 + 8), at(r0, k0 + 9), at(r1, k0 + 8), at(r1, k0 + 9)};
-          for (int b = 0; b < 8; ++b) *out++ = bytes[b];
-        }
-      }
+      for (int lane = 0; lane < 32; ++lane)
+        for (int step = 0; step < steps; ++step)
+          emit(16 * t + lane / 4, 16 * t + lane / 4 + 8, 16 * steps * c + 16 * step + 2 * (lane % 4));
+}
+}  // namespace
+
+std::vector<int8_t> pack_w8a16_mma_layout(const int8_t* w, int64_t n, int64_t k) {
+  if (n < 1 || k < 32 || k % 32 != 0) return {};
+  std::vector<int8_t> packed(static_cast<size_t>((n + 15) / 16 * 16 * k), 0);
+  auto at = [&](int64_t row, int64_t col) { return row < n ? w[row * k + col] : int8_t{0}; };
+  int8_t* out = packed.data();
+  for_each_mma_lane_step(n, k, 2, [&](int64_t r0, int64_t r1, int64_t k0) {
+    const int8_t bytes[8] = {at(r0, k0),     at(r0, k0 + 1), at(r1, k0),     at(r1, k0 + 1),
+                             at(r0, k0 + 8), at(r0, k0 + 9), at(r1, k0 + 8), at(r1, k0 + 9)};
+    for (int b = 0; b < 8; ++b) *out++ = bytes[b];
+  });
   return packed;
 }
 
 std::vector<int8_t> pack_w4a16_mma_layout(const int8_t* w, int64_t n, int64_t k) {
   if (n < 1 || k < 64 || k % 64 != 0) return {};
-  const int64_t tiles = (n + 15) / 16, chunks = k / 64;
-  std::vector<int8_t> packed(static_cast<size_t>(tiles * 16 * k / 2), 0);
+  std::vector<int8_t> packed(static_cast<size_t>((n + 15) / 16 * 16 * k / 2), 0);
   auto nibble = [&](int64_t row, int64_t col) {  // q + 8; a padding row holds q = 0
     return static_cast<uint32_t>(row < n ? w[row * k + col] + 8 : 8) & 0xFu;
   };
   int8_t* out = packed.data();
-  for (int64_t t = 0; t < tiles; ++t)
-    for (int64_t c = 0; c < chunks; ++c)
-      for (int lane = 0; lane < 32; ++lane) {
-        const int64_t r0 = 16 * t + lane / 4, r1 = r0 + 8;
-        for (int step = 0; step < 4; ++step) {
-          const int64_t k0 = 64 * c + 16 * step + 2 * (lane % 4);
-          // fragment register j's two elements: nibbles j (low half) and j + 4 (high half)
-          const uint32_t lo[4] = {nibble(r0, k0), nibble(r1, k0), nibble(r0, k0 + 8), nibble(r1, k0 + 8)};
-          const uint32_t hi[4] = {nibble(r0, k0 + 1), nibble(r1, k0 + 1), nibble(r0, k0 + 9), nibble(r1, k0 + 9)};
-          uint32_t word = 0;
-          for (int j = 0; j < 4; ++j) word |= lo[j] << (4 * j) | hi[j] << (4 * (j + 4));
-          std::memcpy(out, &word, 4);
-          out += 4;
-        }
-      }
+  for_each_mma_lane_step(n, k, 4, [&](int64_t r0, int64_t r1, int64_t k0) {
+    // fragment register j's two elements: nibbles j (low half) and j + 4 (high half)
+    const uint32_t lo[4] = {nibble(r0, k0), nibble(r1, k0), nibble(r0, k0 + 8), nibble(r1, k0 + 8)};
+    const uint32_t hi[4] = {nibble(r0, k0 + 1), nibble(r1, k0 + 1), nibble(r0, k0 + 9), nibble(r1, k0 + 9)};
+    uint32_t word = 0;
+    for (int j = 0; j < 4; ++j) word |= lo[j] << (4 * j) | hi[j] << (4 * (j + 4));
+    std::memcpy(out, &word, 4);
+    out += 4;
+  });
   return packed;
 }
 
