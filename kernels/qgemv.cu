@@ -660,8 +660,8 @@ __device__ inline uint32_t int8x2_to_half2(uint32_t biased, uint32_t selector) {
 }
 template <QgemvKind KIND>
 struct MmaLoad {  // input columns (k16 steps) one lane's 16-byte load of the mma layout covers
-  static constexpr int kSteps = KIND == QgemvKind::kW8A16 ? 2 : 4;
-  static constexpr int kCols = 16 * kSteps;
+  static constexpr int kCols = mma_layout_columns(KIND);
+  static constexpr int kSteps = kCols / 16;
 };
 // The A fragment of k16 step `step` of a lane's 16-byte load.
 template <QgemvKind KIND>
@@ -950,9 +950,7 @@ bool qgemv_supported(const QgemvArgs& a) {
     return false;
   if (a.kind == QgemvKind::kW8A8) return a.k % 16 == 0 && !a.w_mma_layout;
   if (a.w_mma_layout) {
-    const int chunk = a.kind == QgemvKind::kW8A16 ? MmaLoad<QgemvKind::kW8A16>::kCols
-                      : a.kind == QgemvKind::kW4A16 ? MmaLoad<QgemvKind::kW4A16>::kCols
-                                                    : 0;
+    const int chunk = mma_layout_columns(a.kind);
     if (chunk == 0 || a.k % chunk != 0 || a.group_size % chunk != 0 || a.schedule != QgemvSchedule::kAuto) return false;
   }
   // Grouped kinds: a group spans a power of two of lanes, ≤ 32, at one 16-byte piece a lane.

@@ -81,6 +81,11 @@ struct QgemvArgs {
 // columns to the step). Empty unless k is a positive multiple of 32. The kernel then needs
 // group_size a multiple of 32.
 std::vector<int8_t> pack_w8a16_mma_layout(const int8_t* w, int64_t n, int64_t k);
+// Input columns one lane's 16-byte load covers in the mma layouts: 32 (kW8A16), 64 (kW4A16), 0 for
+// the kinds without one. With w_mma_layout, k and group_size are multiples of it.
+constexpr int mma_layout_columns(QgemvKind kind) {
+  return kind == QgemvKind::kW8A16 ? 32 : kind == QgemvKind::kW4A16 ? 64 : 0;
+}
 // kW4A16 weights (int4 values q ∈ [−8, 7], one a byte in w) in the tensor-core kernel's order: for
 // each tile of 16 columns (zero rows padding n) and each 64 input columns, 32 lanes × 16 bytes,
 // lane (g, q) holding one 32-bit word per k16 step whose nibble j (q + 8, unsigned) is the low

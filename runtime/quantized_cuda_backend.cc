@@ -1063,9 +1063,10 @@ struct QuantizedCudaBackend::Impl {
           for (int64_t c0 = 0; c0 < q.cols; c0 += group) scales.push_back(q.scales[q.scale_index(r, c0)]);
       }
     }
+    head_q_kind = int4 ? kernels::QgemvKind::kW4A16 : kernels::QgemvKind::kW8A16;
     // Heads whose groups the tensor-core GEMV takes (int8: 32 columns or more, int4: 64) go to it, in
     // its layout.
-    const int64_t mma_cols = int4 ? 64 : 32;
+    const int64_t mma_cols = kernels::mma_layout_columns(head_q_kind);
     head_q_mma = group % mma_cols == 0 && q.cols % mma_cols == 0;
     head_q = head_q_mma ? device_copy(int4 ? kernels::pack_w4a16_mma_layout(q.values.data(), q.rows, q.cols)
                                            : kernels::pack_w8a16_mma_layout(q.values.data(), q.rows, q.cols),
@@ -1073,7 +1074,6 @@ struct QuantizedCudaBackend::Impl {
              : int4 ? device_copy(pack_int4(q.values.data(), static_cast<int64_t>(q.values.size())), &counter, "lm_head")
                     : device_copy(q.values, &counter, "lm_head");
     head_q_scales = device_copy(scales, &counter, "lm_head scales");
-    head_q_kind = int4 ? kernels::QgemvKind::kW4A16 : kernels::QgemvKind::kW8A16;
     head_q_group = static_cast<int>(group);
     // The head's input rows are work.x16 at offsets of whole rows and its output work.logits:
     // 16-byte aligned when d_model is a multiple of 8, like any cudaMalloc'd address (head_q's own
