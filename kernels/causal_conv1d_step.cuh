@@ -38,17 +38,19 @@ __device__ inline float conv_step_input(const CausalConv1dArgs& a, int c, int b)
   return static_cast<const float*>(a.in)[static_cast<int64_t>(b) * a.in_stride + c];
 }
 
-// One decode step (seqlen 1) of fp32-input channel c of sequence b. load() only issues the loads
-// (a kernel can issue others before it uses them); output() is the formatted output;
-// store_state() then writes the channel's next conv state (the window's last W-1 formatted inputs).
+// One decode step (seqlen 1) of fp32-input channel c of sequence b. The loads are only issued (a
+// kernel can issue others before it uses them), in two parts: load_state() what the step before
+// this one left (the conv state) and the constants, which a kernel may issue before it waits for
+// the previous grid, and load_input() the new input, which that grid writes. output() is the
+// formatted output; store_state() then writes the channel's next conv state (the window's last W-1
+// formatted inputs).
 template <int W>
 struct ConvStepChannel {
   float* state = nullptr;
   float w[W], window[W], bias = 0.f, raw = 0.f, in_code = 0.f, out_code = 0.f;
 
-  __device__ void load(const CausalConv1dArgs& a, int c, int b) {
+  __device__ void load_state(const CausalConv1dArgs& a, int c, int b) {
     state = conv_state_at<W>(a, c, b);
-    raw = conv_step_input(a, c, b);
 #pragma unroll
     for (int k = 0; k < W; ++k) w[k] = a.weight[c * W + k];
 #pragma unroll
@@ -57,6 +59,7 @@ struct ConvStepChannel {
     if (a.in_formats) in_code = a.in_formats[c];
     if (a.out_formats) out_code = a.out_formats[c];
   }
+  __device__ void load_input(const CausalConv1dArgs& a, int c, int b) { raw = conv_step_input(a, c, b); }
   __device__ float output() {
     window[W - 1] = ChannelFormat(in_code).apply(raw);
     return ChannelFormat(out_code).apply(conv_silu<W>(w, window, bias));
@@ -69,24 +72,25 @@ struct ConvStepChannel {
 
 // The same decode step of one channel spread over a warp's lanes 0..W-1: lane k loads w[k] and the
 // window's input k (the state's, or for k = W-1 the new one), a few registers a lane where a
-// ConvStepChannel takes ~14. output() gives every lane the formatted output; store_state() writes
-// the next conv state from lanes 1..W-1.
+// ConvStepChannel takes ~14; load_state() and load_input() split as there. output() gives every
+// lane the formatted output; store_state() writes the next conv state from lanes 1..W-1.
 template <int W>
 struct ConvStepLanes {
   float* state = nullptr;
   float w = 0.f, value = 0.f, bias = 0.f, in_code = 0.f, out_code = 0.f;
 
-  __device__ void load(const CausalConv1dArgs& a, int c, int b, int lane) {
+  __device__ void load_state(const CausalConv1dArgs& a, int c, int b, int lane) {
     state = conv_state_at<W>(a, c, b);
-    if (lane < W) {
-      w = a.weight[c * W + lane];
-      value = lane < W - 1 ? state[lane] : conv_step_input(a, c, b);
-    }
+    if (lane < W) w = a.weight[c * W + lane];
+    if (lane < W - 1) value = state[lane];
     if (lane == W - 1 && a.in_formats) in_code = a.in_formats[c];
     if (lane == 0) {
       bias = a.bias[c];
       if (a.out_formats) out_code = a.out_formats[c];
     }
+  }
+  __device__ void load_input(const CausalConv1dArgs& a, int c, int b, int lane) {
+    if (lane == W - 1) value = conv_step_input(a, c, b);
   }
   __device__ float output(int lane) {
     if (lane == W - 1) value = ChannelFormat(in_code).apply(value);

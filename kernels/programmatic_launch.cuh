@@ -4,7 +4,10 @@
 // kernel must call wait_for_previous_grid() before it reads anything an earlier kernel wrote or
 // writes anything at all: that returns once the previous grid has completed and its writes are
 // visible (and, because every kernel in the chain waits the same way, all grids before it too).
-// allow_next_grid() lets the next kernel be scheduled once every block of this one has called it.
+// allow_next_grid() lets the next kernel be scheduled once every block of this one has called it;
+// every kernel calls it only after its own wait, so a kernel that starts early starts after every
+// grid but the previous one has completed: what only those earlier grids wrote (a layer's SSM
+// state, written one decode step before) may be read before the wait.
 // On devices before sm_90, and for kernels launched without the attribute, both are no-ops.
 #pragma once
 

@@ -524,14 +524,20 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 4 : 1) qgemv_int4_stream_ke
 // scales go through shared memory to lanes r < m, which run row r's fp32 chain over the groups in
 // increasing order (the CPU's) with 16-byte reads. A warp loads its next column's pieces into the
 // registers the dot products have just freed before it runs the chain, so the loads are in flight
-// during it. kGroupsPerLane: 1 (k ≤ 4,096) or 2 (k ≤ 8,192).
+// during it; at one row and one group a lane (every in_proj) it loads them before the dot products
+// instead, into a second set of registers (74 against 64: three blocks an SM instead of four), so a
+// warp always has a column in flight. kGroupsPerLane: 1 (k ≤ 4,096) or 2 (k ≤ 8,192).
 constexpr int kLaneGroupMaxGroups = 64;
 __host__ __device__ inline bool w4a8_lane_group_fits(const QgemvArgs& a) {
   return a.kind == QgemvKind::kW4A8 && a.group_size == 128 && a.k % 512 == 0 && a.k / 128 <= kLaneGroupMaxGroups &&
          a.m <= kStreamMaxRows && w4a8_stream_fits(a);
 }
 template <int M, int kGroupsPerLane>
-__global__ void __launch_bounds__(kThreads, M == 1 ? 4 : M == 2 ? 3 : 1) qgemv_w4a8_lane_group_kernel(QgemvArgs a) {
+constexpr bool kLaneGroupLoadsAhead = M == 1 && kGroupsPerLane == 1;
+template <int M, int kGroupsPerLane>
+__global__ void __launch_bounds__(kThreads, kLaneGroupLoadsAhead<M, kGroupsPerLane> ? 3 : M == 1 ? 4 : M == 2 ? 3 : 1)
+    qgemv_w4a8_lane_group_kernel(QgemvArgs a) {
+  constexpr bool kAhead = kLaneGroupLoadsAhead<M, kGroupsPerLane>;
   extern __shared__ __align__(16) int8_t rows[];
   __shared__ __align__(16) float group_sums[kWarps][M][32 * kGroupsPerLane];
   __shared__ __align__(16) float group_scales[kWarps][32 * kGroupsPerLane];
@@ -539,26 +545,28 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 4 : M == 2 ? 3 : 1) qgemv_w
   const int groups = a.k / 128, pieces = a.k / 32;
   const uint4* weights = static_cast<const uint4*>(a.w);
   int col = blockIdx.x * kWarps + warp;
-  uint4 wv[kGroupsPerLane][4];
-  float scale[kGroupsPerLane];
-  auto load_column = [&](int c) {  // group g = lane + 32·q of column c (nothing past the row or the columns)
+  uint4 wv[kGroupsPerLane][4], next_wv[kGroupsPerLane][4];  // next_*: kAhead only
+  float scale[kGroupsPerLane], next_scale[kGroupsPerLane];
+  // Group g = lane + 32·q of column c (nothing past the row or the columns).
+  auto load_column = [&](int c, uint4 (&to_wv)[kGroupsPerLane][4], float (&to_scale)[kGroupsPerLane]) {
 #pragma unroll
     for (int q = 0; q < kGroupsPerLane; ++q) {
       const int g = lane + 32 * q;
       if (c < a.n && g < groups) {
         const uint4* w = weights + static_cast<int64_t>(c) * pieces + 4 * g;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) wv[q][j] = __ldcs(w + j);
-        scale[q] = __ldg(a.w_scales + static_cast<int64_t>(c) * groups + g);
+        for (int j = 0; j < 4; ++j) to_wv[q][j] = __ldcs(w + j);
+        to_scale[q] = __ldg(a.w_scales + static_cast<int64_t>(c) * groups + g);
       }
     }
   };
-  load_column(col);
+  load_column(col, wv, scale);
   wait_for_previous_grid();
   allow_next_grid();
   const Int8Input x8 = int4_input<kThreads, /*kGroupMajor=*/true>(a, rows);
   const uint4* x_halves = reinterpret_cast<const uint4*>(rows);  // [r][piece in group][half][group]
   for (; col < a.n; col += warps) {
+    if constexpr (kAhead) load_column(col + warps, next_wv, next_scale);
 #pragma unroll
     for (int q = 0; q < kGroupsPerLane; ++q) {
       const int g = lane + 32 * q;
@@ -582,7 +590,16 @@ __global__ void __launch_bounds__(kThreads, M == 1 ? 4 : M == 2 ? 3 : 1) qgemv_w
       }
       group_scales[warp][g] = scale[q];
     }
-    load_column(col + warps);
+    if constexpr (kAhead) {
+#pragma unroll
+      for (int q = 0; q < kGroupsPerLane; ++q) {
+        scale[q] = next_scale[q];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) wv[q][j] = next_wv[q][j];
+      }
+    } else {
+      load_column(col + warps, wv, scale);
+    }
     __syncwarp();
     if (lane < a.m) {
       const float4* sums = reinterpret_cast<const float4*>(group_sums[warp][lane]);

@@ -11,7 +11,8 @@ constexpr int kWidth = 4;
 // Block (head, sequence, slice of rows) of the state update's grid. Thread t convolves B|C channels
 // t, t + 256, … of the head's group into shared memory; each warp convolves the x channel of the
 // row it is on, spread over its first lanes. A thread issues all of its loads (its first SSM state
-// row, its conv inputs, dt) before it uses any. Five blocks an SM where dstate ≤ 128 (48 registers,
+// row, its conv inputs, dt) before it uses any, and those the previous grid does not write (the SSM
+// and conv states, the constants) before it waits for that grid. Five blocks an SM where dstate ≤ 128 (48 registers,
 // a few bytes spilled): then a 2.7b decode step's 640 blocks fit the GPU at once, where 57–60
 // registers left four an SM and a second wave (the first version: TPOT 2.42 → 2.74 ms).
 template <typename S, int kPerLane>
@@ -27,21 +28,29 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32, kPerLane <= 4 ? 5 : 1)
   __shared__ float bc_conv[2 * kDstate];
   __shared__ bool last_of_group;
   const HeadConstants head(s, slice.head);
-  wait_for_previous_grid();
-  allow_next_grid();
-
   StateRow<S, kPerLane> row;
   ConvStepLanes<kWidth> x_channel;
   ConvStepChannel<kWidth> bc[kBcPerThread];
   int p = slice.row_begin + warp;
+  // What the previous grid does not write — the warp's first SSM state row, the conv states and
+  // constants — is loaded before waiting for it, and the warp's later state rows are fetched into L2.
   if (p < slice.row_end) {
     row.load(s, slice, p, lane);
-    x_channel.load(a.conv, slice.head * s.headdim + p, slice.seq, lane);
+    x_channel.load_state(a.conv, slice.head * s.headdim + p, slice.seq, lane);
+    prefetch_later_state_rows<S>(s, slice, p, lane);
   }
 #pragma unroll
   for (int j = 0; j < kBcPerThread; ++j) {
     const int i = threadIdx.x + j * kThreads;
-    if (i < 2 * kDstate) bc[j].load(a.conv, i < kDstate ? b_first + i : c_first + i - kDstate, slice.seq);
+    if (i < 2 * kDstate) bc[j].load_state(a.conv, i < kDstate ? b_first + i : c_first + i - kDstate, slice.seq);
+  }
+  wait_for_previous_grid();
+  allow_next_grid();
+  if (p < slice.row_end) x_channel.load_input(a.conv, slice.head * s.headdim + p, slice.seq, lane);
+#pragma unroll
+  for (int j = 0; j < kBcPerThread; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    if (i < 2 * kDstate) bc[j].load_input(a.conv, i < kDstate ? b_first + i : c_first + i - kDstate, slice.seq);
   }
   const float* dt_raw = static_cast<const float*>(s.dt) + static_cast<int64_t>(slice.seq) * s.dt_stride;
   const float dt = head.dt(s, dt_raw[slice.head]);
@@ -61,7 +70,8 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32, kPerLane <= 4 ? 5 : 1)
   for (; p < slice.row_end; p += kStateUpdateWarps) {
     if (p != slice.row_begin + warp) {
       row.load(s, slice, p, lane);
-      x_channel.load(a.conv, slice.head * s.headdim + p, slice.seq, lane);
+      x_channel.load_state(a.conv, slice.head * s.headdim + p, slice.seq, lane);
+      x_channel.load_input(a.conv, slice.head * s.headdim + p, slice.seq, lane);
     }
     const float x = x_channel.output(lane);
     x_channel.store_state(lane);  // the row's x channel belongs to this block alone

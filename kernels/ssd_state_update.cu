@@ -18,11 +18,18 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kerne
   const T* dt_base = static_cast<const T*>(a.dt) + slice.head;
   T* y_base = static_cast<T*>(a.y) + slice.head * a.headdim;
   const HeadConstants head(a, slice.head);
+  // The state is not the previous grid's output: the warp's first row is loaded, and its later rows
+  // fetched into L2, before waiting for that grid.
+  const int first = slice.row_begin + warp;
+  StateRow<S, kPerLane> row;
+  if (first < slice.row_end) {
+    row.load(a, slice, first, lane);
+    prefetch_later_state_rows<S>(a, slice, first, lane);
+  }
   wait_for_previous_grid();
   allow_next_grid();
-  for (int p = slice.row_begin + warp; p < slice.row_end; p += kStateUpdateWarps) {
-    StateRow<S, kPerLane> row;
-    row.load(a, slice, p, lane);
+  for (int p = first; p < slice.row_end; p += kStateUpdateWarps) {
+    if (p != first) row.load(a, slice, p, lane);
     row.dequantize();
     for (int j = 0; j < a.steps; ++j) {
       const int64_t token = static_cast<int64_t>(slice.seq) * a.steps + j;

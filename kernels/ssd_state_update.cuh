@@ -51,6 +51,18 @@ struct HeadConstants {
   }
 };
 
+// Fetches into L2 the state rows a warp takes after its first (rows first + kStateUpdateWarps, …
+// of the block's slice), one 128-byte line a lane: issued before the kernel waits for the previous
+// grid, they are then L2 hits instead of round trips to memory one after the other.
+template <typename S>
+__device__ inline void prefetch_later_state_rows(const SsdStateUpdateArgs& a, const StateSlice& slice, int first,
+                                                 int lane) {
+  const S* head_rows = static_cast<const S*>(a.state) + (static_cast<int64_t>(slice.seq) * a.heads + slice.head) *
+                                                            a.headdim * a.dstate;
+  for (int p = first + kStateUpdateWarps; p < slice.row_end; p += kStateUpdateWarps)
+    prefetch_l2(head_rows + static_cast<int64_t>(p) * a.dstate, a.dstate * static_cast<long long>(sizeof(S)), lane);
+}
+
 // Row p of a head's state, dstate / 32 values a lane (n = lane + 32 i), in fp32 registers: an int8
 // state is dequantized and rounded back on store (one scale row per channel, read once, and once
 // per element only when it varies along n). load() only issues the loads; dequantize() waits for
