@@ -363,12 +363,22 @@ __global__ void __launch_bounds__(kClusterThreads) hadamard_quant_cluster_kernel
     norm_weight[j] = a.z && e < owned ? a.norm_weight[column(e)] : 0.f;
   }
   const float inv_out_scale = __frcp_rn(a.out_scale);
+  float gate[kClusterPerThread];  // silu(z) at this thread's columns
+  auto load_gates = [&] {
+    const float* z = a.z + row * a.z_stride;
+#pragma unroll
+    for (int j = 0; j < kClusterPerThread; ++j) {
+      const int e = threadIdx.x + j * T;
+      gate[j] = e < owned ? silu(z[column(e)]) : 0.f;
+    }
+  };
+  if (a.z && a.z_before_previous_grid) load_gates();
   wait_for_previous_grid();
   allow_next_grid();
 
   const float* y = a.y + row * a.ldy;
   if (a.z) {
-    const float* z = a.z + row * a.z_stride;
+    if (!a.z_before_previous_grid) load_gates();
     const int groups = a.n / a.group_size;
     float g[kClusterPerThread];
     int group[kClusterPerThread];
@@ -379,7 +389,7 @@ __global__ void __launch_bounds__(kClusterThreads) hadamard_quant_cluster_kernel
       group[j] = -1;
       if (e < owned) {
         const int col = column(e);
-        g[j] = __fmul_rn(y[col], silu(z[col]));
+        g[j] = __fmul_rn(y[col], gate[j]);
         group[j] = groups == 1 ? 0 : col / a.group_size;
       }
     }

@@ -36,6 +36,10 @@ struct HadamardQuantArgs {
   int64_t ldy = 0;
   const float* z = nullptr;           // optional gate: row r at z + r * z_stride
   int64_t z_stride = 0;
+  // z was written before the previous grid in the stream (in a layer, by in_proj, with the SSD
+  // between): the decode schedule (kCluster) then loads it, and computes silu(z), before it waits
+  // for that grid (kernels/programmatic_launch.cuh).
+  bool z_before_previous_grid = false;
   const float* norm_weight = nullptr; // [n], with z
   int group_size = 0;                 // norm group, with z
   float eps = 1e-5f;

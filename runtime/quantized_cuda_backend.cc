@@ -977,6 +977,7 @@ struct QuantizedCudaBackend::Impl {
     gated.ldy = E;
     gated.z = work.zxbcdt;
     gated.z_stride = in_dim;
+    gated.z_before_previous_grid = true;  // in_proj wrote z, and the SSD ran since
     gated.norm_weight = d.gated_norm.at<float>(0);
     gated.group_size = static_cast<int>(E / G);
     gated.eps = eps;

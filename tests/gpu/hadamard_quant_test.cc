@@ -1,7 +1,8 @@
 // The rotated, quantized out_proj input against the quantized CPU layer's steps: without the gate
 // the Hadamard rotation and the int8 quantization are bit-identical (every supported K); with the
 // gated RMSNorm in front, int8 outputs are within one step, rarely off. Both schedules (one block a
-// row; a row over a cluster of blocks, on sm_90) are checked on every shape.
+// row; a row over a cluster of blocks, on sm_90) are checked on every shape, the cluster's gated
+// shapes also with z loaded before the kernel's wait for the previous grid.
 #include "kernels/hadamard_quant.h"
 
 #include <gtest/gtest.h>
@@ -25,12 +26,14 @@ struct Case {
   Schedule schedule;
   bool host_matrix = false;  // pass H_K's host copy too: kRowPerBlock's unrolled mix for K 12, 20, 28
   bool odd_strides = false;  // rows of y and z not 16-byte aligned: the gated norm's scalar loads
+  bool z_early = false;      // z_before_previous_grid: kCluster's gates loaded before its wait
 };
 
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
-  return fmt::format("rows{}_n{}_g{}{}_{}{}{}", info.param.rows, info.param.n, info.param.groups,
+  return fmt::format("rows{}_n{}_g{}{}_{}{}{}{}", info.param.rows, info.param.n, info.param.groups,
                      info.param.gated ? "_gated" : "", info.param.schedule == Schedule::kCluster ? "cluster" : "rows",
-                     info.param.host_matrix ? "_unrolled" : "", info.param.odd_strides ? "_odd_strides" : "");
+                     info.param.host_matrix ? "_unrolled" : "", info.param.odd_strides ? "_odd_strides" : "",
+                     info.param.z_early ? "_z_early" : "");
 }
 
 // A cluster case on a device without clusters is skipped; on sm_90 it must run.
@@ -81,6 +84,7 @@ TEST_P(HadamardQuant, MatchesTheCpuSteps) {
   a.out = d_q.get();
   a.out_scale = scale;
   a.schedule = c.schedule;
+  a.z_before_previous_grid = c.z_early;
   ASSERT_TRUE(kernels::hadamard_quant_supported(a));
   ASSERT_EQ(kernels::launch_hadamard_quant(a, nullptr), cudaSuccess);
   a.out = d_f32.get();
@@ -89,6 +93,13 @@ TEST_P(HadamardQuant, MatchesTheCpuSteps) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<int8_t> q = d_q.to_host();
   const std::vector<float> f = d_f32.to_host();
+  if (c.z_early) {  // the gates loaded early: the same operations, so the same bits as loaded late
+    a.z_before_previous_grid = false;
+    ASSERT_EQ(kernels::launch_hadamard_quant(a, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> late = d_f32.to_host();
+    ASSERT_EQ(std::memcmp(f.data(), late.data(), f.size() * sizeof(float)), 0);
+  }
   if (c.gated) {
     testing::expect_int8_within_one_step(q, x, [&](size_t) { return scale; });
   } else {
@@ -157,6 +168,10 @@ std::vector<Case> cases() {
       }
       if (schedule == Schedule::kRowPerBlock && c.gated) {
         c.odd_strides = true;
+        all.push_back(c);
+      }
+      if (schedule == Schedule::kCluster && c.gated) {
+        c.z_early = true;
         all.push_back(c);
       }
     }
