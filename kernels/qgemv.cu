@@ -374,9 +374,15 @@ __global__ void __launch_bounds__(kThreads) qgemv_w8a8_kernel(QgemvArgs a) {
 // once per block by the norm prologue or copied, so the prologue is paid per block, not per
 // column. Int32 sums: the same bits as every other schedule. (Issuing the first column's loads
 // before the wait and each next column's before this one's reduction measured ~1.5 % slower end
-// to end: 98 → 118 registers, fewer blocks an SM.)
+// to end: 98 → 118 registers, fewer blocks an SM.) At one row and k ≤ 4,096 (in_proj) a warp loads
+// its next column before the current one's dot products (kW8A8StreamLoadsAhead: 80 registers, three
+// blocks an SM instead of five), so it always has a column in flight.
 template <int M, int kPer>
-__global__ void __launch_bounds__(kThreads) qgemv_w8a8_stream_kernel(QgemvArgs a) {
+constexpr bool kW8A8StreamLoadsAhead = M == 1 && kPer == 8;
+// A minimum of 0 blocks an SM is none: an explicit 1 makes nvcc take 87 registers at one row, not 48.
+template <int M, int kPer>
+__global__ void __launch_bounds__(kThreads, kW8A8StreamLoadsAhead<M, kPer> ? 3 : 0) qgemv_w8a8_stream_kernel(QgemvArgs a) {
+  constexpr bool kAhead = kW8A8StreamLoadsAhead<M, kPer>;
   extern __shared__ __align__(16) int8_t rows[];
   const int lane = threadIdx.x % 32, warps = gridDim.x * kWarps;
   const int pieces = a.k / Piece<QgemvKind::kW8A8>::kCols;
@@ -394,6 +400,34 @@ __global__ void __launch_bounds__(kThreads) qgemv_w8a8_stream_kernel(QgemvArgs a
     __syncthreads();
   }
   const Int8Input x8{rows, a.k, true};
+  if constexpr (kAhead) {  // one round a column (k ≤ 4,096): the next column's loads before this one's dot products
+    uint4 cur[kPer], next[kPer];
+    auto load = [&](int c, uint4 (&to)[kPer]) {
+      const uint4* w = weights + static_cast<int64_t>(c) * pieces;
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        const int p = lane + 32 * u;
+        to[u] = c < a.n && p < pieces ? __ldcs(w + p) : make_uint4(0, 0, 0, 0);
+      }
+    };
+    load(col, cur);
+    for (; col < a.n; col += warps) {
+      load(col + warps, next);
+      int acc = 0;
+      float unused = 0.f;
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        const int p = lane + 32 * u;
+        if (p < pieces) piece_dot<QgemvKind::kW8A8>(a, x8, cur[u], 0, p, acc, unused);
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+      if (lane == 0) store(a, 0, col, scale_per_channel(acc, a.w_scales[col], a.x_scale));
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) cur[u] = next[u];
+    }
+    return;
+  }
   for (; col < a.n; col += warps) {
     const uint4* w = weights + static_cast<int64_t>(col) * pieces;
     int acc[M];
