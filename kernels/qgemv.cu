@@ -381,7 +381,8 @@ template <int M, int kPer>
 constexpr bool kW8A8StreamLoadsAhead = M == 1 && kPer == 8;
 // A minimum of 0 blocks an SM is none: an explicit 1 makes nvcc take 87 registers at one row, not 48.
 template <int M, int kPer>
-__global__ void __launch_bounds__(kThreads, kW8A8StreamLoadsAhead<M, kPer> ? 3 : 0) qgemv_w8a8_stream_kernel(QgemvArgs a) {
+__global__ void __launch_bounds__(kThreads, kW8A8StreamLoadsAhead<M, kPer> ? 3 : 0)
+    qgemv_w8a8_stream_kernel(QgemvArgs a) {
   constexpr bool kAhead = kW8A8StreamLoadsAhead<M, kPer>;
   extern __shared__ __align__(16) int8_t rows[];
   const int lane = threadIdx.x % 32, warps = gridDim.x * kWarps;
@@ -400,7 +401,7 @@ __global__ void __launch_bounds__(kThreads, kW8A8StreamLoadsAhead<M, kPer> ? 3 :
     __syncthreads();
   }
   const Int8Input x8{rows, a.k, true};
-  if constexpr (kAhead) {  // one round a column (k ≤ 4,096): the next column's loads before this one's dot products
+  if constexpr (kAhead) {  // one round a column (k ≤ 4,096); the next column's loads before this one's dots
     uint4 cur[kPer], next[kPer];
     auto load = [&](int c, uint4 (&to)[kPer]) {
       const uint4* w = weights + static_cast<int64_t>(c) * pieces;

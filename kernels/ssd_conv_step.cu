@@ -12,9 +12,10 @@ constexpr int kWidth = 4;
 // t, t + 256, … of the head's group into shared memory; each warp convolves the x channel of the
 // row it is on, spread over its first lanes. A thread issues all of its loads (its first SSM state
 // row, its conv inputs, dt) before it uses any, and those the previous grid does not write (the SSM
-// and conv states, the constants) before it waits for that grid. Five blocks an SM where dstate ≤ 128 (48 registers,
-// a few bytes spilled): then a 2.7b decode step's 640 blocks fit the GPU at once, where 57–60
-// registers left four an SM and a second wave (the first version: TPOT 2.42 → 2.74 ms).
+// and conv states, the constants) before it waits for that grid. Five blocks an SM where dstate ≤
+// 128 (48 registers, a few bytes spilled): then a 2.7b decode step's 640 blocks fit the GPU at
+// once, where 57–60 registers left four an SM and a second wave (the first version: TPOT 2.42 →
+// 2.74 ms).
 template <typename S, int kPerLane>
 __global__ void __launch_bounds__(kStateUpdateWarps * 32, kPerLane <= 4 ? 5 : 1)
     ssd_conv_step_kernel(SsdConvStepArgs a) {

@@ -8,6 +8,8 @@
 // every block of the group reads, by the last of them to arrive, counted in
 // arrivals[sequence · groups + group] (zero before the launch, zero again after it).
 // The same bits as launch_causal_conv1d, then launch_ssd_state_update on its output.
+// The SSM and conv states and the constants are read before the kernel waits for the previous grid
+// (kernels/programmatic_launch.cuh): the launch just before this one must not write them.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -37,7 +37,9 @@ struct SsdStateUpdateArgs {
   float dt_min = 0.f, dt_max = __FLT_MAX__;
   const float* A = nullptr;               // [heads]
   const float* D = nullptr;               // [heads]
-  void* state = nullptr;                  // [batch, heads, headdim, dstate], updated in place
+  // [batch, heads, headdim, dstate], updated in place. Read before the kernel waits for the previous
+  // grid (kernels/programmatic_launch.cuh): the launch just before this one must not write it.
+  void* state = nullptr;
   ElementType state_type = ElementType::kF32;  // kF32 or kS8
   const float* state_scales = nullptr;    // kS8: [scale rows, state_scale_inner]
   const int32_t* state_scale_index = nullptr;  // kS8: [heads * headdim] scale row of each channel, or null (row c)
