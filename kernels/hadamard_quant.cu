@@ -58,6 +58,19 @@ __device__ inline void butterfly_stages(float (&v)[kSize], int count = kSize) {
 constexpr int kWarpSpan = 256;        // elements a warp transforms in registers: 8 a lane
 constexpr int kMaxColumns = 32;  // m / kWarpSpan: the values a thread holds for the stages h ≥ 256
 
+// The stages h < 256 of the warp's 256 consecutive elements, lane holding 8·lane … 8·lane + 7:
+// h = 1, 2, 4 in registers, h = 8 … 128 with the partner lane's value through a shuffle.
+__device__ inline void warp_butterfly_stages(float (&v)[8], int lane) {
+  butterfly_stages(v);
+#pragma unroll
+  for (int s = 1; s < 32; s *= 2) {  // h = 8·s: element 8·lane + e pairs with lane ^ s
+    // lower lane: v + partner, upper: partner − v; as fma(v, ±1, partner), one rounding either way
+    const float sign = lane & s ? -1.f : 1.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = __fmaf_rn(v[e], sign, __shfl_xor_sync(0xffffffffu, v[e], s));
+  }
+}
+
 // Stages h < 256: a warp takes 256 consecutive elements, 8 a lane (stages 1, 2, 4 in registers,
 // 8 … 128 with the partner lane's value through a shuffle); stages 256 … m/2: a thread takes the
 // m/256 elements j0 + 256·r of one block of m and runs them in registers. Needs 256 ≤ m ≤ 8192.
@@ -69,14 +82,7 @@ __device__ inline void butterfly_in_registers(float* x, int n, int m) {
     float4* at = reinterpret_cast<float4*>(x + c * kWarpSpan + 8 * lane);
     const float4 lo = at[0], hi = at[1];
     float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    butterfly_stages(v);
-#pragma unroll
-    for (int s = 1; s < 32; s *= 2) {  // h = 8·s: element 8·lane + e pairs with lane ^ s
-      // lower lane: v + partner, upper: partner − v; as fma(v, ±1, partner), one rounding either way
-      const float sign = lane & s ? -1.f : 1.f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = __fmaf_rn(v[e], sign, __shfl_xor_sync(0xffffffffu, v[e], s));
-    }
+    warp_butterfly_stages(v, lane);
     at[0] = make_float4(v[0], v[1], v[2], v[3]);
     at[1] = make_float4(v[4], v[5], v[6], v[7]);
   }
@@ -475,6 +481,110 @@ __global__ void __launch_bounds__(kClusterThreads) hadamard_quant_cluster_kernel
 #endif
 }
 
+// kRegisters: one block a row of n/8 threads, the row in registers at 8 consecutive elements a
+// thread. The gated norm's sums reduce inside each warp (a warp lies in one norm group) and each
+// thread adds its group's warp partials after one barrier; the stages h < 256 run inside the warp
+// (three in registers, five by shuffles), the stages 256 … m/2 and the H_K mix each after one
+// shared-memory exchange. For decode rows, where kCluster's cluster barriers and distributed
+// shared memory cost more than they share. kOrder: K, the mix unrolled with H_K's signs as constants.
+constexpr int kRegistersPerThread = kWarpSpan / 32, kRegistersMaxWidth = kRegistersPerThread * 1024;
+
+__device__ inline void load_eight(const float* from, float (&to)[kRegistersPerThread]) {
+  const float4 lo = reinterpret_cast<const float4*>(from)[0], hi = reinterpret_cast<const float4*>(from)[1];
+  to[0] = lo.x, to[1] = lo.y, to[2] = lo.z, to[3] = lo.w, to[4] = hi.x, to[5] = hi.y, to[6] = hi.z, to[7] = hi.w;
+}
+
+__device__ inline void store_eight(float* to, const float (&from)[kRegistersPerThread]) {
+  reinterpret_cast<float4*>(to)[0] = make_float4(from[0], from[1], from[2], from[3]);
+  reinterpret_cast<float4*>(to)[1] = make_float4(from[4], from[5], from[6], from[7]);
+}
+
+template <int kOrder>
+__global__ void __launch_bounds__(1024) hadamard_quant_registers_kernel(HadamardQuantArgs a) {
+  __shared__ __align__(16) float x[kRegistersMaxWidth];
+  __shared__ float warp_sum[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, first = kRegistersPerThread * threadIdx.x;
+  const int threads = static_cast<int>(blockDim.x), m = a.n / kOrder;
+  const int64_t row = blockIdx.x;
+  float v[kRegistersPerThread], weight[kRegistersPerThread], gate[kRegistersPerThread];
+  if (a.z) load_eight(a.norm_weight + first, weight);
+  auto load_gates = [&] {
+    load_eight(a.z + row * a.z_stride + first, gate);
+#pragma unroll
+    for (int e = 0; e < kRegistersPerThread; ++e) gate[e] = silu(gate[e]);
+  };
+  if (a.z && a.z_before_previous_grid) load_gates();
+  wait_for_previous_grid();
+  allow_next_grid();
+
+  load_eight(a.y + row * a.ldy + first, v);
+  if (a.z) {
+    if (!a.z_before_previous_grid) load_gates();
+    float sum = 0.f;
+#pragma unroll
+    for (int e = 0; e < kRegistersPerThread; ++e) {
+      v[e] = __fmul_rn(v[e], gate[e]);
+      sum = __fmaf_rn(v[e], v[e], sum);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0) warp_sum[warp] = sum;
+    __syncthreads();
+    const int group_warps = a.group_size / kWarpSpan, group_first = warp / group_warps * group_warps;
+    float total = 0.f;
+    for (int w = group_first; w < group_first + group_warps; ++w) total += warp_sum[w];
+    const float scale = rsqrtf(total / a.group_size + a.eps);
+#pragma unroll
+    for (int e = 0; e < kRegistersPerThread; ++e) v[e] = __fmul_rn(__fmul_rn(v[e], scale), weight[e]);
+  }
+
+  warp_butterfly_stages(v, lane);
+  const float inv_out_scale = __frcp_rn(a.out_scale);
+  const int columns = m / kWarpSpan;
+  if (kOrder == 1 && columns == 1) {
+#pragma unroll
+    for (int e = 0; e < kRegistersPerThread; ++e) store_output(a, inv_out_scale, row * a.n + first + e, v[e]);
+    return;
+  }
+  store_eight(x + first, v);
+  __syncthreads();
+  if (columns > 1) {  // stages h ≥ 256: item = (K block, column j0), its m/256 values j0 + 256·r
+    for (int item = threadIdx.x; item < a.n / columns; item += threads) {
+      const int at = item / kWarpSpan * m + item % kWarpSpan;
+      float c[kMaxColumns];
+#pragma unroll
+      for (int r = 0; r < kMaxColumns; ++r) c[r] = r < columns ? x[at + r * kWarpSpan] : 0.f;
+      butterfly_stages(c, columns);
+#pragma unroll
+      for (int r = 0; r < kMaxColumns; ++r) {
+        if (r >= columns) break;
+        if (kOrder == 1) {
+          store_output(a, inv_out_scale, row * a.n + at + r * kWarpSpan, c[r]);
+        } else {
+          x[at + r * kWarpSpan] = c[r];
+        }
+      }
+    }
+    if (kOrder == 1) return;
+    __syncthreads();
+  }
+  if constexpr (kOrder > 1) {
+    // The H_K mix: a worker takes column b, reads its K values once and stores K / split outputs.
+    const int split = 4 * m <= threads ? 4 : 2 * m <= threads ? 2 : 1, per_worker = kOrder / split;
+    for (int w = threadIdx.x; w < m * split; w += threads) {
+      const int b = w % m;
+      float c[kOrder];
+#pragma unroll
+      for (int k = 0; k < kOrder; ++k) c[k] = x[k * m + b];
+      const int64_t column = row * a.n + b;
+      mix_outputs<kOrder>(
+          c, w / m * per_worker, per_worker,
+          [&](int a2, float acc) { store_output(a, inv_out_scale, column + a2 * m, acc); },
+          std::make_integer_sequence<int, kOrder>{});
+    }
+  }
+}
+
 bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
 // The shapes kCluster splits: the row's K blocks of m divide into 8 slices, and with rotation
@@ -488,11 +598,12 @@ bool cluster_shape_ok(const HadamardQuantArgs& a) {
 
 bool use_cluster(const HadamardQuantArgs& a) {
   switch (a.schedule) {
-    case HadamardQuantSchedule::kRowPerBlock: return false;
+    case HadamardQuantSchedule::kRowPerBlock:
+    case HadamardQuantSchedule::kRegisters: return false;
     case HadamardQuantSchedule::kCluster: return true;
     case HadamardQuantSchedule::kAuto: break;
   }
-  return a.rows <= kHadamardClusterMaxRows && cluster_shape_ok(a) && device_is_sm90_or_newer();
+  return a.rows <= kHadamardDecodeMaxRows && cluster_shape_ok(a) && device_is_sm90_or_newer();
 }
 
 bool common_supported(const HadamardQuantArgs& a) {
@@ -531,6 +642,26 @@ bool is_builtin_base(const int8_t* h, int k) {
   return std::memcmp(h, builtin.data(), builtin.size()) == 0;
 }
 
+// The shapes kRegisters takes: rotated rows of at most 8192 (n/8 threads), m ≥ 256, H_K the
+// built-in one (its host copy given), 16-byte aligned rows, norm groups of whole warps.
+bool registers_shape_ok(const HadamardQuantArgs& a) {
+  const int k = a.base_order, m = a.n / k;
+  if (!a.rotate || a.n > kRegistersMaxWidth || m < kWarpSpan || m > kWarpSpan * kMaxColumns) return false;
+  if (k > 1 && !(a.base_matrix_host && is_builtin_base(a.base_matrix_host, k))) return false;
+  if (a.ldy % 4 != 0 || !aligned16(a.y)) return false;
+  return !a.z || (a.group_size % kWarpSpan == 0 && a.z_stride % 4 == 0 && aligned16(a.z) && aligned16(a.norm_weight));
+}
+
+cudaError_t launch_registers(const HadamardQuantArgs& a, cudaStream_t stream) {
+  const LaunchShape shape{dim3(static_cast<unsigned>(a.rows)), dim3(a.n / kRegistersPerThread)};
+  switch (a.base_order) {
+    case 12: return launch_kernel(hadamard_quant_registers_kernel<12>, shape, stream, a);
+    case 20: return launch_kernel(hadamard_quant_registers_kernel<20>, shape, stream, a);
+    case 28: return launch_kernel(hadamard_quant_registers_kernel<28>, shape, stream, a);
+    default: return launch_kernel(hadamard_quant_registers_kernel<1>, shape, stream, a);
+  }
+}
+
 template <int kThreads, int kOrder>
 cudaError_t launch_rows_order(const HadamardQuantArgs& a, size_t shared, cudaStream_t stream) {
   const bool aligned = gated_rows_aligned(a);
@@ -561,11 +692,15 @@ cudaError_t launch_rows(const HadamardQuantArgs& a, size_t shared, cudaStream_t 
 bool hadamard_quant_supported(const HadamardQuantArgs& a) {
   if (!common_supported(a)) return false;
   if (a.schedule == HadamardQuantSchedule::kCluster) return cluster_shape_ok(a) && device_is_sm90_or_newer();
+  if (a.schedule == HadamardQuantSchedule::kRegisters) return registers_shape_ok(a);
   return true;
 }
 
 cudaError_t launch_hadamard_quant(const HadamardQuantArgs& a, cudaStream_t stream) {
   if (!hadamard_quant_supported(a)) return cudaErrorInvalidValue;
+  if (a.schedule == HadamardQuantSchedule::kRegisters ||
+      (a.schedule == HadamardQuantSchedule::kAuto && a.rows <= kHadamardDecodeMaxRows && registers_shape_ok(a)))
+    return launch_registers(a, stream);
   if (use_cluster(a)) return launch_cluster(a, stream);
   const size_t shared = sizeof(float) * a.n;
   // The wide block while the rows leave SMs idle (decode batches), the narrow one for prefill.

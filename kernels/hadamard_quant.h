@@ -13,9 +13,14 @@
 //   kCluster:     a row split over a cluster of 8 blocks (sm_90): each block owns 1/8 of every
 //                 K block, runs the butterfly stages inside its slice, and the last three stages
 //                 and the H_K mix read the other blocks' slices through distributed shared
-//                 memory; the group norm's sums are exchanged the same way. For decode rows,
-//                 where one block a row leaves the GPU idle;
-//   kAuto:        kCluster for up to kHadamardClusterMaxRows rows where supported.
+//                 memory; the group norm's sums are exchanged the same way;
+//   kRegisters:   one block a row of n/8 threads, 8 consecutive values a thread held in registers:
+//                 the stages h < 256 inside each warp, the later stages and the mix after one
+//                 shared-memory exchange each — the fewest barriers for a latency-bound decode
+//                 row. Rotated rows with n ≤ 8192 and m ≥ 256, H_K the built-in one with its host
+//                 copy given, 16-byte aligned rows, norm groups a multiple of 256;
+//   kAuto:        up to kHadamardDecodeMaxRows rows kRegisters where it takes the shape, else
+//                 kCluster where supported; kRowPerBlock otherwise.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,8 +31,8 @@
 
 namespace ssdq::kernels {
 
-enum class HadamardQuantSchedule { kAuto, kRowPerBlock, kCluster };
-constexpr int64_t kHadamardClusterMaxRows = 32;
+enum class HadamardQuantSchedule { kAuto, kRowPerBlock, kCluster, kRegisters };
+constexpr int64_t kHadamardDecodeMaxRows = 32;
 
 struct HadamardQuantArgs {
   int64_t rows = 0;
@@ -37,8 +42,8 @@ struct HadamardQuantArgs {
   const float* z = nullptr;           // optional gate: row r at z + r * z_stride
   int64_t z_stride = 0;
   // z was written before the previous grid in the stream (in a layer, by in_proj, with the SSD
-  // between): the decode schedule (kCluster) then loads it, and computes silu(z), before it waits
-  // for that grid (kernels/programmatic_launch.cuh).
+  // between): the decode schedules (kCluster, kRegisters) then load it, and compute silu(z),
+  // before they wait for that grid (kernels/programmatic_launch.cuh).
   bool z_before_previous_grid = false;
   const float* norm_weight = nullptr; // [n], with z
   int group_size = 0;                 // norm group, with z

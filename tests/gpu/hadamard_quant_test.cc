@@ -1,8 +1,9 @@
 // The rotated, quantized out_proj input against the quantized CPU layer's steps: without the gate
 // the Hadamard rotation and the int8 quantization are bit-identical (every supported K); with the
-// gated RMSNorm in front, int8 outputs are within one step, rarely off. Both schedules (one block a
-// row; a row over a cluster of blocks, on sm_90) are checked on every shape, the cluster's gated
-// shapes also with z loaded before the kernel's wait for the previous grid.
+// gated RMSNorm in front, int8 outputs are within one step, rarely off. Every schedule (one block a
+// row; a row over a cluster of blocks, on sm_90; a row in one block's registers, on the shapes it
+// takes) is checked on every shape, the cluster's and the registers' gated shapes also with z
+// loaded before the kernel's wait for the previous grid.
 #include "kernels/hadamard_quant.h"
 
 #include <gtest/gtest.h>
@@ -26,12 +27,14 @@ struct Case {
   Schedule schedule;
   bool host_matrix = false;  // pass H_K's host copy too: kRowPerBlock's unrolled mix for K 12, 20, 28
   bool odd_strides = false;  // rows of y and z not 16-byte aligned: the gated norm's scalar loads
-  bool z_early = false;      // z_before_previous_grid: kCluster's gates loaded before its wait
+  bool z_early = false;      // z_before_previous_grid: the gates loaded before the kernel's wait
 };
 
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
   return fmt::format("rows{}_n{}_g{}{}_{}{}{}{}", info.param.rows, info.param.n, info.param.groups,
-                     info.param.gated ? "_gated" : "", info.param.schedule == Schedule::kCluster ? "cluster" : "rows",
+                     info.param.gated ? "_gated" : "", info.param.schedule == Schedule::kCluster     ? "cluster"
+                     : info.param.schedule == Schedule::kRegisters ? "registers"
+                                                                   : "rows",
                      info.param.host_matrix ? "_unrolled" : "", info.param.odd_strides ? "_odd_strides" : "",
                      info.param.z_early ? "_z_early" : "");
 }
@@ -148,6 +151,39 @@ TEST_P(HadamardQuantWithoutRotation, IsTheGatedNorm) {
   EXPECT_FALSE(kernels::hadamard_quant_supported(a));
 }
 
+// kRegisters refuses what it does not take rather than computing it some other way.
+TEST(HadamardQuantRegisters, RefusesShapesOutsideIt) {
+  const std::vector<int8_t> h20 = hadamard_matrix(20);
+  alignas(16) float y[8] = {};
+  kernels::HadamardQuantArgs a;
+  a.rows = 1;
+  a.n = 5120;
+  a.y = y;
+  a.ldy = a.n;
+  a.base_order = 20;
+  a.base_matrix = reinterpret_cast<const int8_t*>(y);  // never read here
+  a.base_matrix_host = h20.data();
+  a.out = y;
+  a.schedule = Schedule::kRegisters;
+  EXPECT_TRUE(kernels::hadamard_quant_supported(a));
+  a.base_matrix_host = nullptr;  // the unrolled mix needs H_K's host copy
+  EXPECT_FALSE(kernels::hadamard_quant_supported(a));
+  a.base_matrix_host = h20.data();
+  a.ldy = a.n + 1;  // rows not 16-byte aligned
+  EXPECT_FALSE(kernels::hadamard_quant_supported(a));
+  a.ldy = a.n;
+  a.n = 1280;  // m = 64 < 256
+  EXPECT_FALSE(kernels::hadamard_quant_supported(a));
+  a.n = 10240;  // more than 8192 values a row
+  EXPECT_FALSE(kernels::hadamard_quant_supported(a));
+  a.n = 5120;
+  a.z = y;
+  a.z_stride = a.n;
+  a.norm_weight = y;
+  a.group_size = 5120 / 40;  // groups of 128: not whole warps
+  EXPECT_FALSE(kernels::hadamard_quant_supported(a));
+}
+
 std::vector<Case> cases() {
   const std::vector<Case> shapes = {{3, 256, 1, false},  {2, 768, 1, false}, {2, 1280, 1, false}, {2, 1792, 1, false},
                                     {5, 5120, 1, false}, {1, 8192, 8, false}, {1, 20480, 1, false}, {4, 5120, 1, true},
@@ -156,11 +192,18 @@ std::vector<Case> cases() {
                                     {600, 5120, 1, true}, {600, 8192, 8, false},
                                     // rows too wide for the gated norm's shared-memory copy: its 16-byte
                                     // loads (K 12) or, with the 20-term mix, one float at a time
-                                    {2, 12288, 4, true}, {2, 10240, 1, true}};
+                                    {2, 12288, 4, true}, {2, 10240, 1, true},
+                                    // K 12 and 28 at m ≥ 256 (kRegisters' mix), and m = 512 with K 12
+                                    {2, 3072, 1, true}, {2, 7168, 4, true}, {3, 6144, 2, false}, {1, 6144, 3, true}};
   std::vector<Case> all;
-  for (Schedule schedule : {Schedule::kRowPerBlock, Schedule::kCluster})
+  for (Schedule schedule : {Schedule::kRowPerBlock, Schedule::kCluster, Schedule::kRegisters})
     for (Case c : shapes) {
       c.schedule = schedule;
+      if (schedule == Schedule::kRegisters) {  // its shapes: n ≤ 8192, m ≥ 256, H_K's host copy
+        const int64_t k = hadamard_base_order(c.n);
+        if (c.n > 8192 || c.n / k < 256) continue;
+        c.host_matrix = true;
+      }
       all.push_back(c);
       if (schedule == Schedule::kRowPerBlock && hadamard_base_order(c.n) > 1) {
         c.host_matrix = true;
@@ -170,7 +213,7 @@ std::vector<Case> cases() {
         c.odd_strides = true;
         all.push_back(c);
       }
-      if (schedule == Schedule::kCluster && c.gated) {
+      if (schedule != Schedule::kRowPerBlock && c.gated) {
         c.z_early = true;
         all.push_back(c);
       }
