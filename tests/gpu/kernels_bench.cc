@@ -656,7 +656,8 @@ void bench_conv_prefill(int seqlen, double bandwidth) {
   }
 }
 
-// out_proj's input: gated norm + Hadamard + int8, one block a row against a cluster.
+// out_proj's input: gated norm + Hadamard + int8, one block a row against a cluster and against
+// the row in one block's registers (kRegisters, which takes H_K's host copy).
 void bench_hadamard_quant(int rows, int n, int base_order, int groups) {
   std::mt19937 rng(8);
   kernels::HadamardQuantArgs a;
@@ -689,6 +690,11 @@ void bench_hadamard_quant(int rows, int n, int base_order, int groups) {
       a.base_matrix_host = nullptr;
     }
   }
+  a.schedule = kernels::HadamardQuantSchedule::kRegisters;
+  a.base_matrix_host = signs.data();
+  const double registers_us =
+      kernels::hadamard_quant_supported(a) ? time_us([&] { return kernels::launch_hadamard_quant(a, nullptr); }) : NAN;
+  line += fmt::format("  registers {:6.2f} us", registers_us);
   fmt::print("{}\n", line);
 }
 
