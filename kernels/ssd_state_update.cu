@@ -5,10 +5,33 @@
 namespace ssdq::kernels {
 namespace {
 
+// Row p over every token of the sequence, then stored.
+template <typename T, typename S, int kPerLane>
+__device__ inline void advance_row(const SsdStateUpdateArgs& a, const StateSlice& slice, const HeadConstants& head,
+                                   StateRow<S, kPerLane>& row, int p, int lane, const T* x_base, const T* b_base,
+                                   const T* c_base, const T* dt_base, T* y_base) {
+  row.dequantize();
+  for (int j = 0; j < a.steps; ++j) {
+    const int64_t token = static_cast<int64_t>(slice.seq) * a.steps + j;
+    const float dt = head.dt(a, to_float(dt_base[token * a.dt_stride]));
+    const float xp = to_float(x_base[token * a.x_stride + p]);
+    const T* b = b_base + token * a.bc_stride;
+    const T* c = c_base + token * a.bc_stride;
+    const float y = row.advance(head, dt, xp, [&](int i) { return to_float(b[lane + 32 * i]); },
+                                [&](int i) { return to_float(c[lane + 32 * i]); });
+    if (lane == 0) y_base[token * a.y_stride + p] = from_float<T>(y);
+  }
+  row.store(lane);
+}
+
 // One block per (head, sequence, slice of headdim rows) (state_update_grid); a warp owns rows and
 // keeps each row's dstate values in registers (dstate/32 per lane) across all `steps` tokens; y is
-// a warp reduction.
-template <typename T, typename S, int kPerLane>
+// a warp reduction. kBeforeWait: the warp's first state row is loaded, and its later rows fetched
+// into L2, before waiting for the previous grid (the state is not its output) — for grids sized to
+// fit the GPU at once, where the step waits on latency. A grid of many waves (batch 32, 128) is
+// bandwidth-bound, and the early row's registers (48 → 54 at an int8 state, dstate 128) cost it a
+// block an SM: 2.7b W8A8 TPOT at batch 128 21.65 → 25.70 ms with it.
+template <typename T, typename S, int kPerLane, bool kBeforeWait>
 __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kernel(SsdStateUpdateArgs a) {
   const StateSlice slice(a);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -18,49 +41,55 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kerne
   const T* dt_base = static_cast<const T*>(a.dt) + slice.head;
   T* y_base = static_cast<T*>(a.y) + slice.head * a.headdim;
   const HeadConstants head(a, slice.head);
-  // The state is not the previous grid's output: the warp's first row is loaded, and its later rows
-  // fetched into L2, before waiting for that grid.
   const int first = slice.row_begin + warp;
-  StateRow<S, kPerLane> row;
-  if (first < slice.row_end) {
-    row.load(a, slice, first, lane);
-    prefetch_later_state_rows<S>(a, slice, first, lane);
-  }
-  wait_for_previous_grid();
-  allow_next_grid();
-  for (int p = first; p < slice.row_end; p += kStateUpdateWarps) {
-    if (p != first) row.load(a, slice, p, lane);
-    row.dequantize();
-    for (int j = 0; j < a.steps; ++j) {
-      const int64_t token = static_cast<int64_t>(slice.seq) * a.steps + j;
-      const float dt = head.dt(a, to_float(dt_base[token * a.dt_stride]));
-      const float xp = to_float(x_base[token * a.x_stride + p]);
-      const T* b = b_base + token * a.bc_stride;
-      const T* c = c_base + token * a.bc_stride;
-      const float y = row.advance(head, dt, xp, [&](int i) { return to_float(b[lane + 32 * i]); },
-                                  [&](int i) { return to_float(c[lane + 32 * i]); });
-      if (lane == 0) y_base[token * a.y_stride + p] = from_float<T>(y);
+  if constexpr (kBeforeWait) {
+    StateRow<S, kPerLane> row;
+    if (first < slice.row_end) {
+      row.load(a, slice, first, lane);
+      prefetch_later_state_rows<S>(a, slice, first, lane);
     }
-    row.store(lane);
+    wait_for_previous_grid();
+    allow_next_grid();
+    for (int p = first; p < slice.row_end; p += kStateUpdateWarps) {
+      if (p != first) row.load(a, slice, p, lane);
+      advance_row(a, slice, head, row, p, lane, x_base, b_base, c_base, dt_base, y_base);
+    }
+  } else {
+    wait_for_previous_grid();
+    allow_next_grid();
+    for (int p = first; p < slice.row_end; p += kStateUpdateWarps) {
+      StateRow<S, kPerLane> row;
+      row.load(a, slice, p, lane);
+      advance_row(a, slice, head, row, p, lane, x_base, b_base, c_base, dt_base, y_base);
+    }
+  }
+}
+
+template <typename T, typename S, bool kBeforeWait>
+cudaError_t launch_state_update(const SsdStateUpdateArgs& a, const LaunchShape& shape, cudaStream_t stream) {
+  switch (a.dstate / 32) {
+    case 1: return launch_kernel(ssd_state_update_kernel<T, S, 1, kBeforeWait>, shape, stream, a);
+    case 2: return launch_kernel(ssd_state_update_kernel<T, S, 2, kBeforeWait>, shape, stream, a);
+    case 3: return launch_kernel(ssd_state_update_kernel<T, S, 3, kBeforeWait>, shape, stream, a);
+    case 4: return launch_kernel(ssd_state_update_kernel<T, S, 4, kBeforeWait>, shape, stream, a);
+    case 5: return launch_kernel(ssd_state_update_kernel<T, S, 5, kBeforeWait>, shape, stream, a);
+    case 6: return launch_kernel(ssd_state_update_kernel<T, S, 6, kBeforeWait>, shape, stream, a);
+    case 7: return launch_kernel(ssd_state_update_kernel<T, S, 7, kBeforeWait>, shape, stream, a);
+    case 8: return launch_kernel(ssd_state_update_kernel<T, S, 8, kBeforeWait>, shape, stream, a);
+    default: return cudaErrorInvalidValue;
   }
 }
 
 template <typename T, typename S>
 cudaError_t launch_typed(const SsdStateUpdateArgs& a, cudaStream_t stream) {
-  // 8 blocks an SM, the most that 256 threads allow (the kernel has 38–57 registers, which allow
+  // 8 blocks an SM, the most that 256 threads allow (the kernel has 38–64 registers, which allow
   // 4–6: then some of the blocks of a decode step run in a second wave).
   const LaunchShape shape{state_update_grid(a, 8), dim3(kStateUpdateWarps * 32)};
-  switch (a.dstate / 32) {
-    case 1: return launch_kernel(ssd_state_update_kernel<T, S, 1>, shape, stream, a);
-    case 2: return launch_kernel(ssd_state_update_kernel<T, S, 2>, shape, stream, a);
-    case 3: return launch_kernel(ssd_state_update_kernel<T, S, 3>, shape, stream, a);
-    case 4: return launch_kernel(ssd_state_update_kernel<T, S, 4>, shape, stream, a);
-    case 5: return launch_kernel(ssd_state_update_kernel<T, S, 5>, shape, stream, a);
-    case 6: return launch_kernel(ssd_state_update_kernel<T, S, 6>, shape, stream, a);
-    case 7: return launch_kernel(ssd_state_update_kernel<T, S, 7>, shape, stream, a);
-    case 8: return launch_kernel(ssd_state_update_kernel<T, S, 8>, shape, stream, a);
-    default: return cudaErrorInvalidValue;
-  }
+  // The early loads for the grids sized to fit the GPU at once (small batches; state_update_grid),
+  // not for the many waves of a large batch.
+  const int64_t blocks = int64_t(shape.grid.x) * shape.grid.y * shape.grid.z;
+  const bool fits = blocks <= 8 * int64_t(current_device_attribute(cudaDevAttrMultiProcessorCount));
+  return fits ? launch_state_update<T, S, true>(a, shape, stream) : launch_state_update<T, S, false>(a, shape, stream);
 }
 
 }  // namespace

@@ -107,7 +107,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SsdStateUpdate,
                                            Case{2, 80, 64, 1, 128, 1, true, true}, Case{5, 16, 32, 8, 64, 1, true, false},
                                            Case{1, 4, 64, 2, 256, 1, false, false}, Case{2, 6, 48, 3, 96, 1, false, true},
                                            Case{2, 8, 64, 2, 128, 4, false, true}, Case{3, 80, 64, 1, 128, 7, true, true},
-                                           Case{1, 128, 64, 8, 128, 16, true, true}),
+                                           Case{1, 128, 64, 8, 128, 16, true, true},
+                                           // more blocks than the GPU holds at once: no early state loads
+                                           Case{24, 80, 64, 1, 128, 1, false, true}),
                          case_name);
 
 // The int8 decode state of quantized artifacts: per (h, p) scales (SSDi8) and per (channel cluster,
@@ -116,10 +118,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SsdStateUpdate,
 // to a rounding boundary may land one step away — rarely.
 TEST(SsdStateUpdateInt8, MatchesTheCpuOnTheDequantizedState) {
   testing::require_device();
-  const int batch = 2, H = 8, P = 64, G = 2, N = 128;
+  const int H = 8, P = 64, G = 2, N = 128;
   const int64_t xw = H * P, gw = G * N, row = xw + 2 * gw + H;
-  for (bool per_n : {false, true}) {
-    std::mt19937 rng(per_n ? 11 : 12);
+  // batch 160: 1,280 blocks, more than the GPU holds at once: the kernel without the early state loads
+  for (const auto& [batch, per_n] : {std::pair{2, false}, std::pair{2, true}, std::pair{160, false}}) {
+    SCOPED_TRACE(fmt::format("batch {}, per-n scales {}", batch, per_n));
+    std::mt19937 rng(per_n ? 11 : 12 + batch);
     std::vector<float> A = testing::random_vector(H, -8.f, -0.5f, rng), D = testing::random_vector(H, 0.5f, 1.5f, rng);
     std::vector<float> inputs = testing::random_vector(batch * row, -1.5f, 1.5f, rng);
     for (int b = 0; b < batch; ++b)
