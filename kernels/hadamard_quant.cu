@@ -652,6 +652,16 @@ bool registers_shape_ok(const HadamardQuantArgs& a) {
   return !a.z || (a.group_size % kWarpSpan == 0 && a.z_stride % 4 == 0 && aligned16(a.z) && aligned16(a.norm_weight));
 }
 
+bool use_registers(const HadamardQuantArgs& a) {
+  switch (a.schedule) {
+    case HadamardQuantSchedule::kRegisters: return true;
+    case HadamardQuantSchedule::kAuto: return a.rows <= kHadamardDecodeMaxRows && registers_shape_ok(a);
+    case HadamardQuantSchedule::kRowPerBlock:
+    case HadamardQuantSchedule::kCluster: break;
+  }
+  return false;
+}
+
 cudaError_t launch_registers(const HadamardQuantArgs& a, cudaStream_t stream) {
   const LaunchShape shape{dim3(static_cast<unsigned>(a.rows)), dim3(a.n / kRegistersPerThread)};
   switch (a.base_order) {
@@ -698,9 +708,7 @@ bool hadamard_quant_supported(const HadamardQuantArgs& a) {
 
 cudaError_t launch_hadamard_quant(const HadamardQuantArgs& a, cudaStream_t stream) {
   if (!hadamard_quant_supported(a)) return cudaErrorInvalidValue;
-  if (a.schedule == HadamardQuantSchedule::kRegisters ||
-      (a.schedule == HadamardQuantSchedule::kAuto && a.rows <= kHadamardDecodeMaxRows && registers_shape_ok(a)))
-    return launch_registers(a, stream);
+  if (use_registers(a)) return launch_registers(a, stream);
   if (use_cluster(a)) return launch_cluster(a, stream);
   const size_t shared = sizeof(float) * a.n;
   // The wide block while the rows leave SMs idle (decode batches), the narrow one for prefill.

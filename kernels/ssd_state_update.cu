@@ -5,25 +5,6 @@
 namespace ssdq::kernels {
 namespace {
 
-// Row p over every token of the sequence, then stored.
-template <typename T, typename S, int kPerLane>
-__device__ inline void advance_row(const SsdStateUpdateArgs& a, const StateSlice& slice, const HeadConstants& head,
-                                   StateRow<S, kPerLane>& row, int p, int lane, const T* x_base, const T* b_base,
-                                   const T* c_base, const T* dt_base, T* y_base) {
-  row.dequantize();
-  for (int j = 0; j < a.steps; ++j) {
-    const int64_t token = static_cast<int64_t>(slice.seq) * a.steps + j;
-    const float dt = head.dt(a, to_float(dt_base[token * a.dt_stride]));
-    const float xp = to_float(x_base[token * a.x_stride + p]);
-    const T* b = b_base + token * a.bc_stride;
-    const T* c = c_base + token * a.bc_stride;
-    const float y = row.advance(head, dt, xp, [&](int i) { return to_float(b[lane + 32 * i]); },
-                                [&](int i) { return to_float(c[lane + 32 * i]); });
-    if (lane == 0) y_base[token * a.y_stride + p] = from_float<T>(y);
-  }
-  row.store(lane);
-}
-
 // One block per (head, sequence, slice of headdim rows) (state_update_grid); a warp owns rows and
 // keeps each row's dstate values in registers (dstate/32 per lane) across all `steps` tokens; y is
 // a warp reduction. kBeforeWait: the warp's first state row is loaded, and its later rows fetched
@@ -42,26 +23,27 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kerne
   T* y_base = static_cast<T*>(a.y) + slice.head * a.headdim;
   const HeadConstants head(a, slice.head);
   const int first = slice.row_begin + warp;
-  if constexpr (kBeforeWait) {
-    StateRow<S, kPerLane> row;
-    if (first < slice.row_end) {
-      row.load(a, slice, first, lane);
-      prefetch_later_state_rows<S>(a, slice, first, lane);
+  StateRow<S, kPerLane> row;
+  if (kBeforeWait && first < slice.row_end) {
+    row.load(a, slice, first, lane);
+    prefetch_later_state_rows<S>(a, slice, first, lane);
+  }
+  wait_for_previous_grid();
+  allow_next_grid();
+  for (int p = first; p < slice.row_end; p += kStateUpdateWarps) {
+    if (!kBeforeWait || p != first) row.load(a, slice, p, lane);
+    row.dequantize();
+    for (int j = 0; j < a.steps; ++j) {
+      const int64_t token = static_cast<int64_t>(slice.seq) * a.steps + j;
+      const float dt = head.dt(a, to_float(dt_base[token * a.dt_stride]));
+      const float xp = to_float(x_base[token * a.x_stride + p]);
+      const T* b = b_base + token * a.bc_stride;
+      const T* c = c_base + token * a.bc_stride;
+      const float y = row.advance(head, dt, xp, [&](int i) { return to_float(b[lane + 32 * i]); },
+                                  [&](int i) { return to_float(c[lane + 32 * i]); });
+      if (lane == 0) y_base[token * a.y_stride + p] = from_float<T>(y);
     }
-    wait_for_previous_grid();
-    allow_next_grid();
-    for (int p = first; p < slice.row_end; p += kStateUpdateWarps) {
-      if (p != first) row.load(a, slice, p, lane);
-      advance_row(a, slice, head, row, p, lane, x_base, b_base, c_base, dt_base, y_base);
-    }
-  } else {
-    wait_for_previous_grid();
-    allow_next_grid();
-    for (int p = first; p < slice.row_end; p += kStateUpdateWarps) {
-      StateRow<S, kPerLane> row;
-      row.load(a, slice, p, lane);
-      advance_row(a, slice, head, row, p, lane, x_base, b_base, c_base, dt_base, y_base);
-    }
+    row.store(lane);
   }
 }
 
