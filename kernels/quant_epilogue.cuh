@@ -38,6 +38,15 @@ __device__ inline int8_t quantize_int8(float value, float scale) {
 // is exact). Returns false for those, |r| ≥ 129, NaN and infinities: the caller then takes
 // quantize_int8 (batching the rare fallbacks keeps the fast path branch-free). q is the integer as
 // a float (−0 where r rounds to zero from below), with no conversion instruction.
+// The two tests apart (`in_range`, `clear_of_half`), for callers that combine many values' tests.
+__device__ inline void quantize_int8_by_reciprocal_tests(float value, float inv_scale, float* q, bool* in_range,
+                                                         bool* clear_of_half) {
+  const float r = __fmul_rn(value, inv_scale), nearest = rintf(r);
+  *q = fminf(fmaxf(nearest, -127.f), 127.f);
+  *in_range = fabsf(r) < 129.f;
+  *clear_of_half = fabsf(__fsub_rn(r, nearest)) < 0.499f;
+}
+// (The single-value form keeps its own `&&`: the decode kernels' code was measured with it.)
 __device__ inline bool quantize_int8_by_reciprocal(float value, float inv_scale, float* q) {
   const float r = __fmul_rn(value, inv_scale), nearest = rintf(r);
   *q = fminf(fmaxf(nearest, -127.f), 127.f);
@@ -57,16 +66,20 @@ __device__ inline float quantize_int8_to_float(float value, float scale, float i
   return q;
 }
 
-// quantize_int8_to_float over N values, with one branch for all their fallbacks.
+// quantize_int8_to_float over N values, with one branch for all their fallbacks: when any value
+// needs the division, all N take it (the same integers; a predicate AND a value instead of a mask).
 template <int N>
 __device__ inline void quantize_int8_to_float(const float (&value)[N], float scale, float inv_scale, float (&q)[N]) {
-  unsigned slow = 0;
+  bool fast = true;
 #pragma unroll
-  for (int i = 0; i < N; ++i) slow |= unsigned(!quantize_int8_by_reciprocal(value[i], inv_scale, &q[i])) << i;
-  if (slow) {
+  for (int i = 0; i < N; ++i) {
+    bool in_range, clear_of_half;
+    quantize_int8_by_reciprocal_tests(value[i], inv_scale, &q[i], &in_range, &clear_of_half);
+    fast = fast & in_range & clear_of_half;  // `&`: no branch per value
+  }
+  if (!fast) {
 #pragma unroll
-    for (int i = 0; i < N; ++i)
-      if (slow >> i & 1) q[i] = static_cast<float>(quantize_int8(value[i], scale));
+    for (int i = 0; i < N; ++i) q[i] = static_cast<float>(quantize_int8(value[i], scale));
   }
 }
 
@@ -74,6 +87,12 @@ __device__ inline void quantize_int8_to_float(const float (&value)[N], float sca
 // bits, two's complement below zero (an add instead of a float-to-int conversion).
 __device__ inline int8_t int8_byte(float q) {
   return static_cast<int8_t>(__float_as_int(__fadd_rn(q, 12582912.f)));
+}
+// Four such floats as the bytes of one word, q0 lowest (two byte permutes).
+__device__ inline uint32_t int8x4_word(float q0, float q1, float q2, float q3) {
+  const uint32_t lo = __byte_perm(__float_as_uint(__fadd_rn(q0, 12582912.f)), __float_as_uint(__fadd_rn(q1, 12582912.f)), 0x0040);
+  const uint32_t hi = __byte_perm(__float_as_uint(__fadd_rn(q2, 12582912.f)), __float_as_uint(__fadd_rn(q3, 12582912.f)), 0x0040);
+  return __byte_perm(lo, hi, 0x5410);
 }
 
 // The four signed bytes of a word as exact floats without I2F (a conversion unit at 1/8 of the FMA

@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/tensor_core.cuh"
 #include "kernels/quant_epilogue.cuh"
@@ -385,62 +386,67 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
   const uint32_t Cq_s = shared_address(Cq), BT_s = shared_address(BT);
   const uint32_t S_s = shared_address(S), XT_s = shared_address(XT), x16_s = shared_address(x16);
 
-  for (int start = c_begin * a.chunk; start < a.seqlen && start < c_end * a.chunk; start += a.chunk) {
-    const int L = min(a.chunk, a.seqlen - start);
-    constexpr bool state_step = kPhase != kScan;  // ChunkState (and StatePassing)
-    const int rows = (L + 31) / 32 * 32;  // padded to the int8 MMA's k
+  // The copies of chunk c into shared memory, two cp.async groups: (1) the Bq and Cq rows (kLocal
+  // Bq alone, kScan Cq alone) and ChunkCumsum's values of this (chunk, head), computed by
+  // ssdi8_chunk_tables_kernel; (2) the chunk's fp16 x rows. Rows past the chunk's end (and bytes
+  // past dstate) are zero. Addresses step row by row (no per-row 64-bit products).
+  auto load_chunk = [&](int c) {
+    const int start = c * a.chunk, L = min(a.chunk, a.seqlen - start), rows = (L + 31) / 32 * 32;
     const int64_t row0 = int64_t(b) * a.seqlen + start;
-
-    // Bq and Cq rows of the chunk (cp.async; kLocal Bq alone, kScan Cq alone), zero past the
-    // chunk's end and past dstate: a warp a row, lane j the 16-byte piece j of [Bq | Cq] (NK/16 ≤ 16
-    // pieces each).
-    {
-      const int pieces = NK / 16, vecs = N / 16;
+    {  // a warp a row, lane j the 16-byte piece j of [Bq | Cq] (NK/16 ≤ 16 pieces each)
+      const int pieces = NK / 16;
       const bool is_c = lane >= pieces;
       const int k = is_c ? lane - pieces : lane;
-      int8_t* dst = (is_c ? Cq : Bq) + 16 * k;
-      const int8_t* src = (is_c ? a.Cq : a.Bq) + row0 * a.bc_stride + grp * N + 16 * k;
       const bool active = lane < 2 * pieces && (is_c ? kPhase != kLocal : kPhase != kScan);
-      const bool copy = k < vecs;
-      if (active)
-        for (int t = warp; t < rows; t += kBlockWarps) {
-          if (t < L && copy) {
-            cp_async_16(dst + t * RB, src + int64_t(t) * a.bc_stride);
-          } else if (t >= L || k >= vecs) {
-            *reinterpret_cast<int4*>(dst + t * RB) = make_int4(0, 0, 0, 0);
-          }
+      const bool copy = NK == N || k < N / 16;
+      int8_t* dst = (is_c ? Cq : Bq) + 16 * k + warp * RB;
+      const int8_t* src = (is_c ? a.Cq : a.Bq) + (row0 + warp) * a.bc_stride + grp * N + 16 * k;
+      const int64_t src_step = int64_t(kBlockWarps) * a.bc_stride;
+      int t = warp;
+      if (active) {
+        for (; t < L; t += kBlockWarps, dst += kBlockWarps * RB, src += src_step) {
+          if (copy)
+            cp_async_16(dst, src);
+          else
+            *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
         }
+        for (; t < rows; t += kBlockWarps, dst += kBlockWarps * RB) *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
+      }
+    }
+    {
+      const float* table = chunk_table(a, b, c, h);
+      for (int i = tid; i < lay.rows; i += kBlockThreads) cp_async_16(decay + 4 * i, table + 4 * i);
+      if (tid == 0) cp_async_4_or_zero(decay_q7, chunk_qd(a, b, c, h), true);
       if (tid == 0) *work_next = 0;
     }
-    // ChunkCumsum's values of this (chunk, head), computed by ssdi8_chunk_tables_kernel, arrive with
-    // Bq and Cq; then the chunk's fp16 x rows (cp.async, 16 bytes an item, zero past the chunk's
-    // end), in flight while every warp transposes Bq (where ChunkState runs).
-    {
-      const float* table = chunk_table(a, b, start / a.chunk, h);
-      for (int i = tid; i < lay.rows; i += kBlockThreads) cp_async_16(decay + 4 * i, table + 4 * i);
-      if (tid == 0) *decay_q7 = *reinterpret_cast<const int*>(table + 4 * lay.rows);  // chunk_qd's
-    }
     cp_async_commit();
-    {
-      // A thread keeps one 8-column piece and steps over rows.
+    {  // a thread keeps one 8-column piece and steps over rows
       constexpr int kVecs = kSlice / 8, kRowStep = kBlockThreads / kVecs;
       const int p = 8 * (tid % kVecs);
       int t = tid / kVecs;
       __half* dst = x16 + t * XS + p;
       const __half* src = a.x + (row0 + t) * a.x_stride + col0 + p;
       const int64_t src_step = kRowStep * a.x_stride;
-      for (; t < rows; t += kRowStep, dst += kRowStep * XS, src += src_step) {
-        if (t >= L) {
-          *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
-        } else if (x_vec8) {
-          cp_async_16(dst, src);
-        } else {
+      if (x_vec8) {
+        for (; t < L; t += kRowStep, dst += kRowStep * XS, src += src_step) cp_async_16(dst, src);
+      } else {
+        for (; t < L; t += kRowStep, dst += kRowStep * XS, src += src_step)
 #pragma unroll
           for (int k = 0; k < 8; ++k) dst[k] = src[k];
-        }
       }
+      for (; t < rows; t += kRowStep, dst += kRowStep * XS) *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
     }
     cp_async_commit();
+  };
+
+  // kWhole loads chunk c + 1 while chunk c's ChunkState runs (Bq, Cq, x16 and the values are dead by
+  // then); the barrier at the top of the next chunk orders both.
+  load_chunk(c_begin);
+  for (int c = c_begin; c < c_end; ++c) {
+    const int start = c * a.chunk, L = min(a.chunk, a.seqlen - start);
+    constexpr bool state_step = kPhase != kScan;  // ChunkState (and StatePassing)
+    const int rows = (L + 31) / 32 * 32;  // padded to the int8 MMA's k
+    const int64_t row0 = int64_t(b) * a.seqlen + start;
     cp_async_wait_pending<1>();  // Bq, Cq and the ChunkCumsum values
     __syncthreads();
     // BqT[n][t], ChunkState's B operand with the token dimension contiguous, transposed from Bq four
@@ -488,22 +494,16 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
 #pragma unroll
           for (int r = 0; r < 4; ++r) v[r4 + r] = __fmul_rn(l[r], __half2float(x16[(t_part + r4 + r) * XS + p]));
         }
-        int qv[kPart];
-        unsigned slow = 0;
+        float qv[kPart];
+        quantize_int8_to_float(v, xs_scale[p], inv, qv);
+        uint32_t word[kPart / 4];
 #pragma unroll
-        for (int r = 0; r < kPart; ++r) slow |= unsigned(!quantize_int8_by_reciprocal(v[r], inv, &qv[r])) << r;
-        if (slow) {
-          const float s_xs = xs_scale[p];
-#pragma unroll
-          for (int r = 0; r < kPart; ++r)
-            if (slow >> r & 1u) qv[r] = quantize_int8(v[r], s_xs);
-        }
+        for (int i = 0; i < kPart / 4; ++i) word[i] = int8x4_word(qv[4 * i], qv[4 * i + 1], qv[4 * i + 2], qv[4 * i + 3]);
         int8_t* out = XT + p * TRB + t_part;
         if constexpr (kPart == 16)
-          *reinterpret_cast<int4*>(out) = make_int4(pack4(qv[0], qv[1], qv[2], qv[3]), pack4(qv[4], qv[5], qv[6], qv[7]),
-                                                    pack4(qv[8], qv[9], qv[10], qv[11]), pack4(qv[12], qv[13], qv[14], qv[15]));
+          *reinterpret_cast<uint4*>(out) = make_uint4(word[0], word[1], word[2], word[3]);
         else
-          *reinterpret_cast<int2*>(out) = make_int2(pack4(qv[0], qv[1], qv[2], qv[3]), pack4(qv[4], qv[5], qv[6], qv[7]));
+          *reinterpret_cast<uint2*>(out) = make_uint2(word[0], word[1]);
       }
     };
 
@@ -546,12 +546,15 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
       const float cs2_t0 = cs2[t0 + g], cs2_t1 = cs2[t0 + g + 8];
       const uint32_t x_rows = x16_s + 2 * b_lane_offset(lane, XS);
       // This row tile's CBq words (pairs T·(T+1)/2 + S), each loaded one pair ahead.
-      const uint2* cbq = chunk_cbq(a, b, start / a.chunk, grp) + (T * (T + 1) / 2) * 32 + lane;
+      const uint2* cbq = chunk_cbq(a, b, c, grp) + (T * (T + 1) / 2) * 32 + lane;
       uint2 cbq_next = __ldg(cbq);
-      for (int s0 = 0; s0 <= t0; s0 += kTile) {
+      // One 16 × 16 tile pair (s0 < t0), or the diagonal one (s0 == t0: only s ≤ t kept), apart so
+      // that the others carry no mask.
+      auto tile_pair = [&](int s0, auto diagonal_tag) {
+        constexpr bool diagonal = decltype(diagonal_tag)::value;
         // CBq of rows t0.. and columns s0.. as floats, cb[u][e] in the layout of two n8 tiles.
         const uint2 word = cbq_next;
-        if (s0 < t0) cbq_next = __ldg(cbq + (s0 / kTile + 1) * 32);
+        if (!diagonal) cbq_next = __ldg(cbq + (s0 / kTile + 1) * 32);
         float cb[2][4];
         int8x4_to_float(word.x, cb[0]);
         int8x4_to_float(word.y, cb[1]);
@@ -559,18 +562,17 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
         // stored): the accumulator layout of the two n8 tiles is the A fragment of the m16n8k16
         // below. exp through ex2.approx is a float part of the specification (within tolerance).
         uint32_t w[4];
-        const bool diagonal = s0 == t0;
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
           const int s = s0 + 8 * u + 2 * q;
           const float2 cs2_s = *reinterpret_cast<const float2*>(cs2 + s), dtcb_s = *reinterpret_cast<const float2*>(dt_cb + s);
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            const int t = t0 + g + 8 * half;
             const float ct = half ? cs2_t1 : cs2_t0;
             float v0 = __fmul_rn(cb[u][2 * half], __fmul_rn(dtcb_s.x, exp2_approx(ct - cs2_s.x)));
             float v1 = __fmul_rn(cb[u][2 * half + 1], __fmul_rn(dtcb_s.y, exp2_approx(ct - cs2_s.y)));
-            if (diagonal) {
+            if constexpr (diagonal) {
+              const int t = t0 + g + 8 * half;
               v0 = s <= t ? v0 : 0.f;
               v1 = s + 1 <= t ? v1 : 0.f;
             }
@@ -585,7 +587,9 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
           mma_f16_16816(yacc[j], w, bf[0], bf[1]);
           mma_f16_16816(yacc[j + 1], w, bf[2], bf[3]);
         }
-      }
+      };
+      for (int s0 = 0; s0 < t0; s0 += kTile) tile_pair(s0, std::false_type{});
+      tile_pair(t0, std::true_type{});
       // y = D·x + (C·S term + diag), the CPU's fma(D, x, ·): columns 2q, 2q + 1 of each n8 tile,
       // x from x16, y as one float2 where y allows it.
       const int t_lo = t0 + g, t_hi = t0 + g + 8;
@@ -628,12 +632,13 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
         build_xq(batch);
       }
     }
+    const int qd = *decay_q7;
     __syncthreads();
+    if (kPhase == kWhole && c + 1 < c_end) load_chunk(c + 1);
 
     // ChunkState + StatePassing: Σ_t XqT[p][t]·BqT[n][t] as int8 MMAs, a warp per 16 p × 16 n
     // unit, two units at once (four independent accumulators); lane (g, q) holds p = pm + g (+8)
     // and n = n0 + 8u + 2q, +1 of each.
-    const int qd = *decay_q7;
     const int m_units = kSlice / 16, units = m_units * (N / 16);
     for (int first = warp; state_step && first < units; first += 2 * kBlockWarps) {
       const int count = first + kBlockWarps < units ? 2 : 1;
@@ -682,10 +687,10 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
           }
       }
     }
-    __syncthreads();
   }
 
   if (phase == kWhole) {
+    __syncthreads();
     const int vecs = N / 16;
     for (int i = tid; i < kSlice * vecs; i += kBlockThreads) {
       const int p = i / vecs, k = i % vecs;
