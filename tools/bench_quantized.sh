@@ -2,7 +2,8 @@
 # The end-to-end tables of docs/BENCHMARKS.md (quantized vs FP16) for one synthetic config, on a
 # GPU machine: TTFT at 1024 and 2048 tokens (batch 1), TPOT at batch 1, 32 and 128, the SSD
 # module at B = 32, L = 2048, and the weights in device memory, for each spec: fp (our FP path,
-# bf16) or recipe:bits.
+# bf16), recipe:bits, or recipe:bits:h2t (the quantized embedding and head too; TTFT at 2048 tokens
+# and TPOT at batch 1 only).
 #
 #   tools/bench_quantized.sh SSDQ CONFIG OUTDIR [spec ...]     (default: fp ssdi8:w8a8 ssdi8:w4a8 rtn:w4a16)
 #
@@ -23,11 +24,15 @@ run() {  # name part args...
 }
 for spec in "${specs[@]}"; do
   args=()
-  [ "$spec" != fp ] && args=(--recipe "${spec%%:*}" --bits "${spec##*:}")
+  IFS=: read -r recipe bits extra <<<"$spec"
+  [ "$spec" != fp ] && args=(--recipe "$recipe" --bits "$bits")
+  [ "${extra:-}" = h2t ] && args+=(--head-to-toe)
   name=${spec//:/_}
   run "$name" ttft2048 "${args[@]}" --batch 1 --prompt 2048 --gen 64
-  run "$name" ttft1024 "${args[@]}" --batch 1 --prompt 1024 --gen 8
-  run "$name" tpot "${args[@]}" --batch 32,128 --prompt 64 --gen 32
+  if [ "${extra:-}" != h2t ]; then
+    run "$name" ttft1024 "${args[@]}" --batch 1 --prompt 1024 --gen 8
+    run "$name" tpot "${args[@]}" --batch 32,128 --prompt 64 --gen 32
+  fi
   grep -h '^weights' "$out/$name.ttft2048.log" | sed "s/^/$name | /"
 done
 "$ssdq" bench --synthetic "$config" --module ssd --ssd-batches 32 --ssd-lengths 2048 --json "$out/ssd_fp.json" \
