@@ -588,6 +588,7 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
           mma_f16_16816(yacc[j + 1], w, bf[2], bf[3]);
         }
       };
+#pragma unroll 2
       for (int s0 = 0; s0 < t0; s0 += kTile) tile_pair(s0, std::false_type{});
       tile_pair(t0, std::true_type{});
       // y = D·x + (C·S term + diag), the CPU's fma(D, x, ·): columns 2q, 2q + 1 of each n8 tile,
