@@ -640,23 +640,26 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
     // ChunkState + StatePassing: Σ_t XqT[p][t]·BqT[n][t] as int8 MMAs, a warp per 16 p × 16 n
     // unit, two units at once (four independent accumulators); lane (g, q) holds p = pm + g (+8)
     // and n = n0 + 8u + 2q, +1 of each.
-    const int m_units = kSlice / 16, units = m_units * (N / 16);
+    constexpr int m_units = kSlice / 16;
+    // A warp's two units are kBlockWarps apart: the same p rows (one XqT fragment a k step for both).
+    static_assert(kBlockWarps % m_units == 0, "a warp's two ChunkState units share their p rows");
+    const int units = m_units * (N / 16);
     for (int first = warp; state_step && first < units; first += 2 * kBlockWarps) {
       const int count = first + kBlockWarps < units ? 2 : 1;
-      uint32_t x_rows[2], b_rows[2];
+      const uint32_t x_rows = XT_s + 16 * (first % m_units) * TRB + 2 * a_lane_offset(lane, TRB / 2);
+      uint32_t b_rows[2];
 #pragma unroll
       for (int v = 0; v < 2; ++v) {
         const int unit = v < count ? first + v * kBlockWarps : first;
-        const int pm = 16 * (unit % m_units), n0 = 16 * (unit / m_units);
-        x_rows[v] = XT_s + pm * TRB + 2 * a_lane_offset(lane, TRB / 2);
-        b_rows[v] = BT_s + n0 * TRB + 2 * bt_lane_offset(lane, TRB / 2);
+        b_rows[v] = BT_s + 16 * (unit / m_units) * TRB + 2 * bt_lane_offset(lane, TRB / 2);
       }
       int acc[2][2][4] = {};
       for (int k = 0; k < rows; k += 32) {
+        uint32_t af[4];
+        ldmatrix_x4(af, x_rows + k);
 #pragma unroll
         for (int v = 0; v < 2; ++v) {
-          uint32_t af[4], bf[4];
-          ldmatrix_x4(af, x_rows[v] + k);
+          uint32_t bf[4];
           ldmatrix_x4(bf, b_rows[v] + k);
           mma_s8_16832(acc[v][0], af, bf[0], bf[1]);
           mma_s8_16832(acc[v][1], af, bf[2], bf[3]);
