@@ -38,19 +38,19 @@ __device__ inline int8_t quantize_int8(float value, float scale) {
 // is exact). Returns false for those, |r| ≥ 129, NaN and infinities: the caller then takes
 // quantize_int8 (batching the rare fallbacks keeps the fast path branch-free). q is the integer as
 // a float (−0 where r rounds to zero from below), with no conversion instruction.
-// The two tests apart (`in_range`, `clear_of_half`), for callers that combine many values' tests.
+__device__ inline bool quantize_int8_by_reciprocal(float value, float inv_scale, float* q) {
+  const float r = __fmul_rn(value, inv_scale), nearest = rintf(r);
+  *q = fminf(fmaxf(nearest, -127.f), 127.f);
+  return fabsf(r) < 129.f && fabsf(__fsub_rn(r, nearest)) < 0.499f;
+}
+// Its two tests apart (`in_range`, `clear_of_half`), for callers that combine many values' tests with
+// `&` (the single-value form above keeps its `&&`: the decode kernels were measured with that code).
 __device__ inline void quantize_int8_by_reciprocal_tests(float value, float inv_scale, float* q, bool* in_range,
                                                          bool* clear_of_half) {
   const float r = __fmul_rn(value, inv_scale), nearest = rintf(r);
   *q = fminf(fmaxf(nearest, -127.f), 127.f);
   *in_range = fabsf(r) < 129.f;
   *clear_of_half = fabsf(__fsub_rn(r, nearest)) < 0.499f;
-}
-// (The single-value form keeps its own `&&`: the decode kernels' code was measured with it.)
-__device__ inline bool quantize_int8_by_reciprocal(float value, float inv_scale, float* q) {
-  const float r = __fmul_rn(value, inv_scale), nearest = rintf(r);
-  *q = fminf(fmaxf(nearest, -127.f), 127.f);
-  return fabsf(r) < 129.f && fabsf(__fsub_rn(r, nearest)) < 0.499f;
 }
 __device__ inline bool quantize_int8_by_reciprocal(float value, float inv_scale, int* q) {
   float f;
