@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "formats/error.h"
 #include "kernels/fill_random.h"
@@ -50,13 +51,19 @@ class Scratch {
   std::vector<void*> blocks_;
 };
 
-// Median milliseconds of `launch` over `repeats` runs after two warm-ups, timed with events.
+// Median milliseconds of `launch` over `repeats` runs after warm-ups, timed with events. The
+// warm-ups last at least 200 ms (and two runs): the first shape of `bench --module ssd` measured
+// ~15 % slow after two.
 template <typename Launch>
 double median_ms(Launch launch, int repeats) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  for (int i = 0; i < 2; ++i) launch();
+  const auto warm_start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 2 || std::chrono::steady_clock::now() - warm_start < std::chrono::milliseconds(200); ++i) {
+    launch();
+    cuda_ok(cudaDeviceSynchronize(), "warm-up run");
+  }
   std::vector<float> times;
   for (int i = 0; i < repeats; ++i) {
     cudaEventRecord(start);
