@@ -71,6 +71,26 @@ __device__ inline void warp_butterfly_stages(float (&v)[8], int lane) {
   }
 }
 
+// Stages 256 … m/2 of a row in `x` (256 ≤ m ≤ 8192): item = (block of m, column j0 < 256), a thread
+// an item from first_item in steps of item_step, its m/256 values j0 + 256·r in registers;
+// put(offset in the row, value) takes each result.
+template <class Put>
+__device__ inline void column_stages(const float* x, int n, int m, int first_item, int item_step, Put put) {
+  const int columns = m / kWarpSpan;
+  for (int item = first_item; item < n / columns; item += item_step) {
+    const int at = item / kWarpSpan * m + item % kWarpSpan;
+    float v[kMaxColumns];
+#pragma unroll
+    for (int r = 0; r < kMaxColumns; ++r) v[r] = r < columns ? x[at + r * kWarpSpan] : 0.f;
+    butterfly_stages(v, columns);
+#pragma unroll
+    for (int r = 0; r < kMaxColumns; ++r) {
+      if (r >= columns) break;
+      put(at + r * kWarpSpan, v[r]);
+    }
+  }
+}
+
 // Stages h < 256: a warp takes 256 consecutive elements, 8 a lane (stages 1, 2, 4 in registers,
 // 8 … 128 with the partner lane's value through a shuffle); stages 256 … m/2: a thread takes the
 // m/256 elements j0 + 256·r of one block of m and runs them in registers. Needs 256 ≤ m ≤ 8192.
@@ -86,19 +106,9 @@ __device__ inline void butterfly_in_registers(float* x, int n, int m) {
     at[0] = make_float4(v[0], v[1], v[2], v[3]);
     at[1] = make_float4(v[4], v[5], v[6], v[7]);
   }
-  const int columns = m / kWarpSpan;
-  if (columns == 1) return;
+  if (m == kWarpSpan) return;
   __syncthreads();
-  for (int item = threadIdx.x; item < n / columns; item += kThreads) {
-    float* at = x + item / kWarpSpan * m + item % kWarpSpan;  // block item / 256, column j0 = item % 256
-    float v[kMaxColumns];
-#pragma unroll
-    for (int r = 0; r < kMaxColumns; ++r) v[r] = r < columns ? at[r * kWarpSpan] : 0.f;
-    butterfly_stages(v, columns);
-#pragma unroll
-    for (int r = 0; r < kMaxColumns; ++r)
-      if (r < columns) at[r * kWarpSpan] = v[r];
-  }
+  column_stages(x, n, m, threadIdx.x, kThreads, [x](int i, float v) { x[i] = v; });
 }
 
 // Any m: two stages per pass where possible, a thread taking the quad (i, i+h, i+2h, i+3h) through
@@ -548,23 +558,14 @@ __global__ void __launch_bounds__(1024) hadamard_quant_registers_kernel(Hadamard
   }
   store_eight(x + first, v);
   __syncthreads();
-  if (columns > 1) {  // stages h ≥ 256: item = (K block, column j0), its m/256 values j0 + 256·r
-    for (int item = threadIdx.x; item < a.n / columns; item += threads) {
-      const int at = item / kWarpSpan * m + item % kWarpSpan;
-      float c[kMaxColumns];
-#pragma unroll
-      for (int r = 0; r < kMaxColumns; ++r) c[r] = r < columns ? x[at + r * kWarpSpan] : 0.f;
-      butterfly_stages(c, columns);
-#pragma unroll
-      for (int r = 0; r < kMaxColumns; ++r) {
-        if (r >= columns) break;
-        if (kOrder == 1) {
-          store_output(a, inv_out_scale, row * a.n + at + r * kWarpSpan, c[r]);
-        } else {
-          x[at + r * kWarpSpan] = c[r];
-        }
+  if (columns > 1) {  // stages h ≥ 256: straight to the output without an H_K mix
+    column_stages(x, a.n, m, threadIdx.x, threads, [&](int i, float c) {
+      if (kOrder == 1) {
+        store_output(a, inv_out_scale, row * a.n + i, c);
+      } else {
+        x[i] = c;
       }
-    }
+    });
     if (kOrder == 1) return;
     __syncthreads();
   }
