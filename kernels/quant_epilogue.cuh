@@ -88,12 +88,39 @@ __device__ inline void quantize_int8_to_float(const float (&value)[N], float sca
 __device__ inline int8_t int8_byte(float q) {
   return static_cast<int8_t>(__float_as_int(__fadd_rn(q, 12582912.f)));
 }
-// Four such floats as the bytes of one word, q0 lowest (two byte permutes).
-__device__ inline uint32_t int8x4_word(float q0, float q1, float q2, float q3) {
-  const uint32_t lo = __byte_perm(__float_as_uint(__fadd_rn(q0, 12582912.f)), __float_as_uint(__fadd_rn(q1, 12582912.f)), 0x0040);
-  const uint32_t hi = __byte_perm(__float_as_uint(__fadd_rn(q2, 12582912.f)), __float_as_uint(__fadd_rn(q3, 12582912.f)), 0x0040);
-  return __byte_perm(lo, hi, 0x5410);
+// quantize_int8 of N values (N a multiple of 4) as the bytes of N/4 words, value 4i + k in byte k of
+// word i, with no conversion instruction: rint by adding 1.5·2²³ (whose low mantissa bits then hold
+// the integer, two's complement below zero). By the reciprocal as quantize_int8_by_reciprocal, with
+// |r| < 127.49 so that no clamp is needed; when any value fails a test, all N take quantize_int8
+// (one branch: a predicate AND a value instead of a mask).
+template <int N>
+__device__ inline void quantize_int8_words(const float (&value)[N], float scale, float inv_scale, uint32_t (&word)[N / 4]) {
+  constexpr float kMagic = 12582912.f;
+  float biased[N];
+  bool fast = true;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const float r = __fmul_rn(value[i], inv_scale);
+    biased[i] = __fadd_rn(r, kMagic);
+    const float nearest = __fsub_rn(biased[i], kMagic);
+    fast = fast & (fabsf(r) < 127.49f) & (fabsf(__fsub_rn(r, nearest)) < 0.499f);
+  }
+  if (!fast) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) biased[i] = __fadd_rn(static_cast<float>(quantize_int8(value[i], scale)), kMagic);
+  }
+#pragma unroll
+  for (int i = 0; i < N / 4; ++i) {
+    const uint32_t lo = __byte_perm(__float_as_uint(biased[4 * i]), __float_as_uint(biased[4 * i + 1]), 0x0040);
+    const uint32_t hi = __byte_perm(__float_as_uint(biased[4 * i + 2]), __float_as_uint(biased[4 * i + 3]), 0x0040);
+    word[i] = __byte_perm(lo, hi, 0x5410);
+  }
 }
+
+// An int32 v with |v| ≤ 2²² (e.g. a sum of at most 256 int8 × int8 products: 128²·256 = 2²²) as a
+// float without I2F: v added to the bits of 1.5·2²³ gives the float 1.5·2²³ + v (at +2²² the carry
+// into the exponent gives 2²⁴, still that sum); the subtraction is exact.
+__device__ inline float small_int_to_float(int v) { return __int_as_float(v + 0x4B400000) - 12582912.f; }
 
 // The four signed bytes of a word as exact floats without I2F (a conversion unit at 1/8 of the FMA
 // rate; W4A16's one-row in_proj 12.8 → 12.1 µs): byte b becomes the float 2^23 + (b + 128) by

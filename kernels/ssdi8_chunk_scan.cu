@@ -42,13 +42,13 @@ struct Layout {
   int rows;        // chunk rounded up to 32, the padding rows zero
   int trow_bytes;  // rows + 16: rows of BqT [n][token] and XqT [p][token]
   int x16_stride;  // slice + 8 halves: rows of x16 [token][p]
-  size_t B, C, BT, S, XT, x16, decay, lut_state, cs2, dt_cb, xs_scale, inv_xs_scale, state_mult, off_scale,
+  size_t B, C, BT, S, XT, x16, decay, lut_state, cs2, dt_cb, col_factor, xs_scale, inv_xs_scale, state_mult, off_scale,
       decay_q7, work_next, total;
 };
 
 // The split launch's phases take less: kLocal needs no Cq and no S, builds XqT only after BqT is
 // built (XqT takes Bq's place) and reads x16 with plain loads (rows without the ldmatrix padding):
-// 109,600 B at chunk 256, dstate 128, 64 columns; kScan needs no Bq, BqT or XqT: 88,096 B. Both
+// 110,624 B at chunk 256, dstate 128, 64 columns; kScan needs no Bq, BqT or XqT: 89,120 B. Both
 // run two blocks an SM.
 __host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice, int phase = kWhole) {
   const bool local_only = phase == kLocal, scan_only = phase == kScan;
@@ -76,6 +76,7 @@ __host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice, 
   l.lut_state = take(sizeof(float) * l.rows);                        // dt[t]·exp(cs[L-1] - cs[t])
   l.cs2 = take(sizeof(float) * l.rows);                              // cs[t]·log2(e)
   l.dt_cb = take(sizeof(float) * l.rows);                            // s_cb·dt[t]
+  l.col_factor = take(sizeof(float) * l.rows);                       // s_cb·dt[s]·exp(cs[s|15] - cs[s])
   l.xs_scale = take(sizeof(float) * slice);
   l.inv_xs_scale = take(sizeof(float) * slice);                      // __frcp_rn(s_xs)
   l.state_mult = take(sizeof(float) * slice);                        // (s_xs·s_B) / s_s
@@ -96,9 +97,10 @@ __device__ inline float softplus_like_cpu(float x) {
 }
 
 // runtime/quantized_ops.h requantize_int32.
+// rint(clamp(r)) = clamp(rint(r)), rint by adding 1.5·2²³; no conversion instruction.
 __device__ inline int requantize(int acc, float multiplier) {
-  const float r = rintf(__fmul_rn(static_cast<float>(acc), multiplier));
-  return static_cast<int>(fminf(fmaxf(r, -127.f), 127.f));
+  const float r = fminf(fmaxf(__fmul_rn(small_int_to_float(acc), multiplier), -127.f), 127.f);
+  return __float_as_int(__fadd_rn(r, 12582912.f)) - 0x4B400000;
 }
 
 // runtime/quantized_ssd.cc pass_state: sat8(local + ((Qd·prev + 64) >> 7)), arithmetic shift.
@@ -124,6 +126,24 @@ __device__ inline uint32_t pack_half2(float lo, float hi) {
   const __half2 pair = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&pair);
 }
+__device__ inline uint32_t pack_half2_satfinite(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+__device__ inline uint32_t hmul2_bits(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+// Bytes 2·pair and 2·pair + 1 of a CBq word (given ^ 0x80808080) as the fp16 pair q/128 (exact): the
+// biased byte b under fp16's exponent of 1024 is 1152 + q, and (1152 + q)·2⁻⁷ − 9 = q/128.
+__device__ inline uint32_t int8x2_to_half2_over_128(uint32_t biased, int pair) {
+  const uint32_t h = __byte_perm(biased, 0x64646464u, pair ? 0x4342 : 0x4140);
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(h), "r"(0x20002000u), "r"(0xC880C880u));
+  return d;
+}
 
 // CBq, the requantized int8 C·Bᵀ of a chunk's lower-triangle 16 × 16 tiles (T, S ≤ T), is the same
 // for every head of a group: ssdi8_chunk_bmm_kernel computes it once per (sequence, chunk, group)
@@ -141,12 +161,13 @@ __device__ inline const uint2* chunk_cbq(const Ssdi8ChunkScanArgs& a, int b, int
 }
 
 // ChunkCumsum's per-token values of a (sequence, chunk, head), the same for every slice of the
-// head: ssdi8_chunk_tables_kernel writes them once into the workspace after the CBq words, four rows
+// head: ssdi8_chunk_tables_kernel writes them once into the workspace after the CBq words, five rows
 // of R = round32(chunk) floats in the Layout's order — exp(cs[t]), dt[t]·exp(cs[L-1] − cs[t]),
-// cs[t]·log2(e), s_cb·dt[t], each zero past the chunk's end — then Qd = rint(exp(cs[L-1])·128) as
-// an int in a 16-byte tail.
+// cs[t]·log2(e), s_cb·dt[t], s_cb·dt[t]·exp(cs[t|15] − cs[t]), each zero past the chunk's end — then
+// Qd = rint(exp(cs[L-1])·128) as an int in a 16-byte tail.
 __host__ __device__ inline int table_rows(int chunk) { return (chunk + 31) / 32 * 32; }
-__host__ __device__ inline size_t table_bytes(int chunk) { return 16 * size_t(table_rows(chunk)) + 16; }
+constexpr int kTableRowCount = 5;
+__host__ __device__ inline size_t table_bytes(int chunk) { return 4 * kTableRowCount * size_t(table_rows(chunk)) + 16; }
 __host__ __device__ inline size_t cbq_bytes(const Ssdi8ChunkScanArgs& a) {
   return size_t(a.batch) * chunk_count(a) * a.groups * tile_pairs(a.chunk) * 256;
 }
@@ -155,33 +176,44 @@ __device__ inline float* chunk_table(const Ssdi8ChunkScanArgs& a, int b, int chu
   return reinterpret_cast<float*>(static_cast<char*>(a.workspace) + cbq_bytes(a) + entry * table_bytes(a.chunk));
 }
 __device__ inline int* chunk_qd(const Ssdi8ChunkScanArgs& a, int b, int chunk_index, int h) {
-  return reinterpret_cast<int*>(chunk_table(a, b, chunk_index, h) + 4 * table_rows(a.chunk));
+  return reinterpret_cast<int*>(chunk_table(a, b, chunk_index, h) + kTableRowCount * table_rows(a.chunk));
 }
 
-// ChunkCumsum: a block per (chunk, head) — blockIdx.x = chunk·heads + head — of sequence blockIdx.y,
-// a thread per token: dt, the sequential cumsum (the CPU's order) by thread 0, then the exps.
+// ChunkCumsum: a block per (sequence blockIdx.y, chunk, run of `span` heads), blockIdx.x = chunk·runs
+// + run. dt for every (token, head) of the run (a token's heads adjacent in dt_raw: coalesced when
+// span > 1), the cumsum a thread per head in the CPU's sequential order, then the values a thread
+// per (head, token). The span only spreads work: every value is computed by the same expressions.
 constexpr int kTableThreads = 256;  // the longest chunk
-__global__ void __launch_bounds__(kTableThreads) ssdi8_chunk_tables_kernel(Ssdi8ChunkScanArgs a) {
-  __shared__ float dt[kTableThreads], cs[kTableThreads];
-  __shared__ int qd;
-  const int t = threadIdx.x, b = blockIdx.y, c = blockIdx.x / a.heads, h = blockIdx.x % a.heads;
+constexpr int kTableMaxSpan = 16;
+__global__ void __launch_bounds__(kTableThreads) ssdi8_chunk_tables_kernel(Ssdi8ChunkScanArgs a, int span) {
+  // dt and cs, each [t][head of the run] in rows of span + 1 floats (table_shared_bytes): the cumsum's
+  // threads and the value threads both read without bank conflicts. Sized by the span, so that a
+  // batch-1 prefill's blocks (span 1) stay small beside the GEMM on the other stream.
+  extern __shared__ float table_smem[];
+  __shared__ int qd[kTableMaxSpan];
+  const int runs = (a.heads + span - 1) / span, stride = span + 1;
+  float* dt = table_smem;
+  float* cs = table_smem + kTableThreads * stride;
+  const int b = blockIdx.y, c = blockIdx.x / runs, h0 = (blockIdx.x % runs) * span, n = min(span, a.heads - h0);
   const int start = c * a.chunk, L = min(a.chunk, a.seqlen - start), R = table_rows(a.chunk);
   const int64_t row0 = int64_t(b) * a.seqlen + start;
-  const float A = a.A[h];
-  if (t < L) {
-    float raw = a.dt_raw[(row0 + t) * a.dt_stride + h];
+  for (int i = threadIdx.x; i < L * span; i += kTableThreads) {
+    const int t = i / span, j = i - t * span;
+    if (j >= n) continue;
+    float raw = a.dt_raw[(row0 + t) * a.dt_stride + h0 + j];
     if (a.dt_format != 0.f) raw = apply_format_code(raw, a.dt_format);
-    dt[t] = fminf(fmaxf(softplus_like_cpu(__fadd_rn(raw, a.dt_bias[h])), a.dt_min), a.dt_max);
+    dt[t * stride + j] = fminf(fmaxf(softplus_like_cpu(__fadd_rn(raw, a.dt_bias[h0 + j])), a.dt_min), a.dt_max);
   }
   __syncthreads();
-  if (t == 0) {
+  if (const int j = threadIdx.x; j < n) {
     // The CPU's `running += dt·A` (contracted to an FMA by gcc), eight tokens a step so that the
     // loads and stores leave the chain of FMAs alone; dt past the chunk's end is not read.
+    const float A = a.A[h0 + j];
     float running = 0.f;
     for (int t0 = 0; t0 < L; t0 += 8) {
       float d[8];
 #pragma unroll
-      for (int r = 0; r < 8; ++r) d[r] = dt[min(t0 + r, L - 1)];
+      for (int r = 0; r < 8; ++r) d[r] = dt[min(t0 + r, L - 1) * stride + j];
 #pragma unroll
       for (int r = 0; r < 8; ++r) {
         running = t0 + r < L ? __fmaf_rn(d[r], A, running) : running;
@@ -189,21 +221,30 @@ __global__ void __launch_bounds__(kTableThreads) ssdi8_chunk_tables_kernel(Ssdi8
       }
 #pragma unroll
       for (int r = 0; r < 8; ++r)
-        if (t0 + r < L) cs[t0 + r] = d[r];
+        if (t0 + r < L) cs[(t0 + r) * stride + j] = d[r];
     }
-    qd = static_cast<int>(rintf(__fmul_rn(exp_like_cpu(running), 128.f)));
+    qd[j] = static_cast<int>(rintf(__fmul_rn(exp_like_cpu(running), 128.f)));
   }
   __syncthreads();
-  float* table = chunk_table(a, b, c, h);
-  if (t < R) {
-    const bool in = t < L;
-    const float s_cb = a.cb_scales[h / (a.heads / a.groups)];
-    table[t] = in ? exp_like_cpu(cs[t]) : 0.f;
-    table[R + t] = in ? __fmul_rn(dt[t], exp_like_cpu(__fsub_rn(cs[L - 1], cs[t]))) : 0.f;
-    table[2 * R + t] = in ? __fmul_rn(cs[t], kLog2e) : 0.f;
-    table[3 * R + t] = in ? __fmul_rn(s_cb, dt[t]) : 0.f;
+  for (int i = threadIdx.x; i < n * R; i += kTableThreads) {
+    const int j = i / R, t = i - j * R, h = h0 + j;
+    float* table = chunk_table(a, b, c, h);
+    if (t == 0) *chunk_qd(a, b, c, h) = qd[j];
+    if (t >= L) {
+      for (int k = 0; k < kTableRowCount; ++k) table[k * R + t] = 0.f;
+      continue;
+    }
+    const float dt_t = dt[t * stride + j], cs_t = cs[t * stride + j], cs_last = cs[(L - 1) * stride + j];
+    const float cs2_t = __fmul_rn(cs_t, kLog2e), cs2_r = __fmul_rn(cs[min(t | 15, L - 1) * stride + j], kLog2e);
+    const float dt_cb = __fmul_rn(a.cb_scales[h / (a.heads / a.groups)], dt_t);
+    table[t] = exp2_approx(cs2_t);  // reaches y alone: a float part (the others in double feed integers)
+    table[R + t] = __fmul_rn(dt_t, exp_like_cpu(__fsub_rn(cs_last, cs_t)));
+    table[2 * R + t] = cs2_t;
+    table[3 * R + t] = dt_cb;
+    // The scan's column factor left of the diagonal, relative to the 16-token tile's last token
+    // (t | 15 < L there): the exponent is ≤ 0. A float part that reaches y alone (ex2.approx).
+    table[4 * R + t] = __fmul_rn(dt_cb, exp2_approx(__fsub_rn(cs2_r, cs2_t)));
   }
-  if (t == 0) *chunk_qd(a, b, c, h) = qd;
 }
 
 // The kernel's phases. kWhole walks all chunks of a (sequence, head, slice) in one block. With
@@ -331,6 +372,7 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
   float* lut_state = reinterpret_cast<float*>(smem + lay.lut_state);
   float* cs2 = reinterpret_cast<float*>(smem + lay.cs2);
   float* dt_cb = reinterpret_cast<float*>(smem + lay.dt_cb);
+  float* col_factor = reinterpret_cast<float*>(smem + lay.col_factor);
   float* xs_scale = reinterpret_cast<float*>(smem + lay.xs_scale);
   float* inv_xs_scale = reinterpret_cast<float*>(smem + lay.inv_xs_scale);
   float* state_mult = reinterpret_cast<float*>(smem + lay.state_mult);
@@ -415,7 +457,7 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
     }
     {
       const float* table = chunk_table(a, b, c, h);
-      for (int i = tid; i < lay.rows; i += kBlockThreads) cp_async_16(decay + 4 * i, table + 4 * i);
+      for (int i = tid; i < kTableRowCount * lay.rows / 4; i += kBlockThreads) cp_async_16(decay + 4 * i, table + 4 * i);
       if (tid == 0) cp_async_4_or_zero(decay_q7, chunk_qd(a, b, c, h), true);
       if (tid == 0) *work_next = 0;
     }
@@ -494,11 +536,8 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
 #pragma unroll
           for (int r = 0; r < 4; ++r) v[r4 + r] = __fmul_rn(l[r], __half2float(x16[(t_part + r4 + r) * XS + p]));
         }
-        float qv[kPart];
-        quantize_int8_to_float(v, xs_scale[p], inv, qv);
         uint32_t word[kPart / 4];
-#pragma unroll
-        for (int i = 0; i < kPart / 4; ++i) word[i] = int8x4_word(qv[4 * i], qv[4 * i + 1], qv[4 * i + 2], qv[4 * i + 3]);
+        quantize_int8_words(v, xs_scale[p], inv, word);
         int8_t* out = XT + p * TRB + t_part;
         if constexpr (kPart == 16)
           *reinterpret_cast<uint4*>(out) = make_uint4(word[0], word[1], word[2], word[3]);
@@ -540,7 +579,7 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
           const float2 scale = *reinterpret_cast<const float2*>(off_scale + 8 * j + 2 * q);
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            yacc[j][e] = __fmul_rn(__fmul_rn(static_cast<float>(acc[j][e]), e & 1 ? scale.y : scale.x), decay_t[e / 2]);
+            yacc[j][e] = __fmul_rn(__fmul_rn(small_int_to_float(acc[j][e]), e & 1 ? scale.y : scale.x), decay_t[e / 2]);
         }
       }
       const float cs2_t0 = cs2[t0 + g], cs2_t1 = cs2[t0 + g + 8];
@@ -549,34 +588,47 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
       const uint2* cbq = chunk_cbq(a, b, c, grp) + (T * (T + 1) / 2) * 32 + lane;
       uint2 cbq_next = __ldg(cbq);
       // One 16 × 16 tile pair (s0 < t0), or the diagonal one (s0 == t0: only s ≤ t kept), apart so
-      // that the others carry no mask.
+      // that the others carry no mask. W = f16(float(CBq)·(s_cb·dt[s]·2^(cs2[t] - cs2[s]))) for s ≤ t,
+      // else 0 (rows t ≥ L are not stored), in the accumulator layout of the two n8 tiles, which is the
+      // A fragment of the m16n8k16 below. W is a float part of the specification (within tolerance):
+      // exp through ex2.approx, and left of the diagonal as the product of ChunkCumsum's column factor
+      // s_cb·dt[s]·exp(cs[r] - cs[s]) and the row factor 2^(cs2[t] - cs2[r]), r = s0 + 15 (both
+      // exponents ≤ 0: two exps a lane instead of eight), rounded to fp16 (×128, saturating) and
+      // multiplied by CBq/128 in fp16 — exact operands, one rounding more than the diagonal's form.
       auto tile_pair = [&](int s0, auto diagonal_tag) {
         constexpr bool diagonal = decltype(diagonal_tag)::value;
-        // CBq of rows t0.. and columns s0.. as floats, cb[u][e] in the layout of two n8 tiles.
-        const uint2 word = cbq_next;
+        const uint2 word = cbq_next;  // CBq of rows t0.. and columns s0..
         if (!diagonal) cbq_next = __ldg(cbq + (s0 / kTile + 1) * 32);
-        float cb[2][4];
-        int8x4_to_float(word.x, cb[0]);
-        int8x4_to_float(word.y, cb[1]);
-        // W = f16(float(CBq)·(s_cb·dt[s]·2^(cs2[t] - cs2[s]))) for s ≤ t, else 0 (rows t ≥ L are not
-        // stored): the accumulator layout of the two n8 tiles is the A fragment of the m16n8k16
-        // below. exp through ex2.approx is a float part of the specification (within tolerance).
         uint32_t w[4];
+        if constexpr (diagonal) {
+          float cb[2][4];
+          int8x4_to_float(word.x, cb[0]);
+          int8x4_to_float(word.y, cb[1]);
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int s = s0 + 8 * u + 2 * q;
-          const float2 cs2_s = *reinterpret_cast<const float2*>(cs2 + s), dtcb_s = *reinterpret_cast<const float2*>(dt_cb + s);
+          for (int u = 0; u < 2; ++u) {
+            const int s = s0 + 8 * u + 2 * q;
+            const float2 cs2_s = *reinterpret_cast<const float2*>(cs2 + s), dtcb_s = *reinterpret_cast<const float2*>(dt_cb + s);
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const float ct = half ? cs2_t1 : cs2_t0;
-            float v0 = __fmul_rn(cb[u][2 * half], __fmul_rn(dtcb_s.x, exp2_approx(ct - cs2_s.x)));
-            float v1 = __fmul_rn(cb[u][2 * half + 1], __fmul_rn(dtcb_s.y, exp2_approx(ct - cs2_s.y)));
-            if constexpr (diagonal) {
+            for (int half = 0; half < 2; ++half) {
+              const float ct = half ? cs2_t1 : cs2_t0;
               const int t = t0 + g + 8 * half;
-              v0 = s <= t ? v0 : 0.f;
-              v1 = s + 1 <= t ? v1 : 0.f;
+              const float v0 = __fmul_rn(cb[u][2 * half], __fmul_rn(dtcb_s.x, exp2_approx(ct - cs2_s.x)));
+              const float v1 = __fmul_rn(cb[u][2 * half + 1], __fmul_rn(dtcb_s.y, exp2_approx(ct - cs2_s.y)));
+              w[2 * u + half] = pack_half2(s <= t ? v0 : 0.f, s + 1 <= t ? v1 : 0.f);
             }
-            w[2 * u + half] = pack_half2(v0, v1);
+          }
+        } else {
+          const float r = cs2[s0 + kTile - 1];
+          const float row[2] = {__fmul_rn(exp2_approx(cs2_t0 - r), 128.f), __fmul_rn(exp2_approx(cs2_t1 - r), 128.f)};
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const float2 col = *reinterpret_cast<const float2*>(col_factor + s0 + 8 * u + 2 * q);
+            const uint32_t biased = (u ? word.y : word.x) ^ 0x80808080u;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const uint32_t m = pack_half2_satfinite(__fmul_rn(col.x, row[half]), __fmul_rn(col.y, row[half]));
+              w[2 * u + half] = hmul2_bits(int8x2_to_half2_over_128(biased, half), m);
+            }
           }
         }
         // diag += W · x16[s0.., :] (fp16 products, exact in fp32; fp32 accumulation).
@@ -763,6 +815,7 @@ bool shape_supported(const Ssdi8ChunkScanArgs& a) {
   if (a.headdim < 16 || a.headdim > 2 * kMaxSlice || a.headdim % 16 != 0) return false;
   if (a.dstate < 16 || a.dstate > 256 || a.dstate % 16 != 0) return false;
   if (a.chunk < 1 || a.chunk > 256) return false;
+  if (a.table_heads_per_block < 0 || a.table_heads_per_block > kTableMaxSpan) return false;
   if (int64_t(a.heads) * 2 * a.headdim > INT32_MAX || int64_t(a.batch) * a.seqlen >= INT32_MAX) return false;
   return true;
 }
@@ -788,6 +841,7 @@ struct Plan {
   size_t local_smem = 0;  // the kLocal launch's: its layout, or ChunkBMM's where larger
   int bmm_parts = 1;    // blocks a (sequence, chunk, group)'s ChunkBMM is split over
   int bmm_z = 0;        // grid z slices of the kLocal launch that run ChunkBMM
+  int table_span = 1;   // heads a ChunkCumsum block
 };
 
 size_t bmm_shared_bytes(const Ssdi8ChunkScanArgs& a) {
@@ -832,6 +886,12 @@ bool make_plan(const Ssdi8ChunkScanArgs& a, Plan* plan) {
   plan->slice = slice;
   plan->smem = make_layout(a.chunk, a.dstate, slice, plan->split ? kScan : kWhole).total;
   plan->bmm_smem = bmm_shared_bytes(a);
+  // ChunkCumsum: the most heads a block (one cumsum thread each, dt read in runs of them) that still
+  // gives four blocks an SM; one head a block otherwise (a batch-1 prefill: its blocks are few).
+  plan->table_span = a.table_heads_per_block;
+  for (int span = kTableMaxSpan; plan->table_span == 0 && span >= 1; span /= 2)
+    if (span == 1 || int64_t(a.batch) * plan->chunks * ((a.heads + span - 1) / span) >= 4 * int64_t(sms))
+      plan->table_span = span;
   plan->local_smem = std::max(make_layout(a.chunk, a.dstate, slice, kLocal).total, plan->bmm_smem);
   // ChunkBMM in parts while its blocks would leave most SMs idle (at most 4: each part loads all rows).
   const int64_t bmm_blocks = int64_t(plan->chunks) * a.batch * a.groups;
@@ -844,6 +904,13 @@ bool make_plan(const Ssdi8ChunkScanArgs& a, Plan* plan) {
   return plan->smem <= static_cast<size_t>(max_smem) && plan->local_smem <= static_cast<size_t>(max_smem);
 }
 
+void launch_tables(const Ssdi8ChunkScanArgs& a, const Plan& plan, cudaStream_t stream) {
+  const int runs = (a.heads + plan.table_span - 1) / plan.table_span;
+  const size_t table_shared_bytes = 2 * sizeof(float) * kTableThreads * (plan.table_span + 1);  // ≤ 34,816
+  ssdi8_chunk_tables_kernel<<<dim3(plan.chunks * runs, a.batch), kTableThreads, table_shared_bytes, stream>>>(
+      a, plan.table_span);
+}
+
 template <class Kernel>
 cudaError_t allow_shared(Kernel kernel, size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
@@ -852,7 +919,7 @@ cudaError_t allow_shared(Kernel kernel, size_t bytes) {
 template <int kSlice, int kDstate>
 cudaError_t launch_with(const Ssdi8ChunkScanArgs& a, const Plan& plan, cudaStream_t stream) {
   const int blocks_x = a.heads * (a.headdim / kSlice);
-  if (!a.tables_ready) ssdi8_chunk_tables_kernel<<<dim3(plan.chunks * a.heads, a.batch), kTableThreads, 0, stream>>>(a);
+  if (!a.tables_ready) launch_tables(a, plan, stream);
   if (!plan.split) {
     const auto whole = ssdi8_chunk_scan_kernel<kSlice, kDstate, kWhole>;
     if (const cudaError_t status = allow_shared(whole, plan.smem); status != cudaSuccess) return status;
@@ -902,7 +969,7 @@ cudaError_t launch_ssdi8_chunk_scan(const Ssdi8ChunkScanArgs& a, cudaStream_t st
 cudaError_t launch_ssdi8_chunk_tables(const Ssdi8ChunkScanArgs& a, cudaStream_t stream) {
   Plan plan;
   if (!make_plan(a, &plan)) return cudaErrorInvalidValue;
-  ssdi8_chunk_tables_kernel<<<dim3(plan.chunks * a.heads, a.batch), kTableThreads, 0, stream>>>(a);
+  launch_tables(a, plan, stream);
   return cudaGetLastError();
 }
 

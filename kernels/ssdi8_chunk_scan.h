@@ -10,11 +10,13 @@
 // with S the int8 state [headdim, dstate] entering the chunk (value S·s_s[h,p]).
 // The integer parts are exact (int8 tensor-core MMAs accumulate in int32). The float parts that
 // feed an integer follow the CPU's evaluation order, including the FMA gcc forms in the cumsum;
-// the per-token exps (softplus, exp(cs[t]), the LUT_state decay, Qd) are evaluated in double and
-// rounded once, which glibc's expf matches in all but ~0.06 % of inputs (its log1pf, not correctly
-// rounded, in ~96 %: dt can differ in the last bit), so an int8 value (Xq, the state) can move by
-// one step, rarely. The float parts that reach y alone are within tolerance, not bit-equal: CB's
-// exp(cs[t] - cs[s]) through ex2.approx, and the diag sum in the tensor core's order.
+// the per-token exps that feed an integer (softplus, the LUT_state decay, Qd) are evaluated in
+// double and rounded once, which glibc's expf matches in all but ~0.06 % of inputs (its log1pf, not
+// correctly rounded, in ~96 %: dt can differ in the last bit), so an int8 value (Xq, the state) can
+// move by one step, rarely. The float parts that reach y alone are within tolerance, not bit-equal:
+// exp(cs[t]) and CB's exp(cs[t] - cs[s]) through ex2.approx (left of the diagonal as a column
+// factor times a row factor, the product rounded to fp16 and multiplied by CBq in fp16), and the diag
+// sum in the tensor core's order.
 // CPU reference: runtime/quantized_ssd.h `ssdi8_chunked` (its header states the specification),
 // whose fp32 x holds fp16 values in this recipe: the kernel's fp16 x is the same numbers.
 #pragma once
@@ -60,18 +62,20 @@ struct Ssdi8ChunkScanArgs {
   // The workspace already holds ChunkCumsum's values for these dt (launch_ssdi8_chunk_tables, e.g. on
   // another stream as soon as dt was written): launch_ssdi8_chunk_scan skips that launch.
   bool tables_ready = false;
+  // Heads a ChunkCumsum block takes (1..16; same values for any); 0: chosen by the launch.
+  int table_heads_per_block = 0;
 };
 
 // Shapes handled: dstate a multiple of 16 up to 256; headdim a multiple of 16 up to 128; chunk
 // 1..256; heads divisible by groups; batch ≤ 65535; every pointer set; state, Bq and Cq 16-byte
 // aligned with bc_stride a multiple of 16; row strides at least a row; and the shared memory
 // within the current device's per-block limit:
-// (2·R + c)·(K + 16) + (dstate + c)·(R + 16) + 2·R·(c + 8) + 16·R + 16·c + 32 bytes, R = chunk and
+// (2·R + c)·(K + 16) + (dstate + c)·(R + 16) + 2·R·(c + 8) + 20·R + 16·c + 32 bytes, R = chunk and
 // K = dstate each rounded up to 32, for the c = 64, 32 or 16 headdim columns a block takes
-// (177,184 B at chunk 256, dstate 128, c = 64; dstate 256 needs chunk ≤ 224).
+// (178,208 B at chunk 256, dstate 128, c = 64; dstate 256 needs chunk ≤ 224).
 bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& args);
 
-// batch · (chunks · (groups · T(T+1)/2 · 256 + heads · (16·R + 16)) + 2 · heads · headdim · dstate)
+// batch · (chunks · (groups · T(T+1)/2 · 256 + heads · (20·R + 16)) + 2 · heads · headdim · dstate)
 // bytes, T = ceil(chunk / 16), R = chunk rounded up to 32: the requantized C·Bᵀ of every (sequence,
 // chunk, group), ChunkCumsum's per-token values of every (sequence, chunk, head) and two int8 states
 // a (sequence, head) for the split launch's last chunk. Reads batch, seqlen, heads, headdim, groups,

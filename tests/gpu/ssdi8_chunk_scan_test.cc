@@ -264,7 +264,7 @@ kernels::Ssdi8ChunkScanArgs make_args(const Problem& pr, const DeviceProblem& d,
 // tables_apart: ChunkCumsum by launch_ssdi8_chunk_tables on a second stream first (as the backend
 // runs it), the scan after an event with tables_ready.
 Outputs run_gpu(const Problem& pr, kernels::Ssdi8ChunkScanSchedule schedule = kernels::Ssdi8ChunkScanSchedule::kAuto,
-                float dt_format = 0.f, bool tables_apart = false) {
+                float dt_format = 0.f, bool tables_apart = false, int table_span = 0) {
   const Case& c = pr.c;
   DeviceProblem d(pr);
   testing::DeviceBuffer<int8_t> state(pr.state);
@@ -277,6 +277,7 @@ Outputs run_gpu(const Problem& pr, kernels::Ssdi8ChunkScanSchedule schedule = ke
   a.workspace = workspace.get();
   a.schedule = schedule;
   a.dt_format = dt_format;
+  a.table_heads_per_block = table_span;
   Outputs out;
   EXPECT_TRUE(kernels::ssdi8_chunk_scan_supported(a));
   if (tables_apart) {
@@ -371,6 +372,15 @@ TEST_P(Ssdi8ChunkScan, MatchesCpuReference) {
         differ += std::memcmp(&forced.y[i], &got.y[i], sizeof(float)) != 0 && !(std::isnan(forced.y[i]) && std::isnan(got.y[i]));
       EXPECT_EQ(differ, 0) << name;
     }
+  // ChunkCumsum with several heads a block (dt read in runs of them): the same values.
+  for (int span : {3, 16}) {
+    const Outputs spread = run_gpu(pr, kernels::Ssdi8ChunkScanSchedule::kAuto, 0.f, false, span);
+    EXPECT_EQ(spread.state, got.state) << span << " heads a ChunkCumsum block";
+    int64_t differ = 0;
+    for (size_t i = 0; i < got.y.size(); ++i)
+      differ += std::memcmp(&spread.y[i], &got.y[i], sizeof(float)) != 0 && !(std::isnan(spread.y[i]) && std::isnan(got.y[i]));
+    EXPECT_EQ(differ, 0) << span << " heads a ChunkCumsum block";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
