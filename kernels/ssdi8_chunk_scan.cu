@@ -311,26 +311,28 @@ __device__ __forceinline__ void chunk_bmm(const Ssdi8ChunkScanArgs& a, unsigned 
   const float cb_mult = __fdiv_rn(__fmul_rn(a.C_scales[grp], a.B_scales[grp]), a.cb_scales[grp]);
   const uint32_t Bq_s = shared_address(Bq), Cq_s = shared_address(Cq);
   uint2* out = const_cast<uint2*>(chunk_cbq(a, b, c, grp));
-  const int tiles = (L + kTile - 1) / kTile;
-  for (int T = 0, pair = 0; T < tiles; ++T)
-    for (int S = 0; S <= T; ++S, ++pair) {
-      if (pair % (kWarps * parts) != part * kWarps + warp) continue;
-      const uint32_t c_rows = Cq_s + T * kTile * RB + 2 * a_lane_offset(lane, RB / 2);
-      const uint32_t b_rows = Bq_s + S * kTile * RB + 2 * bt_lane_offset(lane, RB / 2);
-      int cb[2][4] = {};
-      for (int k = 0; k < NK; k += 32) {
-        uint32_t af[4], bf[4];
-        ldmatrix_x4(af, c_rows + k);
-        ldmatrix_x4(bf, b_rows + k);
-        mma_s8_16832(cb[0], af, bf[0], bf[1]);
-        mma_s8_16832(cb[1], af, bf[2], bf[3]);
-      }
-      out[pair * 32 + lane] =
-          make_uint2(pack4(requantize(cb[0][0], cb_mult), requantize(cb[0][1], cb_mult), requantize(cb[0][2], cb_mult),
-                           requantize(cb[0][3], cb_mult)),
-                     pack4(requantize(cb[1][0], cb_mult), requantize(cb[1][1], cb_mult), requantize(cb[1][2], cb_mult),
-                           requantize(cb[1][3], cb_mult)));
+  const int tiles = (L + kTile - 1) / kTile, step = kWarps * parts;
+  // The warp's pairs part·kWarps + warp + i·step, pair T(T+1)/2 + S walked as (T, S): no division
+  // (a modulo for every pair of the chunk was most of ChunkBMM's instructions).
+  for (int T = 0, S = part * kWarps + warp;; S += step) {
+    while (S > T) S -= ++T;
+    if (T >= tiles) break;
+    const uint32_t c_rows = Cq_s + T * kTile * RB + 2 * a_lane_offset(lane, RB / 2);
+    const uint32_t b_rows = Bq_s + S * kTile * RB + 2 * bt_lane_offset(lane, RB / 2);
+    int cb[2][4] = {};
+    for (int k = 0; k < NK; k += 32) {
+      uint32_t af[4], bf[4];
+      ldmatrix_x4(af, c_rows + k);
+      ldmatrix_x4(bf, b_rows + k);
+      mma_s8_16832(cb[0], af, bf[0], bf[1]);
+      mma_s8_16832(cb[1], af, bf[2], bf[3]);
     }
+    out[(T * (T + 1) / 2 + S) * 32 + lane] =
+        make_uint2(pack4(requantize(cb[0][0], cb_mult), requantize(cb[0][1], cb_mult), requantize(cb[0][2], cb_mult),
+                         requantize(cb[0][3], cb_mult)),
+                   pack4(requantize(cb[1][0], cb_mult), requantize(cb[1][1], cb_mult), requantize(cb[1][2], cb_mult),
+                         requantize(cb[1][3], cb_mult)));
+  }
 }
 
 // kSlice: headdim columns per block (16, 32 or 64). kDstate: dstate known at compile time (the
