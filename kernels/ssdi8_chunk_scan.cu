@@ -281,29 +281,34 @@ __device__ inline int* last_chunk_words(const Ssdi8ChunkScanArgs& a, int b, int 
 // ChunkBMM: the CBq words of chunk c of sequence b, group grp, into the workspace (chunk_cbq's
 // layout), part `part` of `parts`: tile pairs i with i mod (16·parts) in [16·part, 16·part + 16).
 // Bq and Cq rows by cp.async (zero past the chunk's end and past dstate), then a warp a tile pair at
-// a time: two int8 MMAs a k step, requantized as the CPU does.
+// a time: two int8 MMAs a k step, requantized as the CPU does. kDstate as the scan kernel's.
+template <int kDstate>
 __device__ __forceinline__ void chunk_bmm(const Ssdi8ChunkScanArgs& a, unsigned char* smem, int c, int b, int grp,
                                           int part, int parts) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int N = a.dstate, NK = (N + 31) / 32 * 32, RB = NK + 16;
+  const int N = kDstate ? kDstate : a.dstate, NK = (N + 31) / 32 * 32, RB = NK + 16;
   const int start = c * a.chunk, L = min(a.chunk, a.seqlen - start), rows = (L + 31) / 32 * 32;
   int8_t* Bq = reinterpret_cast<int8_t*>(smem);
   int8_t* Cq = Bq + rows * RB;
   const int64_t row0 = int64_t(b) * a.seqlen + start;
   // The scan kernel's row loading, written out again: one device function for both measured the
   // scan 7 % slower (8B-like module, four A/B pairs on one machine: 4.51–4.63 against 4.90–4.98 ms).
-  {
-    const int pieces = NK / 16, vecs = N / 16;
-    const bool is_c = lane >= pieces;
-    const int k = is_c ? lane - pieces : lane;
-    int8_t* dst = (is_c ? Cq : Bq) + 16 * k;
-    const int8_t* src = (is_c ? a.Cq : a.Bq) + row0 * a.bc_stride + grp * N + 16 * k;
-    if (lane < 2 * pieces)
-      for (int t = warp; t < rows; t += kWarps) {
+  {  // lanes_per_row lanes a row (piece j of [Bq | Cq] each), 32 / lanes_per_row rows a warp at a time
+    const int pieces = NK / 16, vecs = N / 16, lanes_per_row = 2 * pieces, warp_rows = 32 / lanes_per_row;
+    const int piece = lane % lanes_per_row, sub_row = lane / lanes_per_row;
+    const bool is_c = piece >= pieces;
+    const int k = is_c ? piece - pieces : piece;
+    const int row_step = kWarps * warp_rows;
+    int t = warp * warp_rows + sub_row;
+    int8_t* dst = (is_c ? Cq : Bq) + 16 * k + t * RB;
+    const int8_t* src = (is_c ? a.Cq : a.Bq) + (row0 + t) * a.bc_stride + grp * N + 16 * k;
+    const int64_t src_step = int64_t(row_step) * a.bc_stride;
+    if (sub_row < warp_rows)
+      for (; t < rows; t += row_step, dst += row_step * RB, src += src_step) {
         if (t < L && k < vecs)
-          cp_async_16(dst + t * RB, src + int64_t(t) * a.bc_stride);
+          cp_async_16(dst, src);
         else
-          *reinterpret_cast<int4*>(dst + t * RB) = make_int4(0, 0, 0, 0);
+          *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
       }
   }
   cp_async_wait_all();
@@ -356,7 +361,7 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
       const int grp = item % a.groups;
       item /= a.groups;
       const int b = item % a.batch, c = item / a.batch;
-      if (c < chunks) chunk_bmm(a, smem, c, b, grp, part, bmm_parts);
+      if (c < chunks) chunk_bmm<kDstate>(a, smem, c, b, grp, part, bmm_parts);
       return;
     }
   }
@@ -806,9 +811,10 @@ __global__ void __launch_bounds__(kPassThreads, 3) state_pass_kernel(Ssdi8ChunkS
 }
 
 // ChunkBMM of every (chunk, sequence, group, part): blockIdx (x, y, z / parts, z % parts).
+template <int kDstate>
 __global__ void __launch_bounds__(kThreads) ssdi8_chunk_bmm_kernel(Ssdi8ChunkScanArgs a, int parts) {
   extern __shared__ __align__(16) unsigned char smem[];
-  chunk_bmm(a, smem, blockIdx.x, blockIdx.y, blockIdx.z / parts, blockIdx.z % parts, parts);
+  chunk_bmm<kDstate>(a, smem, blockIdx.x, blockIdx.y, blockIdx.z / parts, blockIdx.z % parts, parts);
 }
 
 bool shape_supported(const Ssdi8ChunkScanArgs& a) {
@@ -925,9 +931,9 @@ cudaError_t launch_with(const Ssdi8ChunkScanArgs& a, const Plan& plan, cudaStrea
   if (!plan.split) {
     const auto whole = ssdi8_chunk_scan_kernel<kSlice, kDstate, kWhole>;
     if (const cudaError_t status = allow_shared(whole, plan.smem); status != cudaSuccess) return status;
-    if (const cudaError_t status = allow_shared(ssdi8_chunk_bmm_kernel, plan.bmm_smem); status != cudaSuccess)
+    if (const cudaError_t status = allow_shared(ssdi8_chunk_bmm_kernel<kDstate>, plan.bmm_smem); status != cudaSuccess)
       return status;
-    ssdi8_chunk_bmm_kernel<<<dim3(plan.chunks, a.batch, a.groups * plan.bmm_parts), kThreads, plan.bmm_smem, stream>>>(
+    ssdi8_chunk_bmm_kernel<kDstate><<<dim3(plan.chunks, a.batch, a.groups * plan.bmm_parts), kThreads, plan.bmm_smem, stream>>>(
         a, plan.bmm_parts);
     whole<<<dim3(blocks_x, a.batch), block_threads(kWhole), plan.smem, stream>>>(a, 1);
     return cudaGetLastError();
