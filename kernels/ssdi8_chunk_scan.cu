@@ -197,12 +197,19 @@ __global__ void __launch_bounds__(kTableThreads) ssdi8_chunk_tables_kernel(Ssdi8
   const int b = blockIdx.y, c = blockIdx.x / runs, h0 = (blockIdx.x % runs) * span, n = min(span, a.heads - h0);
   const int start = c * a.chunk, L = min(a.chunk, a.seqlen - start), R = table_rows(a.chunk);
   const int64_t row0 = int64_t(b) * a.seqlen + start;
-  for (int i = threadIdx.x; i < L * span; i += kTableThreads) {
-    const int t = i / span, j = i - t * span;
-    if (j >= n) continue;
-    float raw = a.dt_raw[(row0 + t) * a.dt_stride + h0 + j];
-    if (a.dt_format != 0.f) raw = apply_format_code(raw, a.dt_format);
-    dt[t * stride + j] = fminf(fmaxf(softplus_like_cpu(__fadd_rn(raw, a.dt_bias[h0 + j])), a.dt_min), a.dt_max);
+  {  // a thread keeps one head of the run and steps over tokens (no index division an element)
+    const int per = kTableThreads / span, j = threadIdx.x % span;
+    int t = threadIdx.x / span;
+    if (t < per && j < n) {
+      const float bias = a.dt_bias[h0 + j];
+      const float* raw_at = a.dt_raw + (row0 + t) * a.dt_stride + h0 + j;
+      const int64_t raw_step = int64_t(per) * a.dt_stride;
+      for (; t < L; t += per, raw_at += raw_step) {
+        float raw = *raw_at;
+        if (a.dt_format != 0.f) raw = apply_format_code(raw, a.dt_format);
+        dt[t * stride + j] = fminf(fmaxf(softplus_like_cpu(__fadd_rn(raw, bias)), a.dt_min), a.dt_max);
+      }
+    }
   }
   __syncthreads();
   if (const int j = threadIdx.x; j < n) {
@@ -226,24 +233,29 @@ __global__ void __launch_bounds__(kTableThreads) ssdi8_chunk_tables_kernel(Ssdi8
     qd[j] = static_cast<int>(rintf(__fmul_rn(exp_like_cpu(running), 128.f)));
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < n * R; i += kTableThreads) {
-    const int j = i / R, t = i - j * R, h = h0 + j;
-    float* table = chunk_table(a, b, c, h);
-    if (t == 0) *chunk_qd(a, b, c, h) = qd[j];
-    if (t >= L) {
-      for (int k = 0; k < kTableRowCount; ++k) table[k * R + t] = 0.f;
-      continue;
+  {  // a thread keeps one token t and steps over the run's heads
+    const int per = kTableThreads / R, t = threadIdx.x % R;  // R ≤ kTableThreads: per ≥ 1
+    const int heads_per_group = a.heads / a.groups;
+    const size_t head_floats = table_bytes(a.chunk) / sizeof(float);
+    float* const first = chunk_table(a, b, c, h0);  // the run's heads are adjacent entries
+    for (int j = threadIdx.x / R; threadIdx.x < per * R && j < n; j += per) {
+      float* table = first + j * head_floats;
+      if (t == 0) *reinterpret_cast<int*>(table + kTableRowCount * R) = qd[j];  // chunk_qd
+      if (t >= L) {
+        for (int k = 0; k < kTableRowCount; ++k) table[k * R + t] = 0.f;
+        continue;
+      }
+      const float dt_t = dt[t * stride + j], cs_t = cs[t * stride + j], cs_last = cs[(L - 1) * stride + j];
+      const float cs2_t = __fmul_rn(cs_t, kLog2e), cs2_r = __fmul_rn(cs[min(t | 15, L - 1) * stride + j], kLog2e);
+      const float dt_cb = __fmul_rn(a.cb_scales[(h0 + j) / heads_per_group], dt_t);
+      table[t] = exp2_approx(cs2_t);  // reaches y alone: a float part (the others in double feed integers)
+      table[R + t] = __fmul_rn(dt_t, exp_like_cpu(__fsub_rn(cs_last, cs_t)));
+      table[2 * R + t] = cs2_t;
+      table[3 * R + t] = dt_cb;
+      // The scan's column factor left of the diagonal, relative to the 16-token tile's last token
+      // (t | 15 < L there): the exponent is ≤ 0. A float part that reaches y alone (ex2.approx).
+      table[4 * R + t] = __fmul_rn(dt_cb, exp2_approx(__fsub_rn(cs2_r, cs2_t)));
     }
-    const float dt_t = dt[t * stride + j], cs_t = cs[t * stride + j], cs_last = cs[(L - 1) * stride + j];
-    const float cs2_t = __fmul_rn(cs_t, kLog2e), cs2_r = __fmul_rn(cs[min(t | 15, L - 1) * stride + j], kLog2e);
-    const float dt_cb = __fmul_rn(a.cb_scales[h / (a.heads / a.groups)], dt_t);
-    table[t] = exp2_approx(cs2_t);  // reaches y alone: a float part (the others in double feed integers)
-    table[R + t] = __fmul_rn(dt_t, exp_like_cpu(__fsub_rn(cs_last, cs_t)));
-    table[2 * R + t] = cs2_t;
-    table[3 * R + t] = dt_cb;
-    // The scan's column factor left of the diagonal, relative to the 16-token tile's last token
-    // (t | 15 < L there): the exponent is ≤ 0. A float part that reaches y alone (ex2.approx).
-    table[4 * R + t] = __fmul_rn(dt_cb, exp2_approx(__fsub_rn(cs2_r, cs2_t)));
   }
 }
 
