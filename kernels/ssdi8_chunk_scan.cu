@@ -136,12 +136,12 @@ __device__ inline uint32_t hmul2_bits(uint32_t a, uint32_t b) {
   asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
-// Bytes 2·pair and 2·pair + 1 of a CBq word (given ^ 0x80808080) as the fp16 pair q/128 (exact): the
-// biased byte b under fp16's exponent of 1024 is 1152 + q, and (1152 + q)·2⁻⁷ − 9 = q/128.
-__device__ inline uint32_t int8x2_to_half2_over_128(uint32_t biased, int pair) {
+// Bytes 2·pair and 2·pair + 1 of a CBq word (given ^ 0x80808080) as the fp16 pair q/16 (exact): the
+// biased byte b under fp16's exponent of 1024 is 1152 + q, and (1152 + q)·2⁻⁴ − 72 = q/16.
+__device__ inline uint32_t int8x2_to_half2_over_16(uint32_t biased, int pair) {
   const uint32_t h = __byte_perm(biased, 0x64646464u, pair ? 0x4342 : 0x4140);
   uint32_t d;
-  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(h), "r"(0x20002000u), "r"(0xC880C880u));
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(h), "r"(0x2C002C00u), "r"(0xD480D480u));
   return d;
 }
 
@@ -612,8 +612,10 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
       // A fragment of the m16n8k16 below. W is a float part of the specification (within tolerance):
       // exp through ex2.approx, and left of the diagonal as the product of ChunkCumsum's column factor
       // s_cb·dt[s]·exp(cs[r] - cs[s]) and the row factor 2^(cs2[t] - cs2[r]), r = s0 + 15 (both
-      // exponents ≤ 0: two exps a lane instead of eight), rounded to fp16 (×128, saturating) and
-      // multiplied by CBq/128 in fp16 — exact operands, one rounding more than the diagonal's form.
+      // exponents ≤ 0: two exps a lane instead of eight), rounded to fp16 (×16, saturating) and
+      // multiplied by CBq/16 in fp16 — exact operands, one rounding more than the diagonal's form.
+      // The ×16 keeps the factor normal down to 3.8e-6 and finite up to 4094 (s_cb·dt beyond that
+      // saturates it, where f16(W) for large CBq overflows in the specification itself).
       auto tile_pair = [&](int s0, auto diagonal_tag) {
         constexpr bool diagonal = decltype(diagonal_tag)::value;
         const uint2 word = cbq_next;  // CBq of rows t0.. and columns s0..
@@ -638,7 +640,7 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
           }
         } else {
           const float r = cs2[s0 + kTile - 1];
-          const float row[2] = {__fmul_rn(exp2_approx(cs2_t0 - r), 128.f), __fmul_rn(exp2_approx(cs2_t1 - r), 128.f)};
+          const float row[2] = {__fmul_rn(exp2_approx(cs2_t0 - r), 16.f), __fmul_rn(exp2_approx(cs2_t1 - r), 16.f)};
 #pragma unroll
           for (int u = 0; u < 2; ++u) {
             const float2 col = *reinterpret_cast<const float2*>(col_factor + s0 + 8 * u + 2 * q);
@@ -646,7 +648,7 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
               const uint32_t m = pack_half2_satfinite(__fmul_rn(col.x, row[half]), __fmul_rn(col.y, row[half]));
-              w[2 * u + half] = hmul2_bits(int8x2_to_half2_over_128(biased, half), m);
+              w[2 * u + half] = hmul2_bits(int8x2_to_half2_over_16(biased, half), m);
             }
           }
         }
