@@ -43,15 +43,6 @@ __device__ inline bool quantize_int8_by_reciprocal(float value, float inv_scale,
   *q = fminf(fmaxf(nearest, -127.f), 127.f);
   return fabsf(r) < 129.f && fabsf(__fsub_rn(r, nearest)) < 0.499f;
 }
-// Its two tests apart (`in_range`, `clear_of_half`), for callers that combine many values' tests with
-// `&` (the single-value form above keeps its `&&`: the decode kernels were measured with that code).
-__device__ inline void quantize_int8_by_reciprocal_tests(float value, float inv_scale, float* q, bool* in_range,
-                                                         bool* clear_of_half) {
-  const float r = __fmul_rn(value, inv_scale), nearest = rintf(r);
-  *q = fminf(fmaxf(nearest, -127.f), 127.f);
-  *in_range = fabsf(r) < 129.f;
-  *clear_of_half = fabsf(__fsub_rn(r, nearest)) < 0.499f;
-}
 __device__ inline bool quantize_int8_by_reciprocal(float value, float inv_scale, int* q) {
   float f;
   const bool exact = quantize_int8_by_reciprocal(value, inv_scale, &f);
@@ -66,37 +57,18 @@ __device__ inline float quantize_int8_to_float(float value, float scale, float i
   return q;
 }
 
-// quantize_int8_to_float over N values, with one branch for all their fallbacks: when any value
-// needs the division, all N take it (the same integers; a predicate AND a value instead of a mask).
-template <int N>
-__device__ inline void quantize_int8_to_float(const float (&value)[N], float scale, float inv_scale, float (&q)[N]) {
-  bool fast = true;
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    bool in_range, clear_of_half;
-    quantize_int8_by_reciprocal_tests(value[i], inv_scale, &q[i], &in_range, &clear_of_half);
-    fast = fast & in_range & clear_of_half;  // `&`: no branch per value
-  }
-  if (!fast) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) q[i] = static_cast<float>(quantize_int8(value[i], scale));
-  }
-}
-
 // The byte of an integer-valued float in [−127, 127]: 1.5·2²³ + q holds q in its low mantissa
 // bits, two's complement below zero (an add instead of a float-to-int conversion).
 __device__ inline int8_t int8_byte(float q) {
   return static_cast<int8_t>(__float_as_int(__fadd_rn(q, 12582912.f)));
 }
-// quantize_int8 of N values (N a multiple of 4) as the bytes of N/4 words, value 4i + k in byte k of
-// word i, with no conversion instruction: rint by adding 1.5·2²³ (whose low mantissa bits then hold
-// the integer, two's complement below zero). By the reciprocal as quantize_int8_by_reciprocal, with
-// |r| < 127.49 so that no clamp is needed; when any value fails a test, all N take quantize_int8
-// (one branch: a predicate AND a value instead of a mask).
+// quantize_int8 of N values as 1.5·2²³ + q, which holds q in its low mantissa bits (two's
+// complement below zero): rint by that add, with no conversion instruction. By the reciprocal as
+// quantize_int8_by_reciprocal, with |r| < 127.49 so that no clamp is needed; when any value fails a
+// test, all N take quantize_int8 (one branch: a predicate AND a value instead of a mask).
 template <int N>
-__device__ inline void quantize_int8_words(const float (&value)[N], float scale, float inv_scale, uint32_t (&word)[N / 4]) {
+__device__ inline void quantize_int8_biased(const float (&value)[N], float scale, float inv_scale, float (&biased)[N]) {
   constexpr float kMagic = 12582912.f;
-  float biased[N];
   bool fast = true;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
@@ -109,6 +81,22 @@ __device__ inline void quantize_int8_words(const float (&value)[N], float scale,
 #pragma unroll
     for (int i = 0; i < N; ++i) biased[i] = __fadd_rn(static_cast<float>(quantize_int8(value[i], scale)), kMagic);
   }
+}
+
+// quantize_int8's q of N values as floats (+0 for a zero).
+template <int N>
+__device__ inline void quantize_int8_to_float(const float (&value)[N], float scale, float inv_scale, float (&q)[N]) {
+  quantize_int8_biased(value, scale, inv_scale, q);
+#pragma unroll
+  for (int i = 0; i < N; ++i) q[i] = __fsub_rn(q[i], 12582912.f);
+}
+
+// quantize_int8 of N values (N a multiple of 4) as the bytes of N/4 words, value 4i + k in byte k of
+// word i.
+template <int N>
+__device__ inline void quantize_int8_words(const float (&value)[N], float scale, float inv_scale, uint32_t (&word)[N / 4]) {
+  float biased[N];
+  quantize_int8_biased(value, scale, inv_scale, biased);
 #pragma unroll
   for (int i = 0; i < N / 4; ++i) {
     const uint32_t lo = __byte_perm(__float_as_uint(biased[4 * i]), __float_as_uint(biased[4 * i + 1]), 0x0040);
