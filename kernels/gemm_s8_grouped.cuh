@@ -13,17 +13,17 @@ namespace ssdq::kernels::grouped_gemm {
 constexpr int kBK = 128;  // k bytes of each operand a pipeline stage holds: one 128-byte row
 constexpr int kChunks = kBK / 16;
 
-// 1.5·2²³ as an int32 bit pattern: an accumulator started there holds 1.5·2²³ + Σ as a float
+// kIntegerBias's bits (quant_epilogue.cuh): an accumulator started there holds 1.5·2²³ + Σ as a float
 // while |Σ| ≤ 2²², so float(Σ) is one subtraction (sm_80's I2F runs at a quarter of the FMA rate,
 // and a fold converts every accumulator). Groups of ≤ 256 products of |int8| ≤ 128 stay inside.
 // The mma.sync kernels use it on sm_80; on sm_90, where I2FP converts at full rate in one
 // instruction, they and the wgmma kernel convert directly.
-constexpr int32_t kBiasedZero = 0x4B400000;
+constexpr int32_t kBiasedZero = kIntegerBiasBits;
 constexpr int64_t kBiasedMaxGroup = 256;
 
 template <bool kBiased>
 __device__ __forceinline__ float group_sum(int acc) {
-  return kBiased ? __fsub_rn(__int_as_float(acc), 12582912.f) : static_cast<float>(acc);
+  return kBiased ? __fsub_rn(__int_as_float(acc), kIntegerBias) : static_cast<float>(acc);
 }
 
 // Byte offset of 16-byte chunk c of row r in a tile of 128-byte rows: the chunks are XOR-swizzled

@@ -57,29 +57,34 @@ __device__ inline float quantize_int8_to_float(float value, float scale, float i
   return q;
 }
 
-// The byte of an integer-valued float in [−127, 127]: 1.5·2²³ + q holds q in its low mantissa
-// bits, two's complement below zero (an add instead of a float-to-int conversion).
+// 1.5·2²³ and its bits: for |x| < 2²², x + kIntegerBias rounds x to the nearest integer (ties to
+// even) and holds it in the low mantissa bits, two's complement below zero — rint and float ↔ int
+// as adds instead of conversion instructions.
+constexpr float kIntegerBias = 12582912.f;
+constexpr int32_t kIntegerBiasBits = 0x4B400000;
+
+// The byte of an integer-valued float in [−127, 127] (an add instead of a float-to-int conversion).
 __device__ inline int8_t int8_byte(float q) {
-  return static_cast<int8_t>(__float_as_int(__fadd_rn(q, 12582912.f)));
+  return static_cast<int8_t>(__float_as_int(__fadd_rn(q, kIntegerBias)));
 }
-// quantize_int8 of N values as 1.5·2²³ + q, which holds q in its low mantissa bits (two's
-// complement below zero): rint by that add, with no conversion instruction. By the reciprocal as
+// rint(x) as an int, for |x| < 2²².
+__device__ inline int small_float_to_int(float x) { return __float_as_int(__fadd_rn(x, kIntegerBias)) - kIntegerBiasBits; }
+// quantize_int8 of N values as kIntegerBias + q: rint by that add, with no conversion instruction. By the reciprocal as
 // quantize_int8_by_reciprocal, with |r| < 127.49 so that no clamp is needed; when any value fails a
 // test, all N take quantize_int8 (one branch: a predicate AND a value instead of a mask).
 template <int N>
 __device__ inline void quantize_int8_biased(const float (&value)[N], float scale, float inv_scale, float (&biased)[N]) {
-  constexpr float kMagic = 12582912.f;
   bool fast = true;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const float r = __fmul_rn(value[i], inv_scale);
-    biased[i] = __fadd_rn(r, kMagic);
-    const float nearest = __fsub_rn(biased[i], kMagic);
+    biased[i] = __fadd_rn(r, kIntegerBias);
+    const float nearest = __fsub_rn(biased[i], kIntegerBias);
     fast = fast & (fabsf(r) < 127.49f) & (fabsf(__fsub_rn(r, nearest)) < 0.499f);
   }
   if (!fast) {
 #pragma unroll
-    for (int i = 0; i < N; ++i) biased[i] = __fadd_rn(static_cast<float>(quantize_int8(value[i], scale)), kMagic);
+    for (int i = 0; i < N; ++i) biased[i] = __fadd_rn(static_cast<float>(quantize_int8(value[i], scale)), kIntegerBias);
   }
 }
 
@@ -88,7 +93,7 @@ template <int N>
 __device__ inline void quantize_int8_to_float(const float (&value)[N], float scale, float inv_scale, float (&q)[N]) {
   quantize_int8_biased(value, scale, inv_scale, q);
 #pragma unroll
-  for (int i = 0; i < N; ++i) q[i] = __fsub_rn(q[i], 12582912.f);
+  for (int i = 0; i < N; ++i) q[i] = __fsub_rn(q[i], kIntegerBias);
 }
 
 // quantize_int8 of N values (N a multiple of 4) as the bytes of N/4 words, value 4i + k in byte k of
@@ -106,9 +111,9 @@ __device__ inline void quantize_int8_words(const float (&value)[N], float scale,
 }
 
 // An int32 v with |v| ≤ 2²² (e.g. a sum of at most 256 int8 × int8 products: 128²·256 = 2²²) as a
-// float without I2F: v added to the bits of 1.5·2²³ gives the float 1.5·2²³ + v (at +2²² the carry
+// float without I2F: v added to kIntegerBiasBits is the float kIntegerBias + v (at +2²² the carry
 // into the exponent gives 2²⁴, still that sum); the subtraction is exact.
-__device__ inline float small_int_to_float(int v) { return __int_as_float(v + 0x4B400000) - 12582912.f; }
+__device__ inline float small_int_to_float(int v) { return __int_as_float(v + kIntegerBiasBits) - kIntegerBias; }
 
 // The four signed bytes of a word as exact floats without I2F (a conversion unit at 1/8 of the FMA
 // rate; W4A16's one-row in_proj 12.8 → 12.1 µs): byte b becomes the float 2^23 + (b + 128) by

@@ -97,10 +97,9 @@ __device__ inline float softplus_like_cpu(float x) {
 }
 
 // runtime/quantized_ops.h requantize_int32.
-// rint(clamp(r)) = clamp(rint(r)), rint by adding 1.5·2²³; no conversion instruction.
+// rint(clamp(r)) = clamp(rint(r)); no conversion instruction.
 __device__ inline int requantize(int acc, float multiplier) {
-  const float r = fminf(fmaxf(__fmul_rn(small_int_to_float(acc), multiplier), -127.f), 127.f);
-  return __float_as_int(__fadd_rn(r, 12582912.f)) - 0x4B400000;
+  return small_float_to_int(fminf(fmaxf(__fmul_rn(small_int_to_float(acc), multiplier), -127.f), 127.f));
 }
 
 // runtime/quantized_ssd.cc pass_state: sat8(local + ((Qd·prev + 64) >> 7)), arithmetic shift.
@@ -175,8 +174,11 @@ __device__ inline float* chunk_table(const Ssdi8ChunkScanArgs& a, int b, int chu
   const int64_t entry = (int64_t(b) * chunk_count(a) + chunk_index) * a.heads + h;
   return reinterpret_cast<float*>(static_cast<char*>(a.workspace) + cbq_bytes(a) + entry * table_bytes(a.chunk));
 }
+__device__ inline int* table_qd(float* table, int rows) {  // rows = table_rows(chunk)
+  return reinterpret_cast<int*>(table + kTableRowCount * rows);
+}
 __device__ inline int* chunk_qd(const Ssdi8ChunkScanArgs& a, int b, int chunk_index, int h) {
-  return reinterpret_cast<int*>(chunk_table(a, b, chunk_index, h) + kTableRowCount * table_rows(a.chunk));
+  return table_qd(chunk_table(a, b, chunk_index, h), table_rows(a.chunk));
 }
 
 // ChunkCumsum: a block per (sequence blockIdx.y, chunk, run of `span` heads), blockIdx.x = chunk·runs
@@ -240,7 +242,7 @@ __global__ void __launch_bounds__(kTableThreads) ssdi8_chunk_tables_kernel(Ssdi8
     float* const first = chunk_table(a, b, c, h0);  // the run's heads are adjacent entries
     for (int j = threadIdx.x / R; threadIdx.x < per * R && j < n; j += per) {
       float* table = first + j * head_floats;
-      if (t == 0) *reinterpret_cast<int*>(table + kTableRowCount * R) = qd[j];  // chunk_qd
+      if (t == 0) *table_qd(table, R) = qd[j];
       if (t >= L) {
         for (int k = 0; k < kTableRowCount; ++k) table[k * R + t] = 0.f;
         continue;
