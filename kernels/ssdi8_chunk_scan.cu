@@ -42,7 +42,7 @@ struct Layout {
   int rows;        // chunk rounded up to 32, the padding rows zero
   int trow_bytes;  // rows + 16: rows of BqT [n][token] and XqT [p][token]
   int x16_stride;  // slice + 8 halves: rows of x16 [token][p]
-  size_t B, C, BT, S, XT, x16, decay, lut_state, cs2, dt_cb, col_factor, xs_scale, inv_xs_scale, state_mult, off_scale,
+  size_t B, C, BT, S, XT, x16, cbq, decay, lut_state, cs2, dt_cb, col_factor, xs_scale, inv_xs_scale, state_mult, off_scale,
       decay_q7, work_next, total;
 };
 
@@ -50,7 +50,8 @@ struct Layout {
 // built (XqT takes Bq's place) and reads x16 with plain loads (rows without the ldmatrix padding):
 // 110,624 B at chunk 256, dstate 128, 64 columns; kScan needs no Bq, BqT or XqT: 89,120 B. Both
 // run two blocks an SM.
-__host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice, int phase = kWhole) {
+// cbq_shared (kWhole only, where it fits): room for a chunk's CBq words (make_plan's choice).
+__host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice, int phase = kWhole, bool cbq_shared = false) {
   const bool local_only = phase == kLocal, scan_only = phase == kScan;
   Layout l{};
   l.nk = (dstate + 31) / 32 * 32;
@@ -72,11 +73,15 @@ __host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice, 
   const bool xt_in_b = local_only && size_t(slice) * l.trow_bytes <= size_t(l.rows) * l.row_bytes;
   l.XT = scan_only ? l.C : xt_in_b ? l.B : take(size_t(slice) * l.trow_bytes);
   l.x16 = take(size_t(l.rows) * l.x16_stride * sizeof(__half));
+  if (phase == kWhole && cbq_shared) {  // the chunk's CBq words (chunk_cbq's layout)
+    const int tiles = (chunk + kTile - 1) / kTile;
+    l.cbq = take(size_t(tiles) * (tiles + 1) / 2 * 256);
+  }
   l.decay = take(sizeof(float) * l.rows);                            // exp(cs[t])
   l.lut_state = take(sizeof(float) * l.rows);                        // dt[t]·exp(cs[L-1] - cs[t])
   l.cs2 = take(sizeof(float) * l.rows);                              // cs[t]·log2(e)
   l.dt_cb = take(sizeof(float) * l.rows);                            // s_cb·dt[t]
-  l.col_factor = take(sizeof(float) * l.rows);                       // s_cb·dt[s]·exp(cs[s|15] - cs[s])
+  l.col_factor = take(sizeof(float) * l.rows);                       // f16(16·s_cb·dt[s]·exp(cs[s|15] - cs[s])) (half the row)
   l.xs_scale = take(sizeof(float) * slice);
   l.inv_xs_scale = take(sizeof(float) * slice);                      // __frcp_rn(s_xs)
   l.state_mult = take(sizeof(float) * slice);                        // (s_xs·s_B) / s_s
@@ -130,6 +135,10 @@ __device__ inline uint32_t pack_half2_satfinite(float lo, float hi) {
   asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
+__device__ inline __half half_satfinite(float v) {
+  const uint32_t pair = pack_half2_satfinite(v, 0.f);
+  return __ushort_as_half(static_cast<unsigned short>(pair));
+}
 __device__ inline uint32_t hmul2_bits(uint32_t a, uint32_t b) {
   uint32_t d;
   asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
@@ -162,8 +171,8 @@ __device__ inline const uint2* chunk_cbq(const Ssdi8ChunkScanArgs& a, int b, int
 // ChunkCumsum's per-token values of a (sequence, chunk, head), the same for every slice of the
 // head: ssdi8_chunk_tables_kernel writes them once into the workspace after the CBq words, five rows
 // of R = round32(chunk) floats in the Layout's order — exp(cs[t]), dt[t]·exp(cs[L-1] − cs[t]),
-// cs[t]·log2(e), s_cb·dt[t], s_cb·dt[t]·exp(cs[t|15] − cs[t]), each zero past the chunk's end — then
-// Qd = rint(exp(cs[L-1])·128) as an int in a 16-byte tail.
+// cs[t]·log2(e), s_cb·dt[t], and 16·s_cb·dt[t]·exp(cs[t|15] − cs[t]) in fp16 (the first half of its
+// row), each zero past the chunk's end — then Qd = rint(exp(cs[L-1])·128) as an int in a 16-byte tail.
 __host__ __device__ inline int table_rows(int chunk) { return (chunk + 31) / 32 * 32; }
 constexpr int kTableRowCount = 5;
 __host__ __device__ inline size_t table_bytes(int chunk) { return 4 * kTableRowCount * size_t(table_rows(chunk)) + 16; }
@@ -174,6 +183,7 @@ __device__ inline float* chunk_table(const Ssdi8ChunkScanArgs& a, int b, int chu
   const int64_t entry = (int64_t(b) * chunk_count(a) + chunk_index) * a.heads + h;
   return reinterpret_cast<float*>(static_cast<char*>(a.workspace) + cbq_bytes(a) + entry * table_bytes(a.chunk));
 }
+__device__ inline __half* table_col_factor(float* table, int rows) { return reinterpret_cast<__half*>(table + 4 * rows); }
 __device__ inline int* table_qd(float* table, int rows) {  // rows = table_rows(chunk)
   return reinterpret_cast<int*>(table + kTableRowCount * rows);
 }
@@ -244,7 +254,8 @@ __global__ void __launch_bounds__(kTableThreads) ssdi8_chunk_tables_kernel(Ssdi8
       float* table = first + j * head_floats;
       if (t == 0) *table_qd(table, R) = qd[j];
       if (t >= L) {
-        for (int k = 0; k < kTableRowCount; ++k) table[k * R + t] = 0.f;
+        for (int k = 0; k < kTableRowCount - 1; ++k) table[k * R + t] = 0.f;
+        table_col_factor(table, R)[t] = __half();
         continue;
       }
       const float dt_t = dt[t * stride + j], cs_t = cs[t * stride + j], cs_last = cs[(L - 1) * stride + j];
@@ -255,8 +266,9 @@ __global__ void __launch_bounds__(kTableThreads) ssdi8_chunk_tables_kernel(Ssdi8
       table[2 * R + t] = cs2_t;
       table[3 * R + t] = dt_cb;
       // The scan's column factor left of the diagonal, relative to the 16-token tile's last token
-      // (t | 15 < L there): the exponent is ≤ 0. A float part that reaches y alone (ex2.approx).
-      table[4 * R + t] = __fmul_rn(dt_cb, exp2_approx(__fsub_rn(cs2_r, cs2_t)));
+      // (t | 15 < L there): the exponent is ≤ 0. A float part that reaches y alone (ex2.approx), in
+      // fp16 ×16 (saturating).
+      table_col_factor(table, R)[t] = half_satfinite(__fmul_rn(__fmul_rn(dt_cb, exp2_approx(__fsub_rn(cs2_r, cs2_t))), 16.f));
     }
   }
 }
@@ -362,7 +374,7 @@ __device__ __forceinline__ void chunk_bmm(const Ssdi8ChunkScanArgs& a, unsigned 
 constexpr int block_threads(int phase) { return phase == kScan ? kThreads / 2 : kThreads; }
 template <int kSlice, int kDstate, int kPhase>
 __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 2)
-    ssdi8_chunk_scan_kernel(Ssdi8ChunkScanArgs a, int bmm_parts) {
+    ssdi8_chunk_scan_kernel(Ssdi8ChunkScanArgs a, int bmm_parts, bool cbq_shared) {
   constexpr int kN8 = kSlice / 8;  // n8 tiles of the slice's columns
   constexpr int kBlockThreads = block_threads(kPhase), kBlockWarps = kBlockThreads / 32, phase = kPhase;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -379,7 +391,8 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
       return;
     }
   }
-  const Layout lay = make_layout(a.chunk, a.dstate, kSlice, kPhase);
+  cbq_shared = cbq_shared && kPhase == kWhole;
+  const Layout lay = make_layout(a.chunk, a.dstate, kSlice, kPhase, cbq_shared);
   const int N = kDstate ? kDstate : a.dstate;
   const int NK = kDstate ? (kDstate + 31) / 32 * 32 : lay.nk, RB = NK + 16;
   const int TRB = lay.trow_bytes, XS = lay.x16_stride;
@@ -389,11 +402,15 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
   int8_t* S = reinterpret_cast<int8_t*>(smem + lay.S);
   int8_t* XT = reinterpret_cast<int8_t*>(smem + lay.XT);
   __half* x16 = reinterpret_cast<__half*>(smem + lay.x16);
+  // kWhole copies each chunk's CBq words into shared memory with its other rows where they fit (a
+  // W tile pair then waits for shared memory rather than L2: module −3 %); kScan's two blocks an SM
+  // leave no room and read L2.
+  uint2* cbq_rows = reinterpret_cast<uint2*>(smem + lay.cbq);
   float* decay = reinterpret_cast<float*>(smem + lay.decay);
   float* lut_state = reinterpret_cast<float*>(smem + lay.lut_state);
   float* cs2 = reinterpret_cast<float*>(smem + lay.cs2);
   float* dt_cb = reinterpret_cast<float*>(smem + lay.dt_cb);
-  float* col_factor = reinterpret_cast<float*>(smem + lay.col_factor);
+  const __half* col_factor = reinterpret_cast<const __half*>(smem + lay.col_factor);
   float* xs_scale = reinterpret_cast<float*>(smem + lay.xs_scale);
   float* inv_xs_scale = reinterpret_cast<float*>(smem + lay.inv_xs_scale);
   float* state_mult = reinterpret_cast<float*>(smem + lay.state_mult);
@@ -479,6 +496,11 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
     {
       const float* table = chunk_table(a, b, c, h);
       for (int i = tid; i < kTableRowCount * lay.rows / 4; i += kBlockThreads) cp_async_16(decay + 4 * i, table + 4 * i);
+      if (cbq_shared) {
+        const int tiles = (L + kTile - 1) / kTile;
+        const uint2* words = chunk_cbq(a, b, c, grp);
+        for (int i = tid; i < tiles * (tiles + 1) / 2 * 16; i += kBlockThreads) cp_async_16(cbq_rows + 2 * i, words + 2 * i);
+      }
       if (tid == 0) cp_async_4_or_zero(decay_q7, chunk_qd(a, b, c, h), true);
       if (tid == 0) *work_next = 0;
     }
@@ -606,22 +628,26 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
       const float cs2_t0 = cs2[t0 + g], cs2_t1 = cs2[t0 + g + 8];
       const uint32_t x_rows = x16_s + 2 * b_lane_offset(lane, XS);
       // This row tile's CBq words (pairs T·(T+1)/2 + S), each loaded one pair ahead.
-      const uint2* cbq = chunk_cbq(a, b, c, grp) + (T * (T + 1) / 2) * 32 + lane;
-      uint2 cbq_next = __ldg(cbq);
+      const int cbq_first = (T * (T + 1) / 2) * 32 + lane;
+      const uint2* cbq_global = chunk_cbq(a, b, c, grp) + cbq_first;
+      const uint2* cbq_local = cbq_rows + cbq_first;
+      auto load_cbq = [&](int pair) { return cbq_shared ? cbq_local[32 * pair] : __ldg(cbq_global + 32 * pair); };
+      uint2 cbq_next = load_cbq(0);
       // One 16 × 16 tile pair (s0 < t0), or the diagonal one (s0 == t0: only s ≤ t kept), apart so
       // that the others carry no mask. W = f16(float(CBq)·(s_cb·dt[s]·2^(cs2[t] - cs2[s]))) for s ≤ t,
       // else 0 (rows t ≥ L are not stored), in the accumulator layout of the two n8 tiles, which is the
       // A fragment of the m16n8k16 below. W is a float part of the specification (within tolerance):
       // exp through ex2.approx, and left of the diagonal as the product of ChunkCumsum's column factor
-      // s_cb·dt[s]·exp(cs[r] - cs[s]) and the row factor 2^(cs2[t] - cs2[r]), r = s0 + 15 (both
-      // exponents ≤ 0: two exps a lane instead of eight), rounded to fp16 (×16, saturating) and
-      // multiplied by CBq/16 in fp16 — exact operands, one rounding more than the diagonal's form.
+      // 16·s_cb·dt[s]·exp(cs[r] - cs[s]) (fp16, saturating) and the row factor 2^(cs2[t] - cs2[r]),
+      // r = s0 + 15 (both exponents ≤ 0: two exps a lane instead of eight) rounded to fp16, multiplied
+      // in fp16 and then by CBq/16 (exact) in fp16: three roundings more than the diagonal's form, two
+      // fp16 multiplies a pair of values instead of four fp32 ones and a conversion.
       // The ×16 keeps the factor normal down to 3.8e-6 and finite up to 4094 (s_cb·dt beyond that
       // saturates it, where f16(W) for large CBq overflows in the specification itself).
       auto tile_pair = [&](int s0, auto diagonal_tag) {
         constexpr bool diagonal = decltype(diagonal_tag)::value;
         const uint2 word = cbq_next;  // CBq of rows t0.. and columns s0..
-        if (!diagonal) cbq_next = __ldg(cbq + (s0 / kTile + 1) * 32);
+        if (!diagonal) cbq_next = load_cbq(s0 / kTile + 1);
         uint32_t w[4];
         if constexpr (diagonal) {
           float cb[2][4];
@@ -642,16 +668,15 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
           }
         } else {
           const float r = cs2[s0 + kTile - 1];
-          const float row[2] = {__fmul_rn(exp2_approx(cs2_t0 - r), 16.f), __fmul_rn(exp2_approx(cs2_t1 - r), 16.f)};
+          const float row0 = exp2_approx(cs2_t0 - r), row1 = exp2_approx(cs2_t1 - r);
+          const uint32_t row[2] = {pack_half2(row0, row0), pack_half2(row1, row1)};
 #pragma unroll
           for (int u = 0; u < 2; ++u) {
-            const float2 col = *reinterpret_cast<const float2*>(col_factor + s0 + 8 * u + 2 * q);
+            const uint32_t col = *reinterpret_cast<const uint32_t*>(col_factor + s0 + 8 * u + 2 * q);
             const uint32_t biased = (u ? word.y : word.x) ^ 0x80808080u;
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const uint32_t m = pack_half2_satfinite(__fmul_rn(col.x, row[half]), __fmul_rn(col.y, row[half]));
-              w[2 * u + half] = hmul2_bits(int8x2_to_half2_over_16(biased, half), m);
-            }
+            for (int half = 0; half < 2; ++half)
+              w[2 * u + half] = hmul2_bits(int8x2_to_half2_over_16(biased, half), hmul2_bits(col, row[half]));
           }
         }
         // diag += W · x16[s0.., :] (fp16 products, exact in fp32; fp32 accumulation).
@@ -866,6 +891,7 @@ struct Plan {
   int bmm_parts = 1;    // blocks a (sequence, chunk, group)'s ChunkBMM is split over
   int bmm_z = 0;        // grid z slices of the kLocal launch that run ChunkBMM
   int table_span = 1;   // heads a ChunkCumsum block
+  bool cbq_shared = false;  // kWhole keeps each chunk's CBq words in shared memory
 };
 
 size_t bmm_shared_bytes(const Ssdi8ChunkScanArgs& a) {
@@ -908,7 +934,8 @@ bool make_plan(const Ssdi8ChunkScanArgs& a, Plan* plan) {
   while (slice > 32 && per_slice * 2 * (a.headdim / slice) <= sms) slice /= 2;
   while (make_layout(a.chunk, a.dstate, slice).total > static_cast<size_t>(max_smem) && slice > 16) slice /= 2;
   plan->slice = slice;
-  plan->smem = make_layout(a.chunk, a.dstate, slice, plan->split ? kScan : kWhole).total;
+  plan->cbq_shared = !plan->split && make_layout(a.chunk, a.dstate, slice, kWhole, true).total <= static_cast<size_t>(max_smem);
+  plan->smem = make_layout(a.chunk, a.dstate, slice, plan->split ? kScan : kWhole, plan->cbq_shared).total;
   plan->bmm_smem = bmm_shared_bytes(a);
   // ChunkCumsum: the most heads a block (one cumsum thread each, dt read in runs of them) that still
   // gives four blocks an SM; one head a block otherwise (a batch-1 prefill: its blocks are few).
@@ -951,7 +978,7 @@ cudaError_t launch_with(const Ssdi8ChunkScanArgs& a, const Plan& plan, cudaStrea
       return status;
     ssdi8_chunk_bmm_kernel<kDstate><<<dim3(plan.chunks, a.batch, a.groups * plan.bmm_parts), kThreads, plan.bmm_smem, stream>>>(
         a, plan.bmm_parts);
-    whole<<<dim3(blocks_x, a.batch), block_threads(kWhole), plan.smem, stream>>>(a, 1);
+    whole<<<dim3(blocks_x, a.batch), block_threads(kWhole), plan.smem, stream>>>(a, 1, plan.cbq_shared);
     return cudaGetLastError();
   }
   const auto local = ssdi8_chunk_scan_kernel<kSlice, kDstate, kLocal>;
@@ -959,10 +986,10 @@ cudaError_t launch_with(const Ssdi8ChunkScanArgs& a, const Plan& plan, cudaStrea
   if (const cudaError_t status = allow_shared(local, plan.local_smem); status != cudaSuccess) return status;
   if (const cudaError_t status = allow_shared(scan, plan.smem); status != cudaSuccess) return status;
   local<<<dim3(blocks_x, a.batch, plan.chunks + plan.bmm_z), block_threads(kLocal), plan.local_smem, stream>>>(
-      a, plan.bmm_parts);
+      a, plan.bmm_parts, false);
   const int pass_blocks = (a.headdim * (a.dstate / 4) + kPassThreads - 1) / kPassThreads;
   state_pass_kernel<<<dim3(pass_blocks, a.heads, a.batch), kPassThreads, 0, stream>>>(a, kSlice);
-  scan<<<dim3(blocks_x, a.batch, plan.chunks), block_threads(kScan), plan.smem, stream>>>(a, 1);
+  scan<<<dim3(blocks_x, a.batch, plan.chunks), block_threads(kScan), plan.smem, stream>>>(a, 1, false);
   return cudaGetLastError();
 }
 

@@ -15,8 +15,8 @@
 // correctly rounded, in ~96 %: dt can differ in the last bit), so an int8 value (Xq, the state) can
 // move by one step, rarely. The float parts that reach y alone are within tolerance, not bit-equal:
 // exp(cs[t]) and CB's exp(cs[t] - cs[s]) through ex2.approx (left of the diagonal as a column
-// factor times a row factor, the product rounded to fp16 and multiplied by CBq in fp16), and the diag
-// sum in the tensor core's order.
+// factor times a row factor, each rounded to fp16, multiplied in fp16 and then by CBq in fp16), and
+// the diag sum in the tensor core's order.
 // CPU reference: runtime/quantized_ssd.h `ssdi8_chunked` (its header states the specification),
 // whose fp32 x holds fp16 values in this recipe: the kernel's fp16 x is the same numbers.
 #pragma once
@@ -72,7 +72,9 @@ struct Ssdi8ChunkScanArgs {
 // within the current device's per-block limit:
 // (2·R + c)·(K + 16) + (dstate + c)·(R + 16) + 2·R·(c + 8) + 20·R + 16·c + 32 bytes, R = chunk and
 // K = dstate each rounded up to 32, for the c = 64, 32 or 16 headdim columns a block takes
-// (178,208 B at chunk 256, dstate 128, c = 64; dstate 256 needs chunk ≤ 224).
+// (178,208 B at chunk 256, dstate 128, c = 64; dstate 256 needs chunk ≤ 224). Where 256·T(T+1)/2
+// bytes more fit (T = ceil(chunk / 16); 213,024 B in all at chunk 256, dstate 128, c = 64), the
+// kernel that walks whole sequences keeps each chunk's C·Bᵀ words in shared memory too.
 bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& args);
 
 // batch · (chunks · (groups · T(T+1)/2 · 256 + heads · (20·R + 16)) + 2 · heads · headdim · dstate)
