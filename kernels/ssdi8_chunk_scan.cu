@@ -467,8 +467,8 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
   const uint32_t S_s = shared_address(S), XT_s = shared_address(XT), x16_s = shared_address(x16);
 
   // The copies of chunk c into shared memory, two cp.async groups: (1) the Bq and Cq rows (kLocal
-  // Bq alone, kScan Cq alone) and ChunkCumsum's values of this (chunk, head), computed by
-  // ssdi8_chunk_tables_kernel; (2) the chunk's fp16 x rows. Rows past the chunk's end (and bytes
+  // Bq alone, kScan Cq alone), ChunkCumsum's values of this (chunk, head), computed by
+  // ssdi8_chunk_tables_kernel, and (cbq_shared) the chunk's CBq words; (2) the chunk's fp16 x rows. Rows past the chunk's end (and bytes
   // past dstate) are zero. Addresses step row by row (no per-row 64-bit products).
   auto load_chunk = [&](int c) {
     const int start = c * a.chunk, L = min(a.chunk, a.seqlen - start), rows = (L + 31) / 32 * 32;
@@ -524,8 +524,8 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
     cp_async_commit();
   };
 
-  // kWhole loads chunk c + 1 while chunk c's ChunkState runs (Bq, Cq, x16 and the values are dead by
-  // then); the barrier at the top of the next chunk orders both.
+  // kWhole loads chunk c + 1 while chunk c's ChunkState runs (Bq, Cq, x16, CBq and the values are
+  // dead by then); the barrier at the top of the next chunk orders both.
   load_chunk(c_begin);
   for (int c = c_begin; c < c_end; ++c) {
     const int start = c * a.chunk, L = min(a.chunk, a.seqlen - start);
@@ -625,7 +625,9 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
             yacc[j][e] = __fmul_rn(__fmul_rn(small_int_to_float(acc[j][e]), e & 1 ? scale.y : scale.x), decay_t[e / 2]);
         }
       }
-      const float cs2_t0 = cs2[t0 + g], cs2_t1 = cs2[t0 + g + 8];
+      // Rows past the chunk's end (never stored) take the last row's cs2, so that their W factors'
+      // exponents stay ≤ 0 too: no Inf (and no Inf · 0) in the fp16 products.
+      const float cs2_t0 = cs2[min(t0 + g, L - 1)], cs2_t1 = cs2[min(t0 + g + 8, L - 1)];
       const uint32_t x_rows = x16_s + 2 * b_lane_offset(lane, XS);
       // This row tile's CBq words (pairs T·(T+1)/2 + S), each loaded one pair ahead.
       const int cbq_first = (T * (T + 1) / 2) * 32 + lane;
@@ -641,9 +643,12 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
       // 16·s_cb·dt[s]·exp(cs[r] - cs[s]) (fp16, saturating) and the row factor 2^(cs2[t] - cs2[r]),
       // r = s0 + 15 (both exponents ≤ 0: two exps a lane instead of eight) rounded to fp16, multiplied
       // in fp16 and then by CBq/16 (exact) in fp16: three roundings more than the diagonal's form, two
-      // fp16 multiplies a pair of values instead of four fp32 ones and a conversion.
-      // The ×16 keeps the factor normal down to 3.8e-6 and finite up to 4094 (s_cb·dt beyond that
-      // saturates it, where f16(W) for large CBq overflows in the specification itself).
+      // fp16 multiplies a value pair (after the once-a-pair row conversion) where an fp32 product
+      // took two multiplies, a conversion and the fp16 multiply. The ×16 keeps the column factor
+      // normal down to s_cb·dt·exp(…) = 3.8e-6 and finite up to 4094 (beyond that it saturates,
+      // where f16(W) for large CBq overflows in the specification itself); a row factor below 2⁻¹⁴
+      // (its tokens decayed by more than that) loses relative precision as an fp16 subnormal and is
+      // 0 below 2⁻²⁵, an absolute error under 2⁻²⁵ of the column factor's W.
       auto tile_pair = [&](int s0, auto diagonal_tag) {
         constexpr bool diagonal = decltype(diagonal_tag)::value;
         const uint2 word = cbq_next;  // CBq of rows t0.. and columns s0..
