@@ -48,7 +48,7 @@ struct Layout {
 
 // The split launch's phases take less: kLocal needs no Cq and no S, builds XqT only after BqT is
 // built (XqT takes Bq's place) and reads x16 with plain loads (rows without the ldmatrix padding):
-// 110,624 B at chunk 256, dstate 128, 64 columns; kScan needs no Bq, BqT or XqT: 89,120 B. Both
+// 110,112 B at chunk 256, dstate 128, 64 columns; kScan needs no Bq, BqT or XqT: 88,608 B. Both
 // run two blocks an SM.
 // cbq_shared (kWhole only, where it fits): room for a chunk's CBq words (make_plan's choice).
 __host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice, int phase = kWhole, bool cbq_shared = false) {
@@ -81,7 +81,7 @@ __host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice, 
   l.lut_state = take(sizeof(float) * l.rows);                        // dt[t]·exp(cs[L-1] - cs[t])
   l.cs2 = take(sizeof(float) * l.rows);                              // cs[t]·log2(e)
   l.dt_cb = take(sizeof(float) * l.rows);                            // s_cb·dt[t]
-  l.col_factor = take(sizeof(float) * l.rows);                       // f16(16·s_cb·dt[s]·exp(cs[s|15] - cs[s])) (half the row)
+  l.col_factor = take(sizeof(__half) * l.rows);                      // f16(16·s_cb·dt[s]·exp(cs[s|15] - cs[s]))
   l.xs_scale = take(sizeof(float) * slice);
   l.inv_xs_scale = take(sizeof(float) * slice);                      // __frcp_rn(s_xs)
   l.state_mult = take(sizeof(float) * slice);                        // (s_xs·s_B) / s_s
@@ -169,13 +169,15 @@ __device__ inline const uint2* chunk_cbq(const Ssdi8ChunkScanArgs& a, int b, int
 }
 
 // ChunkCumsum's per-token values of a (sequence, chunk, head), the same for every slice of the
-// head: ssdi8_chunk_tables_kernel writes them once into the workspace after the CBq words, five rows
-// of R = round32(chunk) floats in the Layout's order — exp(cs[t]), dt[t]·exp(cs[L-1] − cs[t]),
-// cs[t]·log2(e), s_cb·dt[t], and 16·s_cb·dt[t]·exp(cs[t|15] − cs[t]) in fp16 (the first half of its
-// row), each zero past the chunk's end — then Qd = rint(exp(cs[L-1])·128) as an int in a 16-byte tail.
+// head: ssdi8_chunk_tables_kernel writes them once into the workspace after the CBq words, four rows
+// of R = round32(chunk) floats and one of R halves in the Layout's order — exp(cs[t]),
+// dt[t]·exp(cs[L-1] − cs[t]), cs[t]·log2(e), s_cb·dt[t], then 16·s_cb·dt[t]·exp(cs[t|15] − cs[t]) in
+// fp16, each zero past the chunk's end — then Qd = rint(exp(cs[L-1])·128) as an int in a 16-byte tail.
 __host__ __device__ inline int table_rows(int chunk) { return (chunk + 31) / 32 * 32; }
-constexpr int kTableRowCount = 5;
-__host__ __device__ inline size_t table_bytes(int chunk) { return 4 * kTableRowCount * size_t(table_rows(chunk)) + 16; }
+constexpr int kTableFloatRows = 4;
+// The rows' bytes (18·R, a multiple of 16 since R is of 32), as one run for the scan's copy.
+__host__ __device__ inline size_t table_row_bytes(int chunk) { return (4 * kTableFloatRows + 2) * size_t(table_rows(chunk)); }
+__host__ __device__ inline size_t table_bytes(int chunk) { return table_row_bytes(chunk) + 16; }
 __host__ __device__ inline size_t cbq_bytes(const Ssdi8ChunkScanArgs& a) {
   return size_t(a.batch) * chunk_count(a) * a.groups * tile_pairs(a.chunk) * 256;
 }
@@ -183,10 +185,9 @@ __device__ inline float* chunk_table(const Ssdi8ChunkScanArgs& a, int b, int chu
   const int64_t entry = (int64_t(b) * chunk_count(a) + chunk_index) * a.heads + h;
   return reinterpret_cast<float*>(static_cast<char*>(a.workspace) + cbq_bytes(a) + entry * table_bytes(a.chunk));
 }
-__device__ inline __half* table_col_factor(float* table, int rows) { return reinterpret_cast<__half*>(table + 4 * rows); }
-__device__ inline int* table_qd(float* table, int rows) {  // rows = table_rows(chunk)
-  return reinterpret_cast<int*>(table + kTableRowCount * rows);
-}
+// rows = table_rows(chunk)
+__device__ inline __half* table_col_factor(float* table, int rows) { return reinterpret_cast<__half*>(table + kTableFloatRows * rows); }
+__device__ inline int* table_qd(float* table, int rows) { return reinterpret_cast<int*>(table_col_factor(table, rows) + rows); }
 __device__ inline int* chunk_qd(const Ssdi8ChunkScanArgs& a, int b, int chunk_index, int h) {
   return table_qd(chunk_table(a, b, chunk_index, h), table_rows(a.chunk));
 }
@@ -256,7 +257,7 @@ __global__ void __launch_bounds__(kTableThreads, 6) ssdi8_chunk_tables_kernel(Ss
       float* table = first + j * head_floats;
       if (t == 0) *table_qd(table, R) = qd[j];
       if (t >= L) {
-        for (int k = 0; k < kTableRowCount - 1; ++k) table[k * R + t] = 0.f;
+        for (int k = 0; k < kTableFloatRows; ++k) table[k * R + t] = 0.f;
         table_col_factor(table, R)[t] = __half();
         continue;
       }
@@ -497,7 +498,7 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
     }
     {
       const float* table = chunk_table(a, b, c, h);
-      for (int i = tid; i < kTableRowCount * lay.rows / 4; i += kBlockThreads) cp_async_16(decay + 4 * i, table + 4 * i);
+      for (int i = tid; i < table_row_bytes(a.chunk) / 16; i += kBlockThreads) cp_async_16(decay + 4 * i, table + 4 * i);
       if (cbq_shared) {
         const int tiles = (L + kTile - 1) / kTile;
         const uint2* words = chunk_cbq(a, b, c, grp);

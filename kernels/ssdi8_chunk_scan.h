@@ -70,14 +70,14 @@ struct Ssdi8ChunkScanArgs {
 // 1..256; heads divisible by groups; batch ≤ 65535; every pointer set; state, Bq and Cq 16-byte
 // aligned with bc_stride a multiple of 16; row strides at least a row; and the shared memory
 // within the current device's per-block limit:
-// (2·R + c)·(K + 16) + (dstate + c)·(R + 16) + 2·R·(c + 8) + 20·R + 16·c + 32 bytes, R = chunk and
+// (2·R + c)·(K + 16) + (dstate + c)·(R + 16) + 2·R·(c + 8) + 18·R + 16·c + 32 bytes, R = chunk and
 // K = dstate each rounded up to 32, for the c = 64, 32 or 16 headdim columns a block takes
-// (178,208 B at chunk 256, dstate 128, c = 64; dstate 256 needs chunk ≤ 224). Where 256·T(T+1)/2
-// bytes more fit (T = ceil(chunk / 16); 213,024 B in all at chunk 256, dstate 128, c = 64), the
+// (177,696 B at chunk 256, dstate 128, c = 64; dstate 256 needs chunk ≤ 224). Where 256·T(T+1)/2
+// bytes more fit (T = ceil(chunk / 16); 212,512 B in all at chunk 256, dstate 128, c = 64), the
 // kernel that walks whole sequences keeps each chunk's C·Bᵀ words in shared memory too.
 bool ssdi8_chunk_scan_supported(const Ssdi8ChunkScanArgs& args);
 
-// batch · (chunks · (groups · T(T+1)/2 · 256 + heads · (20·R + 16)) + 2 · heads · headdim · dstate)
+// batch · (chunks · (groups · T(T+1)/2 · 256 + heads · (18·R + 16)) + 2 · heads · headdim · dstate)
 // bytes, T = ceil(chunk / 16), R = chunk rounded up to 32: the requantized C·Bᵀ of every (sequence,
 // chunk, group), ChunkCumsum's per-token values of every (sequence, chunk, head) and two int8 states
 // a (sequence, head) for the split launch's last chunk. Reads batch, seqlen, heads, headdim, groups,

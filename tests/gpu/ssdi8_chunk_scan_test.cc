@@ -409,7 +409,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"xqt_apart_dstate48_chunk30_g2", 1, 100, 32, 64, 2, 48, 30, -1.f, -0.05f},
         Case{"slices_headdim128_len1000", 1, 1000, 24, 128, 1, 128, 256, -0.5f, -0.02f},
         // the forced whole-sequence schedule without room for the chunk's C·Bᵀ words in shared
-        // memory (read from L2 instead): 32 columns a block, 222,624 B, 249,504 B with them, against
+        // memory (read from L2 instead): 32 columns a block, 222,176 B, 249,056 B with them, against
         // 227 KB on an H100 or H200
         Case{"dstate256_chunk224_cbq_from_l2", 1, 500, 4, 64, 1, 256, 224, -0.5f, -0.02f},
         Case{"groups_equal_heads", 2, 300, 8, 64, 8, 64, 100, -1.f, -0.05f}),
