@@ -46,6 +46,12 @@ struct Layout {
       decay_q7, work_next, total;
 };
 
+// The lower-triangle 16 × 16 tile pairs (T, S ≤ T) of a chunk of `chunk` tokens.
+__host__ __device__ inline int tile_pairs(int chunk) {
+  const int tiles = (chunk + kTile - 1) / kTile;
+  return tiles * (tiles + 1) / 2;
+}
+
 // The split launch's phases take less: kLocal needs no Cq and no S, builds XqT only after BqT is
 // built (XqT takes Bq's place) and reads x16 with plain loads (rows without the ldmatrix padding):
 // 110,112 B at chunk 256, dstate 128, 64 columns; kScan needs no Bq, BqT or XqT: 88,608 B. Both
@@ -73,10 +79,7 @@ __host__ __device__ inline Layout make_layout(int chunk, int dstate, int slice, 
   const bool xt_in_b = local_only && size_t(slice) * l.trow_bytes <= size_t(l.rows) * l.row_bytes;
   l.XT = scan_only ? l.C : xt_in_b ? l.B : take(size_t(slice) * l.trow_bytes);
   l.x16 = take(size_t(l.rows) * l.x16_stride * sizeof(__half));
-  if (phase == kWhole && cbq_shared) {  // the chunk's CBq words (chunk_cbq's layout)
-    const int tiles = (chunk + kTile - 1) / kTile;
-    l.cbq = take(size_t(tiles) * (tiles + 1) / 2 * 256);
-  }
+  if (phase == kWhole && cbq_shared) l.cbq = take(size_t(tile_pairs(chunk)) * 256);  // chunk_cbq's layout
   l.decay = take(sizeof(float) * l.rows);                            // exp(cs[t])
   l.lut_state = take(sizeof(float) * l.rows);                        // dt[t]·exp(cs[L-1] - cs[t])
   l.cs2 = take(sizeof(float) * l.rows);                              // cs[t]·log2(e)
@@ -159,10 +162,6 @@ __device__ inline uint32_t int8x2_to_half2_over_16(uint32_t biased, int pair) {
 // m16n8 accumulator layout of the pair's two n8 tiles — CBq[t0+g][s0+8u+2q+{0,1}] at bytes 4u + {0,1}
 // and CBq[t0+g+8][…] at bytes 4u + {2,3} — as one 8-byte word.
 __host__ __device__ inline int chunk_count(const Ssdi8ChunkScanArgs& a) { return (a.seqlen + a.chunk - 1) / a.chunk; }
-__host__ __device__ inline int tile_pairs(int chunk) {
-  const int tiles = (chunk + kTile - 1) / kTile;
-  return tiles * (tiles + 1) / 2;
-}
 __device__ inline const uint2* chunk_cbq(const Ssdi8ChunkScanArgs& a, int b, int chunk_index, int grp) {
   const int64_t block = (int64_t(b) * chunk_count(a) + chunk_index) * a.groups + grp;
   return reinterpret_cast<const uint2*>(a.workspace) + block * tile_pairs(a.chunk) * 32;
@@ -471,8 +470,9 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
 
   // The copies of chunk c into shared memory, two cp.async groups: (1) the Bq and Cq rows (kLocal
   // Bq alone, kScan Cq alone), ChunkCumsum's values of this (chunk, head), computed by
-  // ssdi8_chunk_tables_kernel, and (cbq_shared) the chunk's CBq words; (2) the chunk's fp16 x rows. Rows past the chunk's end (and bytes
-  // past dstate) are zero. Addresses step row by row (no per-row 64-bit products).
+  // ssdi8_chunk_tables_kernel, and (cbq_shared) the chunk's CBq words; (2) the chunk's fp16 x rows.
+  // Rows past the chunk's end (and bytes past dstate) are zero. Addresses step row by row (no
+  // per-row 64-bit products).
   auto load_chunk = [&](int c) {
     const int start = c * a.chunk, L = min(a.chunk, a.seqlen - start), rows = (L + 31) / 32 * 32;
     const int64_t row0 = int64_t(b) * a.seqlen + start;
@@ -499,10 +499,9 @@ __global__ void __launch_bounds__(block_threads(kPhase), kPhase == kWhole ? 1 : 
     {
       const float* table = chunk_table(a, b, c, h);
       for (int i = tid; i < table_row_bytes(a.chunk) / 16; i += kBlockThreads) cp_async_16(decay + 4 * i, table + 4 * i);
-      if (cbq_shared) {
-        const int tiles = (L + kTile - 1) / kTile;
+      if (cbq_shared) {  // the pairs of this chunk's L tokens, 16 pieces of 16 bytes each
         const uint2* words = chunk_cbq(a, b, c, grp);
-        for (int i = tid; i < tiles * (tiles + 1) / 2 * 16; i += kBlockThreads) cp_async_16(cbq_rows + 2 * i, words + 2 * i);
+        for (int i = tid; i < tile_pairs(L) * 16; i += kBlockThreads) cp_async_16(cbq_rows + 2 * i, words + 2 * i);
       }
       if (tid == 0) cp_async_4_or_zero(decay_q7, chunk_qd(a, b, c, h), true);
       if (tid == 0) *work_next = 0;
