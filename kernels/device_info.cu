@@ -16,7 +16,8 @@ std::vector<DeviceInfo> list_devices(std::string* error) {
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
-    out.push_back({i, prop.name, prop.major, prop.minor, prop.totalGlobalMem, prop.multiProcessorCount});
+    out.push_back({i, prop.name, prop.major, prop.minor, prop.totalGlobalMem, prop.multiProcessorCount,
+                   static_cast<size_t>(prop.l2CacheSize)});
   }
   if (out.empty() && error) *error = "no CUDA device found";
   return out;

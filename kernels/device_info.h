@@ -12,6 +12,7 @@ struct DeviceInfo {
   int major = 0, minor = 0;  // compute capability
   size_t total_memory = 0;
   int multiprocessors = 0;
+  size_t l2_cache_bytes = 0;
 };
 
 // An empty list with `error` set when no driver or no device is present.

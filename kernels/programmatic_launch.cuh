@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "kernels/l2_prefetch.h"
+
 namespace ssdq::kernels {
 
 __device__ inline void wait_for_previous_grid() {
@@ -40,6 +42,29 @@ __device__ inline void prefetch_l2(const void* p, long long bytes, int lane) {
   bytes = bytes < kPrefetchBytesPerWarp ? bytes : kPrefetchBytesPerWarp;
   for (long long offset = static_cast<long long>(lane) * 128; offset < bytes; offset += 32 * 128)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(base + offset));
+}
+
+// Block b of the grid asks the copy engine for its 1/gridDim share of each range (one bulk
+// prefetch a range, thread 0), so the whole grid spreads the requests over every SM it runs on.
+// Nothing waits for them: a hint, before wait_for_previous_grid().
+__device__ inline void prefetch_l2_share(const L2Prefetch (&ranges)[kL2PrefetchRanges]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (threadIdx.x + threadIdx.y + threadIdx.z != 0) return;
+  const long long blocks = static_cast<long long>(gridDim.x) * gridDim.y * gridDim.z;
+  const long long block = blockIdx.x + static_cast<long long>(gridDim.x) * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
+#pragma unroll
+  for (int i = 0; i < kL2PrefetchRanges; ++i) {
+    const L2Prefetch& r = ranges[i];
+    if (r.bytes <= 0) continue;
+    const long long share = ((r.bytes + blocks - 1) / blocks + 15) / 16 * 16;
+    const long long begin = block * share;
+    if (begin >= r.bytes) continue;
+    const long long bytes = r.bytes - begin < share ? r.bytes - begin : share;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(r.p) + begin),
+                 "r"(static_cast<unsigned>(bytes))
+                 : "memory");
+  }
+#endif
 }
 
 // An attribute of the current device, asked once per (device, attribute) and cached; 0 when the

@@ -273,6 +273,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(QgemvArgs a) {
   const int pieces = a.k / kCols;
   const uint4* w = static_cast<const uint4*>(a.w) + static_cast<int64_t>(col) * pieces;  // 16 bytes a piece
   if (col < a.n) prefetch_l2(w, pieces * 16ll, lane);
+  prefetch_l2_share(a.l2_prefetch);
   wait_for_previous_grid();
   allow_next_grid();
   const Int8Input x8 = takes_fp16_input(KIND)                          ? Int8Input{}
@@ -338,6 +339,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_w8a8_kernel(QgemvArgs a) {
   const int pieces = a.k / Piece<QgemvKind::kW8A8>::kCols;
   const int begin = pieces * part / kSplitWarps, end = pieces * (part + 1) / kSplitWarps;
   if (col < a.n) prefetch_l2(static_cast<const uint4*>(a.w) + static_cast<int64_t>(col) * pieces + begin, (end - begin) * 16ll, lane);
+  prefetch_l2_share(a.l2_prefetch);
   wait_for_previous_grid();
   allow_next_grid();
   const Int8Input x8 = int8_input<kThreads>(a, normed);
@@ -390,6 +392,7 @@ __global__ void __launch_bounds__(kThreads, kW8A8StreamLoadsAhead<M, kPer> ? 3 :
   const uint4* weights = static_cast<const uint4*>(a.w);
   int col = blockIdx.x * kWarps + threadIdx.x / 32;
   if (col < a.n) prefetch_l2(weights + static_cast<int64_t>(col) * pieces, pieces * 16ll, lane);
+  prefetch_l2_share(a.l2_prefetch);
   wait_for_previous_grid();
   allow_next_grid();
   if (a.norm_residual) {
@@ -478,6 +481,7 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 4 : 1) qgemv_int4_stream_ke
   const int groups = a.k / a.group_size;
   int col = blockIdx.x * kWarps + threadIdx.x / 32;
   if (col < a.n) prefetch_l2(weights + static_cast<int64_t>(col) * pieces, pieces * 16ll, lane);
+  prefetch_l2_share(a.l2_prefetch);
   wait_for_previous_grid();
   allow_next_grid();
   const Int8Input x8 = kInt8X ? int4_input<kThreads>(a, rows) : Int8Input{};  // W4A16 reads its fp16 x through L1
@@ -596,6 +600,7 @@ __global__ void __launch_bounds__(kThreads, kLaneGroupLoadsAhead<M, kGroupsPerLa
     }
   };
   load_column(col, wv, scale);
+  prefetch_l2_share(a.l2_prefetch);
   wait_for_previous_grid();
   allow_next_grid();
   const Int8Input x8 = int4_input<kThreads, /*kGroupMajor=*/true>(a, rows);
@@ -666,6 +671,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_w8a16_kernel(QgemvArgs a) {
   const int pieces = a.k / Piece<QgemvKind::kW8A16>::kCols;
   const uint4* w = static_cast<const uint4*>(a.w) + static_cast<int64_t>(col) * pieces;
   if (col < a.n) prefetch_l2(w, pieces * 16ll, lane);
+  prefetch_l2_share(a.l2_prefetch);
   wait_for_previous_grid();
   allow_next_grid();
   if (col >= a.n) return;  // the whole warp: col is the warp's
@@ -747,6 +753,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) qgemv_mma_kernel(QgemvArgs a) 
   const int tile = blockIdx.x * kMmaWarps + warp, tiles = (a.n + 15) / 16, chunks = a.k / kChunkCols;
   const uint4* tile_w = static_cast<const uint4*>(a.w) + static_cast<int64_t>(tile) * chunks * 32;
   if (tile < tiles) prefetch_l2(tile_w, chunks * 512ll, lane);
+  prefetch_l2_share(a.l2_prefetch);
   wait_for_previous_grid();
   allow_next_grid();
   if (tile >= tiles) return;  // the whole warp
@@ -825,6 +832,7 @@ __global__ void __launch_bounds__(kQuadWarps * 32) qgemv_quad_kernel(QgemvArgs a
   if (first_col < a.n)  // the warp's eight weight rows are contiguous
     prefetch_l2(static_cast<const uint4*>(a.w) + static_cast<int64_t>(first_col) * groups * ppg,
                 static_cast<long long>(min(8, a.n - first_col)) * groups * ppg * 16, lane);
+  prefetch_l2_share(a.l2_prefetch);
   wait_for_previous_grid();
   allow_next_grid();
   const Int8Input x8 = KIND == QgemvKind::kW4A16                       ? Int8Input{}
@@ -984,6 +992,8 @@ bool qgemv_supported(const QgemvArgs& a) {
   if (!a.w || !aligned16(a.w) || !a.w_scales || !a.out || a.ldout < a.n) return false;
   if (a.out_type != ElementType::kF32 && a.out_type != ElementType::kBF16 && a.out_type != ElementType::kF16) return false;
   if (a.accumulate && a.out_type != ElementType::kF32) return false;
+  for (const L2Prefetch& r : a.l2_prefetch)
+    if (r.bytes < 0 || r.bytes % 16 != 0 || (r.bytes > 0 && (!r.p || !aligned16(r.p)))) return false;
   const bool float_input = takes_fp16_input(a.kind);
   if (a.norm_residual) {
     if (float_input || !a.norm_weight || !(a.x_scale > 0.f) || a.k % 16 != 0 ||

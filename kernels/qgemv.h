@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kernels/element_type.h"
+#include "kernels/l2_prefetch.h"
 
 namespace ssdq::kernels {
 
@@ -71,6 +72,9 @@ struct QgemvArgs {
   const float* norm_residual = nullptr;
   const float* norm_weight = nullptr;
   float norm_eps = 1e-5f;
+  // Optional: bytes a later kernel will read (the next layer's in_proj weights), fetched into L2
+  // by every schedule before it waits for the previous grid (kernels/l2_prefetch.h).
+  L2Prefetch l2_prefetch[kL2PrefetchRanges];
   QgemvSchedule schedule = QgemvSchedule::kAuto;
 };
 

@@ -25,6 +25,9 @@ struct Case {
   bool bias_and_accumulate;
   kernels::QgemvSchedule schedule = kernels::QgemvSchedule::kSplitGroups;
   bool mma_layout = false;  // kW8A16 / kW4A16: pack_w8a16_mma_layout's / pack_w4a16_mma_layout's weights (tensor cores)
+  // > 0: the launch also fetches this many bytes of another buffer (a next layer's weights) and its
+  // own scales into L2 (QgemvArgs::l2_prefetch), which must change nothing.
+  int64_t prefetch_bytes = 0;
 };
 
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
@@ -40,7 +43,7 @@ std::string name_of(const ::testing::TestParamInfo<Case>& info) {
                      : c.schedule == kernels::QgemvSchedule::kLaneGroup ? "_lanegroup"
                      : c.schedule == kernels::QgemvSchedule::kAuto    ? "_auto"
                                                                        : "") +
-         (c.mma_layout ? "_mma" : "");
+         (c.mma_layout ? "_mma" : "") + (c.prefetch_bytes ? fmt::format("_prefetch{}", c.prefetch_bytes) : "");
 }
 
 // Expects got and expected to hold the same float bits, reporting the first few differences.
@@ -134,6 +137,11 @@ TEST_P(Qgemv, MatchesTheCpuSpecification) {
   a.accumulate = c.bias_and_accumulate;
   a.schedule = c.schedule;
   a.w_mma_layout = c.mma_layout;
+  testing::DeviceBuffer<int8_t> d_next(std::vector<int8_t>(c.prefetch_bytes, 1));
+  if (c.prefetch_bytes > 0) {
+    a.l2_prefetch[0] = {d_next.get(), c.prefetch_bytes};
+    a.l2_prefetch[1] = {d_scales.get(), static_cast<long long>(wm.quantized.scales.size() * sizeof(float) / 16 * 16)};
+  }
   ASSERT_TRUE(kernels::qgemv_supported(a));
   ASSERT_EQ(kernels::launch_qgemv(a, nullptr), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -238,6 +246,15 @@ std::vector<Case> cases() {
     out.push_back({kind, 2, 77, 2048, 512, true, kernels::QgemvSchedule::kQuad});
     out.push_back({kind, 1, 8200, 2560, 128, true, kernels::QgemvSchedule::kAuto});  // picks kQuad
   }
+  // Every one-row schedule with L2 prefetch ranges: fewer bytes than the grid has blocks (most
+  // blocks issue none), and a range no block count divides.
+  const size_t plain_cases = out.size();
+  for (size_t i = 0; i < plain_cases; ++i)
+    if (out[i].m == 1 && (out[i].n == 300 || out[i].n == 40000)) {
+      Case prefetching = out[i];
+      prefetching.prefetch_bytes = i % 2 ? 16 : (3 << 20) + 48;
+      out.push_back(prefetching);
+    }
   return out;
 }
 
@@ -375,6 +392,16 @@ TEST(Qgemv, RefusesWhatItCannotRun) {
   a.out_type = kernels::ElementType::kF32;
   a.accumulate = false;
   EXPECT_TRUE(kernels::qgemv_supported(a));
+  alignas(16) static int8_t next_weights[64];
+  a.l2_prefetch[0] = {next_weights + 8, 32};  // bulk prefetches take 16-byte aligned ranges
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.l2_prefetch[0] = {next_weights, 40};
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.l2_prefetch[0] = {nullptr, 32};
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.l2_prefetch[0] = {next_weights, 64};
+  EXPECT_TRUE(kernels::qgemv_supported(a));
+  a.l2_prefetch[0] = {};
   a.w_mma_layout = true;  // the tensor-core layouts are the fp16-input kinds' only
   EXPECT_FALSE(kernels::qgemv_supported(a));
   a.kind = kernels::QgemvKind::kW4A16;
