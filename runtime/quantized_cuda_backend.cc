@@ -870,8 +870,8 @@ struct QuantizedCudaBackend::Impl {
   // What a decode row's out_proj fetches into L2 before it waits: the next layer's in_proj weights
   // (their first kL2PrefetchL2Share of L2) and scales, so that DRAM streams them while the gated
   // norm, out_proj's tail and in_proj's norm prologue wait on latency. H100, batch-1 TPOT: 8B-like
-  // W8A8 head-to-toe −3 %, W4A8 −2 %, 2.7b W8A8 −3.5 %, 2.7b W4A8 level; the share measured best
-  // between 28 and 40 of L2's 50 MB (docs/kernels/quantized_projections.md).
+  // W8A8 head-to-toe −3 %, W4A8 −2 %, 2.7b W8A8 −3.5 %, 2.7b W4A8 level; 28–40 MB of the H100's
+  // 50 MB of L2 measured best (docs/kernels/quantized_projections.md).
   static constexpr double kL2PrefetchL2Share = 0.6;
   void next_in_proj_prefetch(const DeviceLayer& next, kernels::L2Prefetch (&to)[kernels::kL2PrefetchRanges]) const {
     const auto range = [](const DeviceBlock& b, size_t limit) {
