@@ -250,11 +250,12 @@ std::vector<Case> cases() {
   // blocks issue none), and a range no block count divides.
   const size_t plain_cases = out.size();
   for (size_t i = 0; i < plain_cases; ++i)
-    if (out[i].m == 1 && (out[i].n == 300 || out[i].n == 40000)) {
-      Case prefetching = out[i];
-      prefetching.prefetch_bytes = i % 2 ? 16 : (3 << 20) + 48;
-      out.push_back(prefetching);
-    }
+    if (out[i].m == 1 && (out[i].n == 300 || out[i].n == 40000))
+      for (int64_t bytes : {int64_t{16}, int64_t{(3 << 20) + 48}}) {
+        Case prefetching = out[i];
+        prefetching.prefetch_bytes = bytes;
+        out.push_back(prefetching);
+      }
   return out;
 }
 
@@ -399,9 +400,13 @@ TEST(Qgemv, RefusesWhatItCannotRun) {
   EXPECT_FALSE(kernels::qgemv_supported(a));
   a.l2_prefetch[0] = {nullptr, 32};
   EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.l2_prefetch[0] = {next_weights, -16};
+  EXPECT_FALSE(kernels::qgemv_supported(a));
   a.l2_prefetch[0] = {next_weights, 64};
   EXPECT_TRUE(kernels::qgemv_supported(a));
-  a.l2_prefetch[0] = {};
+  a.l2_prefetch[1] = {next_weights + 8, 16};  // every range is checked
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.l2_prefetch[0] = a.l2_prefetch[1] = {};
   a.w_mma_layout = true;  // the tensor-core layouts are the fp16-input kinds' only
   EXPECT_FALSE(kernels::qgemv_supported(a));
   a.kind = kernels::QgemvKind::kW4A16;
