@@ -377,29 +377,30 @@ __global__ void __launch_bounds__(kThreads) qgemv_w8a8_kernel(QgemvArgs a) {
 // column. Int32 sums: the same bits as every other schedule. (Issuing the first column's loads
 // before the wait and each next column's before this one's reduction measured ~1.5 % slower end
 // to end: 98 → 118 registers, fewer blocks an SM.) At one row and k ≤ 4,096 (in_proj) a warp loads
-// its next column before the current one's dot products (kW8A8StreamLoadsAhead: 80 registers, three
-// blocks an SM instead of five), so it always has a column in flight.
+// its next column before the current one's dot products (kW8A8StreamLoadsAhead: 80 registers), so
+// it always has a column in flight; that variant runs one block of kInProjBlockThreads an SM.
 template <int M, int kPer>
 constexpr bool kW8A8StreamLoadsAhead = M == 1 && kPer == 8;
 // A minimum of 0 blocks an SM is none: an explicit 1 makes nvcc take 87 registers at one row, not 48.
-template <int M, int kPer>
-__global__ void __launch_bounds__(kThreads, kW8A8StreamLoadsAhead<M, kPer> ? 3 : 0)
+template <int M, int kPer, int kBlockThreads>
+__global__ void __launch_bounds__(kBlockThreads, kBlockThreads > kThreads ? 1 : kW8A8StreamLoadsAhead<M, kPer> ? 3 : 0)
     qgemv_w8a8_stream_kernel(QgemvArgs a) {
   constexpr bool kAhead = kW8A8StreamLoadsAhead<M, kPer>;
+  constexpr int kBlockWarps = kBlockThreads / 32;
   extern __shared__ __align__(16) int8_t rows[];
-  const int lane = threadIdx.x % 32, warps = gridDim.x * kWarps;
+  const int lane = threadIdx.x % 32, warps = gridDim.x * kBlockWarps;
   const int pieces = a.k / Piece<QgemvKind::kW8A8>::kCols;
   const uint4* weights = static_cast<const uint4*>(a.w);
-  int col = blockIdx.x * kWarps + threadIdx.x / 32;
+  int col = blockIdx.x * kBlockWarps + threadIdx.x / 32;
   if (col < a.n) prefetch_l2(weights + static_cast<int64_t>(col) * pieces, pieces * 16ll, lane);
   prefetch_l2_share(a.l2_prefetch);
   wait_for_previous_grid();
   allow_next_grid();
   if (a.norm_residual) {
-    int8_input<kThreads>(a, rows);  // ends with a barrier
+    int8_input<kBlockThreads>(a, rows);  // ends with a barrier
   } else {
     for (int r = 0; r < a.m; ++r)
-      for (int i = threadIdx.x; i < pieces; i += kThreads)
+      for (int i = threadIdx.x; i < pieces; i += kBlockThreads)
         reinterpret_cast<uint4*>(rows + static_cast<int64_t>(r) * a.k)[i] = __ldg(reinterpret_cast<const uint4*>(a.x_int8 + r * a.ldx) + i);
     __syncthreads();
   }
@@ -564,8 +565,9 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 4 : 1) qgemv_int4_stream_ke
 // increasing order (the CPU's) with 16-byte reads. A warp loads its next column's pieces into the
 // registers the dot products have just freed before it runs the chain, so the loads are in flight
 // during it; at one row and one group a lane (every in_proj) it loads them before the dot products
-// instead, into a second set of registers (74 against 64: three blocks an SM instead of four), so a
-// warp always has a column in flight. kGroupsPerLane: 1 (k ≤ 4,096) or 2 (k ≤ 8,192).
+// instead, into a second set of registers (74 against 64), so a warp always has a column in flight;
+// that variant runs one block of kInProjBlockThreads an SM. kGroupsPerLane: 1 (k ≤ 4,096) or 2 (k ≤
+// 8,192). kBlockThreads: 256, or kInProjBlockThreads for the loads-ahead variant.
 constexpr int kLaneGroupMaxGroups = 64;
 __host__ __device__ inline bool w4a8_lane_group_fits(const QgemvArgs& a) {
   return a.kind == QgemvKind::kW4A8 && a.group_size == 128 && a.k % 512 == 0 && a.k / 128 <= kLaneGroupMaxGroups &&
@@ -573,17 +575,22 @@ __host__ __device__ inline bool w4a8_lane_group_fits(const QgemvArgs& a) {
 }
 template <int M, int kGroupsPerLane>
 constexpr bool kLaneGroupLoadsAhead = M == 1 && kGroupsPerLane == 1;
-template <int M, int kGroupsPerLane>
-__global__ void __launch_bounds__(kThreads, kLaneGroupLoadsAhead<M, kGroupsPerLane> ? 3 : M == 1 ? 4 : M == 2 ? 3 : 1)
+template <int M, int kGroupsPerLane, int kBlockThreads>
+__global__ void __launch_bounds__(kBlockThreads, kBlockThreads > kThreads                        ? 1
+                                                 : kLaneGroupLoadsAhead<M, kGroupsPerLane> ? 3
+                                                 : M == 1                                  ? 4
+                                                 : M == 2                                  ? 3
+                                                                                           : 1)
     qgemv_w4a8_lane_group_kernel(QgemvArgs a) {
   constexpr bool kAhead = kLaneGroupLoadsAhead<M, kGroupsPerLane>;
+  constexpr int kBlockWarps = kBlockThreads / 32;
   extern __shared__ __align__(16) int8_t rows[];
-  __shared__ __align__(16) float group_sums[kWarps][M][32 * kGroupsPerLane];
-  __shared__ __align__(16) float group_scales[kWarps][32 * kGroupsPerLane];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = gridDim.x * kWarps;
+  __shared__ __align__(16) float group_sums[kBlockWarps][M][32 * kGroupsPerLane];
+  __shared__ __align__(16) float group_scales[kBlockWarps][32 * kGroupsPerLane];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = gridDim.x * kBlockWarps;
   const int groups = a.k / 128, pieces = a.k / 32;
   const uint4* weights = static_cast<const uint4*>(a.w);
-  int col = blockIdx.x * kWarps + warp;
+  int col = blockIdx.x * kBlockWarps + warp;
   uint4 wv[kGroupsPerLane][4], next_wv[kGroupsPerLane][4];  // next_*: kAhead only
   float scale[kGroupsPerLane], next_scale[kGroupsPerLane];
   // Group g = lane + 32·q of column c (nothing past the row or the columns).
@@ -603,7 +610,7 @@ __global__ void __launch_bounds__(kThreads, kLaneGroupLoadsAhead<M, kGroupsPerLa
   prefetch_l2_share(a.l2_prefetch);
   wait_for_previous_grid();
   allow_next_grid();
-  const Int8Input x8 = int4_input<kThreads, /*kGroupMajor=*/true>(a, rows);
+  const Int8Input x8 = int4_input<kBlockThreads, /*kGroupMajor=*/true>(a, rows);
   const uint4* x_halves = reinterpret_cast<const uint4*>(rows);  // [r][piece in group][half][group]
   for (; col < a.n; col += warps) {
     if constexpr (kAhead) load_column(col + warps, next_wv, next_scale);
@@ -893,16 +900,25 @@ cudaError_t launch(Kernel kernel, dim3 grid, int threads, const QgemvArgs& a, cu
 }
 
 // kStream: as many blocks as are resident at once (fewer when the columns run out).
-template <void (*kKernel)(QgemvArgs)>  // a template argument: resident_blocks_per_sm caches per kernel
+template <void (*kKernel)(QgemvArgs), int kBlockThreads = kThreads>  // a template argument: resident_blocks_per_sm caches per kernel
 cudaError_t launch_stream(const QgemvArgs& a, size_t shared, cudaStream_t stream) {
   if (const cudaError_t status = allow_dynamic_shared(kKernel, shared); status != cudaSuccess) return status;
   int per_sm = 0;
-  if (const cudaError_t status = resident_blocks_per_sm<kKernel>(kThreads, shared, &per_sm); status != cudaSuccess)
+  if (const cudaError_t status = resident_blocks_per_sm<kKernel>(kBlockThreads, shared, &per_sm); status != cudaSuccess)
     return status;
+  constexpr int kBlockWarps = kBlockThreads / 32;
   const int64_t wave = int64_t(per_sm > 0 ? per_sm : 1) * current_device_attribute(cudaDevAttrMultiProcessorCount);
-  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((a.n + kWarps - 1) / kWarps, wave));
-  return launch_kernel(kKernel, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), shared}, stream, a);
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((a.n + kBlockWarps - 1) / kBlockWarps, wave));
+  return launch_kernel(kKernel, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kBlockThreads), shared}, stream, a);
 }
+
+// The one-row loads-ahead kernels (every in_proj: k ≤ 4,096) run one block of 512 threads an SM
+// instead of three of 256: each block builds the norm prologue's int8 row once, so an SM builds it
+// once rather than three times (the prologue was half of the 2.7b W4A8 in_proj's instructions), and
+// the block's 40 K registers still leave room for a block of the out_proj before it, which keeps
+// the programmatic launch's overlap (768 threads, 60 K registers, lost it: slower than 512).
+// H100, batch-1 TPOT: 2.7b W4A8 −4 %, W8A8 −5 %; 8B-like W4A8 −2 %, W8A8 −3 %.
+constexpr int kInProjBlockThreads = 512;
 
 // The int4 stream kernel for the arguments: kPer = 4 pieces a lane up to k = 4,096, with the rounds
 // past the row skipped (2.7b's in_proj fills 2.5 of 4), 5 up to 5,120 (2.7b's out_proj exactly), else
@@ -923,8 +939,12 @@ cudaError_t launch_int4_stream(const QgemvArgs& a, size_t shared, cudaStream_t s
 template <int M>
 cudaError_t launch_w4a8_lane_group(const QgemvArgs& a, cudaStream_t stream) {
   const size_t shared = int4_input_bytes(a);
-  return a.k / 128 <= 32 ? launch_stream<qgemv_w4a8_lane_group_kernel<M, 1>>(a, shared, stream)
-                         : launch_stream<qgemv_w4a8_lane_group_kernel<M, 2>>(a, shared, stream);
+  if (a.k / 128 > 32) return launch_stream<qgemv_w4a8_lane_group_kernel<M, 2, kThreads>>(a, shared, stream);
+  if constexpr (kLaneGroupLoadsAhead<M, 1>) {
+    return launch_stream<qgemv_w4a8_lane_group_kernel<M, 1, kInProjBlockThreads>, kInProjBlockThreads>(a, shared, stream);
+  } else {
+    return launch_stream<qgemv_w4a8_lane_group_kernel<M, 1, kThreads>>(a, shared, stream);
+  }
 }
 
 template <int M, QgemvKind KIND>
@@ -942,9 +962,16 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
       if constexpr (M <= kStreamMaxRows) {
         if (a.schedule == QgemvSchedule::kStream ||
             (a.schedule == QgemvSchedule::kAuto && static_cast<int64_t>(a.m) * a.k <= kQgemvNormMaxBytes))
-          return a.k <= 32 * 8 * Piece<QgemvKind::kW8A8>::kCols
-                     ? launch_stream<qgemv_w8a8_stream_kernel<M, 8>>(a, static_cast<size_t>(a.m) * a.k, stream)
-                     : launch_stream<qgemv_w8a8_stream_kernel<M, 16>>(a, static_cast<size_t>(a.m) * a.k, stream);
+        {
+          const size_t shared = static_cast<size_t>(a.m) * a.k;
+          if (a.k > 32 * 8 * Piece<QgemvKind::kW8A8>::kCols)
+            return launch_stream<qgemv_w8a8_stream_kernel<M, 16, kThreads>>(a, shared, stream);
+          if constexpr (kW8A8StreamLoadsAhead<M, 8>) {
+            return launch_stream<qgemv_w8a8_stream_kernel<M, 8, kInProjBlockThreads>, kInProjBlockThreads>(a, shared, stream);
+          } else {
+            return launch_stream<qgemv_w8a8_stream_kernel<M, 8, kThreads>>(a, shared, stream);
+          }
+        }
       }
       if (a.schedule == QgemvSchedule::kSplitK || (a.schedule == QgemvSchedule::kAuto && a.n < 8192 && a.m >= 4)) {
         constexpr int kSplit = 4;

@@ -342,6 +342,10 @@ std::vector<NormCase> norm_cases() {
   for (int m : {1, 3}) out.push_back({K::kW4A8, m, 300, 2560, S::kLaneGroup});
   out.push_back({K::kW4A8, 4, 300, 8192, S::kLaneGroup});
   out.push_back({K::kW4A8, 1, 18560, 4096, S::kLaneGroup});  // 8B-like in_proj: several columns a warp
+  // One row at k ≤ 4,096 runs 512-thread blocks, whose first 256 threads alone sum the RMS: the
+  // 8B-like in_proj, and a k that leaves the prologue's last batch ragged (1,040 = 2·512 + 16)
+  out.push_back({K::kW8A8, 1, 18560, 4096, S::kStream});
+  out.push_back({K::kW8A8, 1, 1000, 1040, S::kStream});
   out.push_back({K::kW8A8, 16, 64, 4096, S::kAuto});  // 64 KB of shared input rows: the opt-in
   out.push_back({K::kW8A8, 4, 20000, 8192, S::kStream});  // 32 KB of rows, several columns a warp
   out.push_back({K::kW4A8, 2, 70, 1152, S::kQuad});  // 9 groups: k not a multiple of 256
