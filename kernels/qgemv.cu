@@ -567,7 +567,8 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 4 : 1) qgemv_int4_stream_ke
 // during it; at one row and one group a lane (every in_proj) it loads them before the dot products
 // instead, into a second set of registers (74 against 64), so a warp always has a column in flight;
 // that variant runs one block of kInProjBlockThreads an SM. kGroupsPerLane: 1 (k ≤ 4,096) or 2 (k ≤
-// 8,192). kBlockThreads: 256, or kInProjBlockThreads for the loads-ahead variant.
+// 8,192). kBlockThreads: 256, kInProjBlockThreads for the loads-ahead variant (one block an SM), or
+// kOutProjBlockThreads at one row and k 8,192 (two an SM).
 constexpr int kLaneGroupMaxGroups = 64;
 __host__ __device__ inline bool w4a8_lane_group_fits(const QgemvArgs& a) {
   return a.kind == QgemvKind::kW4A8 && a.group_size == 128 && a.k % 512 == 0 && a.k / 128 <= kLaneGroupMaxGroups &&
@@ -576,7 +577,8 @@ __host__ __device__ inline bool w4a8_lane_group_fits(const QgemvArgs& a) {
 template <int M, int kGroupsPerLane>
 constexpr bool kLaneGroupLoadsAhead = M == 1 && kGroupsPerLane == 1;
 template <int M, int kGroupsPerLane, int kBlockThreads>
-__global__ void __launch_bounds__(kBlockThreads, kBlockThreads > kThreads                        ? 1
+__global__ void __launch_bounds__(kBlockThreads, kBlockThreads > kThreads && kLaneGroupLoadsAhead<M, kGroupsPerLane> ? 1
+                                                 : kBlockThreads > kThreads                ? 2
                                                  : kLaneGroupLoadsAhead<M, kGroupsPerLane> ? 3
                                                  : M == 1                                  ? 4
                                                  : M == 2                                  ? 3
@@ -919,6 +921,12 @@ cudaError_t launch_stream(const QgemvArgs& a, size_t shared, cudaStream_t stream
 // the programmatic launch's overlap (768 threads, 60 K registers, lost it: slower than 512).
 // H100, batch-1 TPOT: 2.7b W4A8 −4 %, W8A8 −5 %; 8B-like W4A8 −2 %, W8A8 −3 %.
 constexpr int kInProjBlockThreads = 512;
+// The one-row W4A8 lane-group kernel where every lane takes two groups (k 8,192: the 8B-like
+// out_proj) runs two blocks of 512 threads an SM instead of four of 256: the rearranged input is
+// built twice an SM instead of four times. H100, batch-1 TPOT: 8B-like W4A8 −1.1 %; where only some
+// lanes take a second group (2.7b, k 5,120: 160 blocks for 132 SMs) it measured +1.3 %, and the
+// W8A8 stream kernel at k 5,120 / 8,192 as two 512-thread blocks an SM +8–9 %, so those stay at 256.
+constexpr int kOutProjBlockThreads = 512;
 
 // The int4 stream kernel for the arguments: kPer = 4 pieces a lane up to k = 4,096, with the rounds
 // past the row skipped (2.7b's in_proj fills 2.5 of 4), 5 up to 5,120 (2.7b's out_proj exactly), else
@@ -939,6 +947,10 @@ cudaError_t launch_int4_stream(const QgemvArgs& a, size_t shared, cudaStream_t s
 template <int M>
 cudaError_t launch_w4a8_lane_group(const QgemvArgs& a, cudaStream_t stream) {
   const size_t shared = int4_input_bytes(a);
+  if constexpr (M == 1) {
+    if (a.k / 128 == kLaneGroupMaxGroups)
+      return launch_stream<qgemv_w4a8_lane_group_kernel<M, 2, kOutProjBlockThreads>, kOutProjBlockThreads>(a, shared, stream);
+  }
   if (a.k / 128 > 32) return launch_stream<qgemv_w4a8_lane_group_kernel<M, 2, kThreads>>(a, shared, stream);
   if constexpr (kLaneGroupLoadsAhead<M, 1>) {
     return launch_stream<qgemv_w4a8_lane_group_kernel<M, 1, kInProjBlockThreads>, kInProjBlockThreads>(a, shared, stream);
