@@ -902,7 +902,8 @@ cudaError_t launch(Kernel kernel, dim3 grid, int threads, const QgemvArgs& a, cu
 }
 
 // kStream: as many blocks as are resident at once (fewer when the columns run out).
-template <void (*kKernel)(QgemvArgs), int kBlockThreads = kThreads>  // a template argument: resident_blocks_per_sm caches per kernel
+// kKernel is a template argument because resident_blocks_per_sm caches per kernel.
+template <void (*kKernel)(QgemvArgs), int kBlockThreads = kThreads>
 cudaError_t launch_stream(const QgemvArgs& a, size_t shared, cudaStream_t stream) {
   if (const cudaError_t status = allow_dynamic_shared(kKernel, shared); status != cudaSuccess) return status;
   int per_sm = 0;
@@ -911,7 +912,8 @@ cudaError_t launch_stream(const QgemvArgs& a, size_t shared, cudaStream_t stream
   constexpr int kBlockWarps = kBlockThreads / 32;
   const int64_t wave = int64_t(per_sm > 0 ? per_sm : 1) * current_device_attribute(cudaDevAttrMultiProcessorCount);
   const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((a.n + kBlockWarps - 1) / kBlockWarps, wave));
-  return launch_kernel(kKernel, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kBlockThreads), shared}, stream, a);
+  const LaunchShape shape{dim3(static_cast<unsigned>(blocks)), dim3(kBlockThreads), shared};
+  return launch_kernel(kKernel, shape, stream, a);
 }
 
 // The one-row loads-ahead kernels (every in_proj: k ≤ 4,096) run one block of 512 threads an SM
@@ -948,12 +950,14 @@ template <int M>
 cudaError_t launch_w4a8_lane_group(const QgemvArgs& a, cudaStream_t stream) {
   const size_t shared = int4_input_bytes(a);
   if constexpr (M == 1) {
+    constexpr int kOut = kOutProjBlockThreads;
     if (a.k / 128 == kLaneGroupMaxGroups)
-      return launch_stream<qgemv_w4a8_lane_group_kernel<M, 2, kOutProjBlockThreads>, kOutProjBlockThreads>(a, shared, stream);
+      return launch_stream<qgemv_w4a8_lane_group_kernel<M, 2, kOut>, kOut>(a, shared, stream);
   }
   if (a.k / 128 > 32) return launch_stream<qgemv_w4a8_lane_group_kernel<M, 2, kThreads>>(a, shared, stream);
   if constexpr (kLaneGroupLoadsAhead<M, 1>) {
-    return launch_stream<qgemv_w4a8_lane_group_kernel<M, 1, kInProjBlockThreads>, kInProjBlockThreads>(a, shared, stream);
+    constexpr int kIn = kInProjBlockThreads;
+    return launch_stream<qgemv_w4a8_lane_group_kernel<M, 1, kIn>, kIn>(a, shared, stream);
   } else {
     return launch_stream<qgemv_w4a8_lane_group_kernel<M, 1, kThreads>>(a, shared, stream);
   }
@@ -979,7 +983,8 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
           if (a.k > 32 * 8 * Piece<QgemvKind::kW8A8>::kCols)
             return launch_stream<qgemv_w8a8_stream_kernel<M, 16, kThreads>>(a, shared, stream);
           if constexpr (kW8A8StreamLoadsAhead<M, 8>) {
-            return launch_stream<qgemv_w8a8_stream_kernel<M, 8, kInProjBlockThreads>, kInProjBlockThreads>(a, shared, stream);
+            constexpr int kIn = kInProjBlockThreads;
+            return launch_stream<qgemv_w8a8_stream_kernel<M, 8, kIn>, kIn>(a, shared, stream);
           } else {
             return launch_stream<qgemv_w8a8_stream_kernel<M, 8, kThreads>>(a, shared, stream);
           }

@@ -17,7 +17,8 @@ template <int kThreads>
 __device__ inline float rmsnorm_scale_from_lanes(float (&sum)[kRmsLanesPerThread<kThreads>], int dim, float eps) {
   static_assert(kThreads % 32 == 0 && (256 % kThreads == 0 || (kThreads % 256 == 0 && kThreads <= 1024)),
                 "whole warps dividing 256, or whole multiples of 256");
-  constexpr int kLanes = 256, kPer = kRmsLanesPerThread<kThreads>, kWarpsPerPass = kThreads < kLanes ? kThreads / 32 : 8;
+  constexpr int kLanes = 256, kPer = kRmsLanesPerThread<kThreads>;
+  constexpr int kWarpsPerPass = kThreads < kLanes ? kThreads / 32 : kLanes / 32;
   __shared__ float warp_sums[kLanes / 32];
 #pragma unroll
   for (int j = 0; j < kPer; ++j)
