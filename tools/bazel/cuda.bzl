@@ -29,9 +29,11 @@ def _cuda_objects_impl(ctx):
         args.add_all(cc.quote_includes, format_each = "-I%s")
         args.add_all(cc.system_includes, format_each = "-isystem=%s")
         args.add_all(cc.defines, format_each = "-D%s")
+        # nvcc through a wrapper that gives it a temporary directory of its own
+        # (nvcc_private_tmp.sh says why); its first argument names the compiler.
         ctx.actions.run(
-            executable = NVCC,
-            arguments = [args],
+            executable = ctx.executable._nvcc_wrapper,
+            arguments = [NVCC, args],
             inputs = depset([src] + ctx.files.hdrs, transitive = [cc.headers]),
             outputs = [out],
             mnemonic = "NvccCompile",
@@ -49,6 +51,12 @@ _cuda_objects = rule(
         "deps": attr.label_list(providers = [CcInfo]),
         "copts": attr.string_list(),
         "gencodes": attr.string_list(),
+        "_nvcc_wrapper": attr.label(
+            default = "//tools/bazel:nvcc_private_tmp.sh",
+            allow_single_file = True,
+            executable = True,
+            cfg = "host",
+        ),
     },
 )
 
