@@ -51,7 +51,8 @@ __device__ inline void prefetch_l2_share(const L2Prefetch (&ranges)[kL2PrefetchR
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (threadIdx.x + threadIdx.y + threadIdx.z != 0) return;
   const long long blocks = static_cast<long long>(gridDim.x) * gridDim.y * gridDim.z;
-  const long long block = blockIdx.x + static_cast<long long>(gridDim.x) * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
+  const long long block =
+      blockIdx.x + static_cast<long long>(gridDim.x) * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
 #pragma unroll
   for (int i = 0; i < kL2PrefetchRanges; ++i) {
     const L2Prefetch& r = ranges[i];
