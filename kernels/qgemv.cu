@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "kernels/bulk_copy.cuh"
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/quant_epilogue.cuh"
 #include "kernels/rmsnorm_row.cuh"
@@ -667,6 +668,140 @@ __global__ void __launch_bounds__(kBlockThreads, kBlockThreads > kThreads && kLa
   }
 }
 
+// W4A8 with groups of 128 on the tensor cores (kMmaTiles), up to 4 rows, straight from the row-major
+// packed weights (sm_90: bulk copies). A warp takes a tile of 16 columns and runs mma.sync m16n8k32
+// (unsigned int8 × int8 → int32) over each group. Lane (g, q) reads the 16 bytes q of the group's
+// 64 in columns g and g + 8 of the tile: word j holds input columns 32q + 8j … + 7, its low nibbles
+// the even ones, which int4_input's rearranged piece 4G + q holds as word e_j, its high nibbles the
+// odd ones (o_j). A dot product does not care which k slot of the MMA a column takes, so the words
+// feed the fragments as they are: the low nibbles as q + 8 (one LOP3) against e_j, the high nibbles
+// as 16·(q + 8) (one LOP3, no shift) against o_j into a second accumulator, shifted right by 4
+// (exact). With the group's −8·Σx the two give the CPU's int32 sum, which lane (g, q) takes into
+// its fp32 chains in registers — columns g and g + 8 against x rows 2q and 2q + 1 — in group order.
+// Up to 8 x rows cost the MMA nothing more, where the dp4a kernels' work grows with every row.
+// The weights reach shared memory by bulk copies, a tile a slot (its 16 rows at a pitch of k/2 + 64
+// bytes, so that lanes of rows g and g + 1 read different banks, and its scales), every slot's first
+// tile requested before the block waits for the previous grid: tens of kilobytes in flight an SM
+// for a few instructions. Tile t goes to block t mod gridDim (one block an SM), the block's j-th
+// tile to warp (slot) j mod slots, which requests its next tile itself once done with the last, so
+// no wait runs ahead of the request it waits for (an mbarrier tells only its current phase from the
+// one before).
+// kAuto takes it from three rows: H100, TPOT with every fitting W4A8 projection on it, batch 4: 2.7b
+// 2.994 → 2.732 ms, 8B-like 4.990 → 4.992 ms; batch 2: 2.7b 2.314 → 2.343 ms, 8B-like 4.031 → 4.258
+// ms; batch 1 (in_proj alone): 2.7b 1.636 → 1.697 ms (docs/kernels/quantized_projections.md).
+constexpr int kMmaTilesAutoMinRows = 3;
+constexpr int kMmaTilesStageBudget = 140 * 1024;  // shared memory for the tiles in flight in a block
+constexpr int kMmaTilesRowPad = 64;
+__host__ __device__ inline bool w4a8_mma_tiles_fits(const QgemvArgs& a) {
+  return a.kind == QgemvKind::kW4A8 && a.group_size == 128 && a.k % 512 == 0 && a.m <= kStreamMaxRows &&
+         w4a8_stream_fits(a) && reinterpret_cast<uintptr_t>(a.w_scales) % 16 == 0;
+}
+__host__ __device__ inline int mma_tiles_stage_bytes(const QgemvArgs& a) {
+  return 16 * (a.k / 2 + kMmaTilesRowPad) + 16 * (a.k / 128) * static_cast<int>(sizeof(float));
+}
+__host__ __device__ inline int mma_tiles_input_bytes(const QgemvArgs& a) {  // int4_input's + group offsets, 16-aligned
+  return static_cast<int>((int4_input_bytes(a) + static_cast<size_t>(a.m) * (a.k / 128) * sizeof(int) + 15) / 16 * 16);
+}
+// A packed int4 word's nibbles as q + 8, unsigned: the low ones as bytes, the high ones times 16.
+__device__ inline uint32_t low_nibbles_offset(uint32_t w) { return (w & 0x0F0F0F0Fu) ^ 0x08080808u; }
+__device__ inline uint32_t high_nibbles_offset16(uint32_t w) { return (w & 0xF0F0F0F0u) ^ 0x80808080u; }
+
+template <int M, int kBlockThreads>
+__global__ void __launch_bounds__(kBlockThreads, 1) qgemv_w4a8_mma_tiles_kernel(QgemvArgs a, int slots) {
+  extern __shared__ __align__(16) int8_t rows[];
+  const int slot = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int groups = a.k / 128, tiles = (a.n + 15) / 16, row_bytes = a.k / 2, pitch = row_bytes + kMmaTilesRowPad;
+  const int block_tiles = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const int stage_bytes = mma_tiles_stage_bytes(a);
+  int8_t* stage = rows + mma_tiles_input_bytes(a) + slot * stage_bytes;
+  uint64_t* barriers = reinterpret_cast<uint64_t*>(rows + mma_tiles_input_bytes(a) + slots * stage_bytes);
+  uint64_t* barrier = &barriers[slot];
+  // The block's j-th tile into this slot: lanes 0–15 a row's bytes, lanes 16–31 its scales.
+  auto request = [&](int j) {
+    const int tile = blockIdx.x + j * gridDim.x, valid_rows = min(16, a.n - 16 * tile);
+    if (lane == 0) bulk_barrier_expect(barrier, valid_rows * groups * (64 + static_cast<int>(sizeof(float))));
+    __syncwarp();
+    const int r = lane % 16, col = 16 * tile + r;
+    if (r >= valid_rows) return;
+    if (lane < 16) {
+      bulk_copy_to_shared(stage + r * pitch, static_cast<const int8_t*>(a.w) + int64_t(col) * row_bytes, row_bytes, barrier);
+    } else {
+      bulk_copy_to_shared(stage + 16 * pitch + r * groups * static_cast<int>(sizeof(float)),
+                          a.w_scales + int64_t(col) * groups, groups * static_cast<int>(sizeof(float)), barrier);
+    }
+  };
+  if (threadIdx.x < slots) bulk_barrier_init(&barriers[threadIdx.x]);
+  __syncthreads();
+  if (slot < min(slots, block_tiles)) request(slot);
+  prefetch_l2_share(a.l2_prefetch);
+  wait_for_previous_grid();
+  allow_next_grid();
+  const Int8Input x8 = int4_input<kBlockThreads>(a, rows);
+  int* group_offsets = reinterpret_cast<int*>(rows + int4_input_bytes(a));  // [m][groups]: −8·Σx over the group
+  for (int i = threadIdx.x; i < a.m * groups; i += kBlockThreads) {
+    const int4 o = *reinterpret_cast<const int4*>(x8.offsets + 4 * i);
+    group_offsets[i] = o.x + o.y + o.z + o.w;
+  }
+  __syncthreads();
+  if (slot >= slots) return;
+  // B's column n = g: x row g (M > 1; a row past m stands in, its sums unused), or the one row.
+  const int x_row = M == 1 ? 0 : g < a.m ? g : 0;
+  const uint4* x_pieces = reinterpret_cast<const uint4*>(rows + static_cast<int64_t>(x_row) * a.k) + 2 * q;
+  const uint4* w_g = reinterpret_cast<const uint4*>(stage + g * pitch) + q;
+  const uint4* w_g8 = reinterpret_cast<const uint4*>(stage + (g + 8) * pitch) + q;
+  const float* scales = reinterpret_cast<const float*>(stage + 16 * pitch);
+  int use = 0;
+  for (int j = slot; j < block_tiles; j += slots, ++use) {
+    const int tile = blockIdx.x + j * gridDim.x;
+    bulk_barrier_wait(barrier, use & 1);
+    // C element e: column g + 8·(e / 2) of the tile against x row 2q + e % 2 (rows past the tile's
+    // valid ones hold stale bytes; their sums are never stored).
+    float y[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int group4 = 0; group4 < groups; group4 += 4) {
+      const float4 s0 = *reinterpret_cast<const float4*>(scales + g * groups + group4);
+      const float4 s1 = *reinterpret_cast<const float4*>(scales + (g + 8) * groups + group4);
+      const float scale0[4] = {s0.x, s0.y, s0.z, s0.w}, scale1[4] = {s1.x, s1.y, s1.z, s1.w};
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int group = group4 + u;
+        const uint4 w0 = w_g[4 * group], w1 = w_g8[4 * group];
+        const uint4 x0 = x_pieces[8 * group], x1 = x_pieces[8 * group + 1];  // e0 o0 e1 o1, e2 o2 e3 o3
+        int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+        {
+          const uint32_t a_lo[4] = {low_nibbles_offset(w0.x), low_nibbles_offset(w1.x), low_nibbles_offset(w0.y),
+                                    low_nibbles_offset(w1.y)};
+          const uint32_t a_hi[4] = {high_nibbles_offset16(w0.x), high_nibbles_offset16(w1.x),
+                                    high_nibbles_offset16(w0.y), high_nibbles_offset16(w1.y)};
+          mma_u8s8_16832(lo, a_lo, x0.x, x0.z);
+          mma_u8s8_16832(hi, a_hi, x0.y, x0.w);
+        }
+        {
+          const uint32_t a_lo[4] = {low_nibbles_offset(w0.z), low_nibbles_offset(w1.z), low_nibbles_offset(w0.w),
+                                    low_nibbles_offset(w1.w)};
+          const uint32_t a_hi[4] = {high_nibbles_offset16(w0.z), high_nibbles_offset16(w1.z),
+                                    high_nibbles_offset16(w0.w), high_nibbles_offset16(w1.w)};
+          mma_u8s8_16832(lo, a_lo, x1.x, x1.z);
+          mma_u8s8_16832(hi, a_hi, x1.y, x1.w);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (M == 1 && e % 2 == 1) continue;  // one row: every column n of B is x row 0
+          const int n = M == 1 ? 0 : min(2 * q + e % 2, a.m - 1);
+          const int sum = lo[e] + (hi[e] >> 4) + group_offsets[n * groups + group];
+          y[e] = __fmaf_rn(static_cast<float>(sum), e < 2 ? scale0[u] : scale1[u], y[e]);
+        }
+      }
+    }
+    __syncwarp();  // every lane's reads of the stage are done before it is refilled
+    if (j + slots < block_tiles) request(j + slots);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int n = 2 * q + e % 2, col = tile * 16 + g + 8 * (e / 2);
+      if ((M == 1 ? q == 0 && e % 2 == 0 : n < a.m) && col < a.n) store(a, n, col, __fmul_rn(y[e], a.x_scale));
+    }
+  }
+}
+
 // W8A16 (the head-to-toe lm_head), one warp per output column streaming its row with
 // kW8A16Unroll loads in flight (all of a 4,096-column row at once): each piece's fp32 dot is
 // scaled by its group's scale as it arrives and the lanes' sums meet by shuffles at the end — a
@@ -963,6 +1098,21 @@ cudaError_t launch_w4a8_lane_group(const QgemvArgs& a, cudaStream_t stream) {
   }
 }
 
+// kMmaTiles: one block an SM (fewer where there are fewer tiles) with a warp a slot, as many slots as
+// the budget holds, up to the most tiles a block has.
+template <int M>
+cudaError_t launch_w4a8_mma_tiles(const QgemvArgs& a, cudaStream_t stream) {
+  constexpr int kBlockThreads = kInProjBlockThreads;
+  constexpr auto kKernel = qgemv_w4a8_mma_tiles_kernel<M, kBlockThreads>;
+  const int64_t tiles = (a.n + 15) / 16;
+  const int64_t blocks = std::min<int64_t>(tiles, current_device_attribute(cudaDevAttrMultiProcessorCount));
+  const int64_t most = std::min<int64_t>(kMmaTilesStageBudget / mma_tiles_stage_bytes(a), kBlockThreads / 32);
+  const int slots = static_cast<int>(std::clamp<int64_t>(most, 1, (tiles + blocks - 1) / blocks));
+  const size_t shared = mma_tiles_input_bytes(a) + size_t(slots) * (mma_tiles_stage_bytes(a) + sizeof(uint64_t));
+  if (const cudaError_t status = allow_dynamic_shared(kKernel, shared); status != cudaSuccess) return status;
+  return launch_kernel(kKernel, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kBlockThreads), shared}, stream, a, slots);
+}
+
 template <int M, QgemvKind KIND>
 cudaError_t launch_mma(const QgemvArgs& a, cudaStream_t stream) {
   const dim3 grid(((a.n + 15) / 16 + kMmaWarps - 1) / kMmaWarps);
@@ -1003,6 +1153,10 @@ cudaError_t launch_rows(const QgemvArgs& a, cudaStream_t stream) {
                         (a.schedule == QgemvSchedule::kAuto && a.n >= 8192 && a.m <= 4 && a.group_size % 128 == 0);
       const dim3 quad_grid((a.n + 8 * kQuadWarps - 1) / (8 * kQuadWarps));
       if constexpr (M <= kStreamMaxRows) {
+        if (a.schedule == QgemvSchedule::kMmaTiles ||
+            (a.schedule == QgemvSchedule::kAuto && a.m >= kMmaTilesAutoMinRows && w4a8_mma_tiles_fits(a) &&
+             device_is_sm90_or_newer()))
+          return launch_w4a8_mma_tiles<M>(a, stream);
         if (a.schedule == QgemvSchedule::kLaneGroup ||
             (a.schedule == QgemvSchedule::kAuto && w4a8_lane_group_fits(a)))
           return launch_w4a8_lane_group<M>(a, stream);
@@ -1049,6 +1203,7 @@ bool qgemv_supported(const QgemvArgs& a) {
     if (!a.x_int8 || !aligned16(a.x_int8) || a.ldx < a.k || a.ldx % 16 != 0) return false;
   }
   if (a.schedule == QgemvSchedule::kLaneGroup && !w4a8_lane_group_fits(a)) return false;
+  if (a.schedule == QgemvSchedule::kMmaTiles && !(w4a8_mma_tiles_fits(a) && device_is_sm90_or_newer())) return false;
   if (a.schedule == QgemvSchedule::kStream &&
       (a.m > kStreamMaxRows || (a.kind == QgemvKind::kW8A8   ? static_cast<int64_t>(a.m) * a.k > kQgemvNormMaxBytes
                                 : a.kind == QgemvKind::kW4A8 ? !w4a8_stream_fits(a)

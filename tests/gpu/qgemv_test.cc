@@ -41,6 +41,7 @@ std::string name_of(const ::testing::TestParamInfo<Case>& info) {
                      : c.schedule == kernels::QgemvSchedule::kSplitK  ? "_splitk"
                      : c.schedule == kernels::QgemvSchedule::kStream  ? "_stream"
                      : c.schedule == kernels::QgemvSchedule::kLaneGroup ? "_lanegroup"
+                     : c.schedule == kernels::QgemvSchedule::kMmaTiles ? "_mmatiles"
                      : c.schedule == kernels::QgemvSchedule::kAuto    ? "_auto"
                                                                        : "") +
          (c.mma_layout ? "_mma" : "") + (c.prefetch_bytes ? fmt::format("_prefetch{}", c.prefetch_bytes) : "");
@@ -242,6 +243,16 @@ std::vector<Case> cases() {
   for (int m : {1, 2, 3, 4})
     for (int k : {512, 2560, 4096, 5120, 8192})
       out.push_back({K::kW4A8, m, m == 1 ? 40000 : 300, k, 128, m % 2 == 1, kernels::QgemvSchedule::kLaneGroup});
+  // kMmaTiles (W4A8, groups of 128, tensor cores): 1–4 rows, 4 groups to 64, column counts that
+  // leave the last 16-column tile ragged, fewer tiles than SMs, and several tiles a warp (40,000)
+  for (int m : {1, 2, 3, 4})
+    for (int k : {512, 2560, 4096, 8192})
+      for (int n : {37, 300})
+        out.push_back({K::kW4A8, m, n, k, 128, (m + n) % 2 == 1, kernels::QgemvSchedule::kMmaTiles});
+  out.push_back({K::kW4A8, 1, 40000, 2560, 128, true, kernels::QgemvSchedule::kMmaTiles});
+  out.push_back({K::kW4A8, 1, 10576, 2560, 128, false, kernels::QgemvSchedule::kMmaTiles});  // 2.7b in_proj
+  out.push_back({K::kW4A8, 2, 18560, 4096, 128, false, kernels::QgemvSchedule::kMmaTiles});  // 8B-like in_proj
+  out.push_back({K::kW4A8, 4, 10576, 2560, 128, true, kernels::QgemvSchedule::kAuto});  // picks kMmaTiles on sm_90
   for (K kind : {K::kW4A8, K::kW4A16}) {
     out.push_back({kind, 2, 77, 2048, 512, true, kernels::QgemvSchedule::kQuad});
     out.push_back({kind, 1, 8200, 2560, 128, true, kernels::QgemvSchedule::kAuto});  // picks kQuad
@@ -342,6 +353,9 @@ std::vector<NormCase> norm_cases() {
   for (int m : {1, 3}) out.push_back({K::kW4A8, m, 300, 2560, S::kLaneGroup});
   out.push_back({K::kW4A8, 4, 300, 8192, S::kLaneGroup});
   out.push_back({K::kW4A8, 1, 18560, 4096, S::kLaneGroup});  // 8B-like in_proj: several columns a warp
+  for (int m : {1, 3}) out.push_back({K::kW4A8, m, 300, 2560, S::kMmaTiles});
+  out.push_back({K::kW4A8, 1, 18560, 4096, S::kMmaTiles});
+  out.push_back({K::kW4A8, 4, 300, 8192, S::kMmaTiles});
   // One row at k ≤ 4,096 runs 512-thread blocks, whose first 256 threads alone sum the RMS: the
   // 8B-like in_proj, and a k that leaves the prologue's last batch ragged (1,040 = 2·512 + 16)
   out.push_back({K::kW8A8, 1, 18560, 4096, S::kStream});
@@ -459,6 +473,23 @@ TEST(Qgemv, RefusesWhatItCannotRun) {
   EXPECT_FALSE(kernels::qgemv_supported(a));
   a.k = a.ldx = 2048;
   a.group_size = 256;
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.schedule = kernels::QgemvSchedule::kMmaTiles;  // W4A8, groups of 128, k a multiple of 512, m ≤ 4, m·k ≤ 32 KB
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.group_size = 128;
+  a.k = a.ldx = 1536;
+  int major = 0;  // and an sm_90 device (bulk copies)
+  const bool sm90 = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess && major >= 9;
+  EXPECT_EQ(kernels::qgemv_supported(a), sm90);
+  a.k = a.ldx = 1280;  // not a multiple of 512
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.k = a.ldx = 8192;
+  a.m = 4;
+  EXPECT_EQ(kernels::qgemv_supported(a), sm90);
+  a.m = 5;
+  EXPECT_FALSE(kernels::qgemv_supported(a));
+  a.m = 1;
+  a.k = a.ldx = 32768 + 512;  // the rearranged row would pass 32 KB
   EXPECT_FALSE(kernels::qgemv_supported(a));
 }
 
