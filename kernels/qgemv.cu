@@ -692,12 +692,13 @@ __global__ void __launch_bounds__(kBlockThreads, kBlockThreads > kThreads && kLa
 constexpr int kMmaTilesAutoMinRows = 3;
 constexpr int kMmaTilesStageBudget = 140 * 1024;  // shared memory for the tiles in flight in a block
 constexpr int kMmaTilesRowPad = 64;
-__host__ __device__ inline bool w4a8_mma_tiles_fits(const QgemvArgs& a) {
-  return a.kind == QgemvKind::kW4A8 && a.group_size == 128 && a.k % 512 == 0 && a.m <= kStreamMaxRows &&
-         w4a8_stream_fits(a) && reinterpret_cast<uintptr_t>(a.w_scales) % 16 == 0;
-}
 __host__ __device__ inline int mma_tiles_stage_bytes(const QgemvArgs& a) {
   return 16 * (a.k / 2 + kMmaTilesRowPad) + 16 * (a.k / 128) * static_cast<int>(sizeof(float));
+}
+__host__ __device__ inline bool w4a8_mma_tiles_fits(const QgemvArgs& a) {
+  return a.kind == QgemvKind::kW4A8 && a.group_size == 128 && a.k % 512 == 0 && a.m <= kStreamMaxRows &&
+         w4a8_stream_fits(a) && reinterpret_cast<uintptr_t>(a.w_scales) % 16 == 0 &&
+         mma_tiles_stage_bytes(a) <= kMmaTilesStageBudget;  // k ≤ 16,384
 }
 __host__ __device__ inline int mma_tiles_input_bytes(const QgemvArgs& a) {  // int4_input's + group offsets, 16-aligned
   return static_cast<int>((int4_input_bytes(a) + static_cast<size_t>(a.m) * (a.k / 128) * sizeof(int) + 15) / 16 * 16);
@@ -705,6 +706,18 @@ __host__ __device__ inline int mma_tiles_input_bytes(const QgemvArgs& a) {  // i
 // A packed int4 word's nibbles as q + 8, unsigned: the low ones as bytes, the high ones times 16.
 __device__ inline uint32_t low_nibbles_offset(uint32_t w) { return (w & 0x0F0F0F0Fu) ^ 0x08080808u; }
 __device__ inline uint32_t high_nibbles_offset16(uint32_t w) { return (w & 0xF0F0F0F0u) ^ 0x80808080u; }
+// Packed words j and j + 1 of columns g (w_j, w_j1) and g + 8 (v_j, v_j1) against the rearranged
+// input's words for them, x = (e_j, o_j, e_j+1, o_j+1): the low nibbles into lo, the high ones
+// (times 16) into hi.
+__device__ inline void mma_int4_words(int (&lo)[4], int (&hi)[4], uint32_t w_j, uint32_t v_j, uint32_t w_j1,
+                                      uint32_t v_j1, const uint4& x) {
+  const uint32_t a_lo[4] = {low_nibbles_offset(w_j), low_nibbles_offset(v_j), low_nibbles_offset(w_j1),
+                            low_nibbles_offset(v_j1)};
+  const uint32_t a_hi[4] = {high_nibbles_offset16(w_j), high_nibbles_offset16(v_j), high_nibbles_offset16(w_j1),
+                            high_nibbles_offset16(v_j1)};
+  mma_u8s8_16832(lo, a_lo, x.x, x.z);
+  mma_u8s8_16832(hi, a_hi, x.y, x.w);
+}
 
 template <int M, int kBlockThreads>
 __global__ void __launch_bounds__(kBlockThreads, 1) qgemv_w4a8_mma_tiles_kernel(QgemvArgs a, int slots) {
@@ -767,22 +780,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) qgemv_w4a8_mma_tiles_kernel(
         const uint4 w0 = w_g[4 * group], w1 = w_g8[4 * group];
         const uint4 x0 = x_pieces[8 * group], x1 = x_pieces[8 * group + 1];  // e0 o0 e1 o1, e2 o2 e3 o3
         int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
-        {
-          const uint32_t a_lo[4] = {low_nibbles_offset(w0.x), low_nibbles_offset(w1.x), low_nibbles_offset(w0.y),
-                                    low_nibbles_offset(w1.y)};
-          const uint32_t a_hi[4] = {high_nibbles_offset16(w0.x), high_nibbles_offset16(w1.x),
-                                    high_nibbles_offset16(w0.y), high_nibbles_offset16(w1.y)};
-          mma_u8s8_16832(lo, a_lo, x0.x, x0.z);
-          mma_u8s8_16832(hi, a_hi, x0.y, x0.w);
-        }
-        {
-          const uint32_t a_lo[4] = {low_nibbles_offset(w0.z), low_nibbles_offset(w1.z), low_nibbles_offset(w0.w),
-                                    low_nibbles_offset(w1.w)};
-          const uint32_t a_hi[4] = {high_nibbles_offset16(w0.z), high_nibbles_offset16(w1.z),
-                                    high_nibbles_offset16(w0.w), high_nibbles_offset16(w1.w)};
-          mma_u8s8_16832(lo, a_lo, x1.x, x1.z);
-          mma_u8s8_16832(hi, a_hi, x1.y, x1.w);
-        }
+        mma_int4_words(lo, hi, w0.x, w1.x, w0.y, w1.y, x0);
+        mma_int4_words(lo, hi, w0.z, w1.z, w0.w, w1.w, x1);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           if (M == 1 && e % 2 == 1) continue;  // one row: every column n of B is x row 0

@@ -253,6 +253,7 @@ std::vector<Case> cases() {
   out.push_back({K::kW4A8, 1, 10576, 2560, 128, false, kernels::QgemvSchedule::kMmaTiles});  // 2.7b in_proj
   out.push_back({K::kW4A8, 2, 18560, 4096, 128, false, kernels::QgemvSchedule::kMmaTiles});  // 8B-like in_proj
   out.push_back({K::kW4A8, 4, 10576, 2560, 128, true, kernels::QgemvSchedule::kAuto});  // picks kMmaTiles on sm_90
+  out.push_back({K::kW4A8, 1, 300, 16384, 128, false, kernels::QgemvSchedule::kMmaTiles});  // one 140 KB slot
   for (K kind : {K::kW4A8, K::kW4A16}) {
     out.push_back({kind, 2, 77, 2048, 512, true, kernels::QgemvSchedule::kQuad});
     out.push_back({kind, 1, 8200, 2560, 128, true, kernels::QgemvSchedule::kAuto});  // picks kQuad
@@ -489,6 +490,10 @@ TEST(Qgemv, RefusesWhatItCannotRun) {
   a.m = 5;
   EXPECT_FALSE(kernels::qgemv_supported(a));
   a.m = 1;
+  a.k = a.ldx = 16384;  // a 16-column tile of 140 KB: the most its shared memory takes
+  EXPECT_EQ(kernels::qgemv_supported(a), sm90);
+  a.k = a.ldx = 32768;  // 279 KB
+  EXPECT_FALSE(kernels::qgemv_supported(a));
   a.k = a.ldx = 32768 + 512;  // the rearranged row would pass 32 KB
   EXPECT_FALSE(kernels::qgemv_supported(a));
 }
