@@ -737,7 +737,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) qgemv_w4a8_mma_tiles_kernel(
     const int r = lane % 16, col = 16 * tile + r;
     if (r >= valid_rows) return;
     if (lane < 16) {
-      bulk_copy_to_shared(stage + r * pitch, static_cast<const int8_t*>(a.w) + int64_t(col) * row_bytes, row_bytes, barrier);
+      bulk_copy_to_shared(stage + r * pitch, static_cast<const int8_t*>(a.w) + int64_t(col) * row_bytes, row_bytes,
+                          barrier);
     } else {
       bulk_copy_to_shared(stage + 16 * pitch + r * groups * static_cast<int>(sizeof(float)),
                           a.w_scales + int64_t(col) * groups, groups * static_cast<int>(sizeof(float)), barrier);
@@ -1109,7 +1110,8 @@ cudaError_t launch_w4a8_mma_tiles(const QgemvArgs& a, cudaStream_t stream) {
   const int slots = static_cast<int>(std::clamp<int64_t>(most, 1, (tiles + blocks - 1) / blocks));
   const size_t shared = mma_tiles_input_bytes(a) + size_t(slots) * (mma_tiles_stage_bytes(a) + sizeof(uint64_t));
   if (const cudaError_t status = allow_dynamic_shared(kKernel, shared); status != cudaSuccess) return status;
-  return launch_kernel(kKernel, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kBlockThreads), shared}, stream, a, slots);
+  const LaunchShape shape{dim3(static_cast<unsigned>(blocks)), dim3(kBlockThreads), shared};
+  return launch_kernel(kKernel, shape, stream, a, slots);
 }
 
 template <int M, QgemvKind KIND>

@@ -41,9 +41,10 @@ enum class QgemvKind { kW8A8, kW4A8, kW4A16, kW8A16 };
 //                 pieces), W4A16's fp16 x read through L1
 //   kLaneGroup:   W4A8, groups of 128, m ≤ 4, k a multiple of 512 up to 8,192: kStream's columns with one
 //                 lane a group (no shuffles), the chain through shared memory
-//   kMmaTiles:    W4A8, groups of 128, m ≤ 4, k a multiple of 512 (m·k ≤ 32 KB), sm_90: a warp a tile of
-//                 16 columns on the int8 tensor cores, the nibbles fed from the stored words as they
-//                 are, the tiles brought into shared memory by bulk copies; the chain in registers
+//   kMmaTiles:    W4A8, groups of 128, m ≤ 4, k a multiple of 512 up to 16,384 (m·k ≤ 32 KB), sm_90:
+//                 a warp a tile of 16 columns on the int8 tensor cores, the nibbles fed from the stored
+//                 words as they are, the tiles brought into shared memory by bulk copies; the chain in
+//                 registers
 //   kAuto:        W4A8: kMmaTiles from 3 rows where it can run (sm_90), else kLaneGroup where it can
 //                 run, else kStream where it can; W4A16: kStream at one row; otherwise int4: kQuad
 //                 where it measured faster (n ≥ 8192 columns, m ≤ 4), else kSplitGroups;
