@@ -166,12 +166,16 @@ __device__ inline Int8Input int4_input(const QgemvArgs& a, int8_t* shared) {
   return result;
 }
 
+// A packed int4 word's nibbles as q + 8, unsigned (n ^ 8 = q + 8 for a two's-complement nibble n):
+// the low ones as bytes, the high ones as bytes times 16.
+__device__ inline uint32_t low_nibbles_offset(uint32_t w) { return (w & 0x0F0F0F0Fu) ^ 0x08080808u; }
+__device__ inline uint32_t high_nibbles_offset16(uint32_t w) { return (w & 0xF0F0F0F0u) ^ 0x80808080u; }
+
 // A packed int4 word's nibbles as q + 8 ∈ [0, 15], one per byte: low nibbles (even columns) in
-// `even`, high nibbles in `odd`; n ^ 8 = q + 8 for a two's-complement nibble n.
+// `even`, high nibbles in `odd`.
 __device__ inline void unpack_int4_offset(uint32_t packed, int& even, int& odd) {
-  const uint32_t t = packed ^ 0x88888888u;
-  even = static_cast<int>(t & 0x0F0F0F0Fu);
-  odd = static_cast<int>((t >> 4) & 0x0F0F0F0Fu);
+  even = static_cast<int>(low_nibbles_offset(packed));
+  odd = static_cast<int>(low_nibbles_offset(packed >> 4));
 }
 
 // acc + Σ (q + 8)·x over one packed int4 word's 8 columns, against the rearranged input's two words
@@ -703,9 +707,6 @@ __host__ __device__ inline bool w4a8_mma_tiles_fits(const QgemvArgs& a) {
 __host__ __device__ inline int mma_tiles_input_bytes(const QgemvArgs& a) {  // int4_input's + group offsets, 16-aligned
   return static_cast<int>((int4_input_bytes(a) + static_cast<size_t>(a.m) * (a.k / 128) * sizeof(int) + 15) / 16 * 16);
 }
-// A packed int4 word's nibbles as q + 8, unsigned: the low ones as bytes, the high ones times 16.
-__device__ inline uint32_t low_nibbles_offset(uint32_t w) { return (w & 0x0F0F0F0Fu) ^ 0x08080808u; }
-__device__ inline uint32_t high_nibbles_offset16(uint32_t w) { return (w & 0xF0F0F0F0u) ^ 0x80808080u; }
 // Packed words j and j + 1 of columns g (w_j, w_j1) and g + 8 (v_j, v_j1) against the rearranged
 // input's words for them, x = (e_j, o_j, e_j+1, o_j+1): the low nibbles into lo, the high ones
 // (times 16) into hi.
@@ -726,8 +727,9 @@ __global__ void __launch_bounds__(kBlockThreads, 1) qgemv_w4a8_mma_tiles_kernel(
   const int groups = a.k / 128, tiles = (a.n + 15) / 16, row_bytes = a.k / 2, pitch = row_bytes + kMmaTilesRowPad;
   const int block_tiles = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
   const int stage_bytes = mma_tiles_stage_bytes(a);
-  int8_t* stage = rows + mma_tiles_input_bytes(a) + slot * stage_bytes;
-  uint64_t* barriers = reinterpret_cast<uint64_t*>(rows + mma_tiles_input_bytes(a) + slots * stage_bytes);
+  int8_t* const stages = rows + mma_tiles_input_bytes(a);
+  int8_t* stage = stages + slot * stage_bytes;
+  uint64_t* barriers = reinterpret_cast<uint64_t*>(stages + slots * stage_bytes);
   uint64_t* barrier = &barriers[slot];
   // The block's j-th tile into this slot: lanes 0–15 a row's bytes, lanes 16–31 its scales.
   auto request = [&](int j) {
