@@ -92,6 +92,11 @@ void bench_state_update(int batch, int heads, int groups, double bandwidth, bool
   if (int8_state) {
     a.state_type = kernels::ElementType::kS8;
     a.state_scales = device_random(size_t(heads) * P, 0.004f, 0.012f, rng);  // per (h, p), as SSDi8
+    // States across the int8 range (the bytes of random floats would pile up at a few values)
+    std::uniform_int_distribution<int> q(-127, 127);
+    std::vector<int8_t> values(size_t(batch) * heads * P * N);
+    for (auto& v : values) v = static_cast<int8_t>(q(rng));
+    check_cuda(cudaMemcpy(a.state, values.data(), values.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
   }
   check_cuda(cudaMalloc(&a.y, size_t(batch) * heads * P * sizeof(float)), "cudaMalloc");
   const double us = time_us([&] { return kernels::launch_ssd_state_update(a, nullptr); });
