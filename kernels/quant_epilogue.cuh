@@ -72,22 +72,15 @@ __device__ inline int small_float_to_int(float x) { return __float_as_int(__fadd
 // quantize_int8 of N values as kIntegerBias + q: rint by that add, with no conversion instruction. By the reciprocal as
 // quantize_int8_by_reciprocal, with |r| < 127.49 so that no clamp is needed; when any value fails a
 // test, all N take quantize_int8 (one branch: a predicate AND a value instead of a mask).
-// kSaturating: r is clamped to ±127 first (two more instructions a value), and |r| > 127.6 — whose
-// quotient rounds past 127 — passes too, so that values at the clamp (a saturated decode state)
-// do not send the warp down the division.
-template <int N, bool kSaturating = false>
+template <int N>
 __device__ inline void quantize_int8_biased(const float (&value)[N], float scale, float inv_scale, float (&biased)[N]) {
   bool fast = true;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const float r = __fmul_rn(value[i], inv_scale);
-    biased[i] = __fadd_rn(kSaturating ? fminf(fmaxf(r, -127.f), 127.f) : r, kIntegerBias);
+    biased[i] = __fadd_rn(r, kIntegerBias);
     const float nearest = __fsub_rn(biased[i], kIntegerBias);
-    if constexpr (kSaturating) {
-      fast = fast & ((fabsf(__fsub_rn(r, nearest)) < 0.499f) | (fabsf(r) > 127.6f));
-    } else {
-      fast = fast & (fabsf(r) < 127.49f) & (fabsf(__fsub_rn(r, nearest)) < 0.499f);
-    }
+    fast = fast & (fabsf(r) < 127.49f) & (fabsf(__fsub_rn(r, nearest)) < 0.499f);
   }
   if (!fast) {
 #pragma unroll

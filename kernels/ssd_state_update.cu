@@ -113,11 +113,9 @@ __device__ inline float warp_sum_8_rows(float (&v)[8], int lane) {
 // shuffle reduction per row): 16–27 % of the copy bandwidth at batch 32–128, no faster than the
 // fp32 state with four times the bytes. Here a lane owns kPerLane consecutive n of a row (one load
 // and one store), the block's B and C (one head of one sequence), dt and the decay are loaded and
-// computed once, a warp issues the loads of kStateRowsAhead rows before stepping any, the state is
-// rounded back by the reciprocal with quantize_int8's bits (one reciprocal a row; per-n scales keep
-// the division), and the rows' y are reduced together. Each state value takes the same operations
-// as in StateRow::advance, so the new state has the same bits; y sums in another order.
-// Measured (H100, 2.7b, batch 128): 206 → 140 µs alone, 21.6 → 11.5 ms a W8A8 decode step.
+// computed once, a warp issues the loads of kStateRowsAhead rows before stepping any, a row with
+// one scale (SSDi8) is stepped in its integer units so that rounding back is an add, and the rows'
+// y are reduced together (docs/kernels/ssd_state_update.md, "The int8 state at large batches").
 template <typename T, int kPerLane, bool kPerN, int kMinBlocks>
 __global__ void __launch_bounds__(kStateUpdateWarps * 32, kMinBlocks) ssd_state_update_s8_rows_kernel(SsdStateUpdateArgs a) {
   static_assert(kStateRowsAhead == 8, "warp_sum_8_rows");
@@ -148,17 +146,21 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32, kMinBlocks) ssd_state_
            static_cast<int64_t>(a.state_scale_index ? a.state_scale_index[channel] : channel) * a.state_scale_inner;
   };
   for (int base = slice.row_begin + warp; base < slice.row_end; base += kStateRowsAhead * kStateUpdateWarps) {
-    // The chunk's state rows, one word a lane each; x and the channel scale of row r in lane r.
+    // The chunk's state rows, one word a lane each; x and the channel scale (and its reciprocal) of
+    // row r in lane r.
     StateBytes<kPerLane> q[kStateRowsAhead];
 #pragma unroll
     for (int r = 0; r < kStateRowsAhead; ++r) {
       const int p = base + r * kStateUpdateWarps;
       if (p < slice.row_end) q[r].word = words[p * 32];
     }
-    float lane_x = 0.f, lane_scale = 0.f;
+    float lane_x = 0.f, lane_scale = 0.f, lane_inverse = 0.f;
     if (const int p = base + lane * kStateUpdateWarps; lane < kStateRowsAhead && p < slice.row_end) {
       lane_x = to_float(x[p]);
-      if constexpr (!kPerN) lane_scale = scale_row(p)[0];
+      if constexpr (!kPerN) {
+        lane_scale = scale_row(p)[0];
+        lane_inverse = __frcp_rn(lane_scale);
+      }
     }
     float acc[kStateRowsAhead];
 #pragma unroll
@@ -166,34 +168,40 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32, kMinBlocks) ssd_state_
       const int p = base + r * kStateUpdateWarps;
       acc[r] = 0.f;
       if (p >= slice.row_end) continue;
-      float scale[kPerLane], s[kPerLane], biased[kPerLane];
-      const float channel_scale = kPerN ? 0.f : __shfl_sync(0xffffffffu, lane_scale, r);
+      const float dtx = __fmul_rn(dt, __shfl_sync(0xffffffffu, lane_x, r));
+      float biased[kPerLane];
       if constexpr (kPerN) {
+        // One scale a value: dequantize, step and round back by the division, as StateRow.
         const float* row_scales = scale_row(p) + n0;
 #pragma unroll
-        for (int i = 0; i < kPerLane; ++i) scale[i] = row_scales[i];
+        for (int i = 0; i < kPerLane; ++i) {
+          const float scale = row_scales[i];
+          float s = __fmul_rn(static_cast<float>(q[r].q[i]), scale);
+          s = __fmaf_rn(decay, s, __fmul_rn(dtx, bv[i]));
+          acc[r] = __fmaf_rn(s, cv[i], acc[r]);
+          biased[i] = __fadd_rn(static_cast<float>(quantize_int8(s, scale)), kIntegerBias);
+        }
       } else {
+        // One scale a row: step in the row's integer units, r = exp(dt·A)·q + (dt·x / scale)·B, and
+        // round r; y = scale · Σ r·C (the scale applied after the reduction). r is within a few
+        // ulp of s / scale, so the new state is the CPU's rne(s / scale) but where s / scale lies
+        // within ~1e-5 of a half-integer (one step, ~1e-4 of the values at most).
+        const float dtx_units = __fmul_rn(dtx, __shfl_sync(0xffffffffu, lane_inverse, r));
 #pragma unroll
-        for (int i = 0; i < kPerLane; ++i) scale[i] = channel_scale;
-      }
-      const float dtx = __fmul_rn(dt, __shfl_sync(0xffffffffu, lane_x, r));
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        s[i] = __fmul_rn(static_cast<float>(q[r].q[i]), scale[i]);
-        s[i] = __fmaf_rn(decay, s[i], __fmul_rn(dtx, bv[i]));
-        acc[r] = __fmaf_rn(s[i], cv[i], acc[r]);
-      }
-      if constexpr (kPerN) {
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) biased[i] = __fadd_rn(static_cast<float>(quantize_int8(s[i], scale[i])), kIntegerBias);
-      } else {
-        quantize_int8_biased<kPerLane, true>(s, channel_scale, __frcp_rn(channel_scale), biased);
+        for (int i = 0; i < kPerLane; ++i) {
+          float units = __fmaf_rn(decay, static_cast<float>(q[r].q[i]), __fmul_rn(dtx_units, bv[i]));
+          acc[r] = __fmaf_rn(units, cv[i], acc[r]);
+          units = units == units ? fminf(fmaxf(units, -127.f), 127.f) : 0.f;  // saturate; NaN → 0
+          biased[i] = __fadd_rn(units, kIntegerBias);
+        }
       }
       words[p * 32] = pack_biased_bytes<kPerLane>(biased).word;
     }
     const float sum = warp_sum_8_rows(acc, lane), x_of_sum = __shfl_sync(0xffffffffu, lane_x, lane / 4);
+    const float scale_of_sum = kPerN ? 1.f : __shfl_sync(0xffffffffu, lane_scale, lane / 4);
     const int p = base + (lane / 4) * kStateUpdateWarps;
-    if (lane % 4 == 0 && p < slice.row_end) y[p] = from_float<T>(__fmaf_rn(head.skip, x_of_sum, sum));
+    if (lane % 4 == 0 && p < slice.row_end)
+      y[p] = from_float<T>(__fmaf_rn(head.skip, x_of_sum, kPerN ? sum : __fmul_rn(scale_of_sum, sum)));
   }
 }
 

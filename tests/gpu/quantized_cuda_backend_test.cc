@@ -92,6 +92,29 @@ TEST_P(EveryRecipe, MatchesTheCpuRuntime) {
 
 INSTANTIATE_TEST_SUITE_P(Groups, EveryRecipe, ::testing::Values(2, 4));
 
+// Decode at a batch whose state update runs in many waves (80 sequences × 16 heads, dstate 128:
+// more blocks than a GPU holds at once), where the int8 state takes the kernel with packed rows
+// (kernels/ssd_state_update.cu): SSDi8's one scale a channel, Quamba2's one a (cluster, n).
+TEST(LargeBatchDecode, MatchesTheCpuRuntime) {
+  testing::require_device();
+  Mamba2Config config = synthetic_config(2);
+  config.d_state = 128;
+  const ModelWeights w = random_weights(config, 23);
+  const CalibrationFile calib = calibration_in_memory(w, 4, 80, 2);
+  constexpr int64_t kBatch = 80, kLength = 12, kSteps = 4;
+  const std::vector<int32_t> tokens = random_tokens(kBatch * (kLength + kSteps), 256, 7);
+  for (RecipeName recipe : {RecipeName::kSsdi8, RecipeName::kQuamba2}) {
+    const auto m = std::make_shared<QuantizedModel>(quantize_model(w, calib, synthetic_model_options(recipe, BitWidth::kW8A8)));
+    const std::vector<float> cpu = run(QuantizedBackend(m), tokens, kBatch, kLength, kSteps);
+    const std::vector<float> gpu = run(QuantizedCudaBackend(m, 0), tokens, kBatch, kLength, kSteps);
+    const double max_rel = max_relative(gpu, cpu), mean_rel = mean_relative(gpu, cpu);
+    std::printf("batch %ld, %-8s W8A8 GPU vs CPU: max %.2e, mean %.2e of max |logit|\n", static_cast<long>(kBatch),
+                recipe_name(recipe), max_rel, mean_rel);
+    EXPECT_LT(mean_rel, 5e-4) << recipe_name(recipe);
+    EXPECT_LT(max_rel, 0.05) << recipe_name(recipe);
+  }
+}
+
 // A synthetic model the chunked scan takes (headdim 32 and chunk 64, unlike EveryRecipe's headdim
 // 16), its calibration, and prompts of 150 tokens (two chunk boundaries) followed by decode steps.
 struct ChunkedSsdCase {
