@@ -23,6 +23,7 @@ struct Tile {
 };
 using LargeTile = Tile<2, 4, 4, 4, 6>;  // 128 × 128, eight warps of 64 × 32
 using SmallTile = Tile<1, 4, 2, 2, 4>;  // 32 × 64, four warps of 32 × 16
+using NarrowTile = Tile<2, 2, 1, 2, 4>;  // 32 × 32, four warps of 16 × 16
 
 // kInt4W: the weights stay packed int4 in shared memory; each lane unpacks the eight k values of
 // one packed word into its b0, b1 (k 8q..8q + 3 and 8q + 4..8q + 7 of a 32-wide k step, q = lane % 4)
@@ -221,8 +222,14 @@ cudaError_t launch_gemm_s8_grouped(const GemmS8GroupedArgs& a, cudaStream_t stre
     const bool wgmma = a.w_bits == 8 && a.sums != GemmS8GroupedSums::kBiased && is_sm90() &&
                        gemm_s8_grouped_wgmma_supported(a);
     tile = a.m <= 64 ? GemmS8GroupedTile::kSmall : wgmma ? GemmS8GroupedTile::kWgmma : GemmS8GroupedTile::kLarge;
+    // Narrow tiles where 32 × 64 ones would leave half the SMs idle (2.7b W4A8 at 8–32 rows: out_proj
+    // 40 blocks; TPOT −5 to −7 %, docs/kernels/gemm.md).
+    const int64_t small_blocks = (a.n + SmallTile::kN - 1) / SmallTile::kN * ((a.m + SmallTile::kM - 1) / SmallTile::kM);
+    if (tile == GemmS8GroupedTile::kSmall && 2 * small_blocks <= current_device_attribute(cudaDevAttrMultiProcessorCount))
+      tile = GemmS8GroupedTile::kNarrow;
   }
   if (tile == GemmS8GroupedTile::kWgmma) return launch_gemm_s8_grouped_wgmma(a, stream);
+  if (tile == GemmS8GroupedTile::kNarrow) return launch_tile<NarrowTile>(a, stream);
   return tile == GemmS8GroupedTile::kLarge ? launch_tile<LargeTile>(a, stream) : launch_tile<SmallTile>(a, stream);
 }
 

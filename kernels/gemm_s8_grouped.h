@@ -19,9 +19,10 @@ namespace ssdq::kernels {
 
 // kWgmma: 128 × 128 tiles of two warpgroups on wgmma (sm_90 devices only); kLarge: 128 × 128 tiles
 // of eight warps on mma.sync (sm_80); kSmall: 32 × 64 tiles of four warps on mma.sync (a few dozen
-// rows, where large tiles leave most of the GPU idle). kAuto picks by device and rows (measured,
-// docs/kernels/gemm.md).
-enum class GemmS8GroupedTile { kAuto, kWgmma, kLarge, kSmall };
+// rows, where large tiles leave most of the GPU idle); kNarrow: 32 × 32 tiles of four warps (a few
+// dozen rows of a projection with few columns, whose 32 × 64 tiles would leave half the SMs idle).
+// kAuto picks by device, rows and columns (measured, docs/kernels/gemm.md).
+enum class GemmS8GroupedTile { kAuto, kWgmma, kLarge, kSmall, kNarrow };
 
 // How a fold turns a group's int32 sums into floats (the same values either way): kBiased starts
 // the accumulators at the bits of 1.5·2²³ so that one subtraction converts (sm_80, whose I2F runs at

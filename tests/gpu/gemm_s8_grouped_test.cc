@@ -36,6 +36,7 @@ std::string tile_name(GemmS8GroupedTile t) {
     case GemmS8GroupedTile::kWgmma: return "wgmma";
     case GemmS8GroupedTile::kLarge: return "large";
     case GemmS8GroupedTile::kSmall: return "small";
+    case GemmS8GroupedTile::kNarrow: return "narrow";
     default: return "auto";
   }
 }
@@ -157,6 +158,7 @@ TEST_P(GemmS8Grouped, MatchesLinearForwardBitForBit) {
 
 constexpr auto kLarge = GemmS8GroupedTile::kLarge;
 constexpr auto kSmall = GemmS8GroupedTile::kSmall;
+constexpr auto kNarrow = GemmS8GroupedTile::kNarrow;
 constexpr auto kAuto = GemmS8GroupedTile::kAuto;
 constexpr auto kWgmma = GemmS8GroupedTile::kWgmma;
 
@@ -170,6 +172,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{65, 130, 160, 32, 4, kSmall, true}, Case{2048, 520, 5120, 128, 4, kLarge, true},
                       Case{129, 264, 256, 256, 8, kLarge, false, ElementType::kF16},
                       Case{3, 72, 384, 128, 4, kSmall, false, ElementType::kBF16},
+                      // 32 × 32 tiles: partial in m, n and k, int8, int4 unpacked first and packed, groups 32 to one a row;
+                      // kAuto at 32 rows of 2.7b's out_proj takes them on a GPU of ≥ 80 SMs
+                      Case{17, 300, 512, 128, 4, kNarrow, true}, Case{65, 130, 160, 32, 4, kNarrow, true},
+                      Case{5, 2560, 5120, 0, 8, kNarrow, true}, Case{3, 72, 384, 128, 4, kNarrow, false, ElementType::kBF16},
+                      Case{17, 300, 512, 128, 4, kNarrow, true, ElementType::kF32, true},
+                      Case{33, 100, 96, 32, 4, kNarrow, false, ElementType::kF32, true},
+                      Case{32, 2560, 5120, 128, 4, kAuto, true, ElementType::kF32, true},
                       // the wgmma kernel: groups of one k tile (128), two (256), four (512), one a row;
                       // partial tiles in m and n
                       Case{17, 300, 512, 128, 4, kWgmma, true}, Case{256, 1288, 256, 128, 4, kWgmma, false},

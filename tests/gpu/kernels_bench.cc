@@ -328,6 +328,7 @@ void bench_qgemv(int m, double bandwidth) {
 const char* grouped_tile_name(kernels::GemmS8GroupedTile tile) {
   return tile == kernels::GemmS8GroupedTile::kWgmma   ? "wgmma 64×128"
          : tile == kernels::GemmS8GroupedTile::kLarge ? "mma.sync 128×128"
+         : tile == kernels::GemmS8GroupedTile::kNarrow ? "mma.sync 32×32"
                                                       : "mma.sync 32×64";
 }
 
@@ -551,7 +552,8 @@ void bench_gemm_w4a8(int64_t m, int64_t n, int64_t k, int64_t group) {
   print_grouped_tiles(q, kAllTiles, "", 20);
   q.w = reinterpret_cast<const int8_t*>(w4);  // int4 read packed, no unpack
   q.w_bits = 4;
-  print_grouped_tiles(q, {kernels::GemmS8GroupedTile::kLarge, kernels::GemmS8GroupedTile::kSmall}, "packed ", 20);
+  print_grouped_tiles(q, {kernels::GemmS8GroupedTile::kLarge, kernels::GemmS8GroupedTile::kSmall, kernels::GemmS8GroupedTile::kNarrow},
+                      "packed ", 20);
   void* workspace;
   check_cuda(cudaMalloc(&workspace, 32 << 20), "cudaMalloc");
   {
