@@ -113,8 +113,8 @@ __device__ inline float warp_sum_8_rows(float (&v)[8], int lane) {
 // shuffle reduction per row): 16–27 % of the copy bandwidth at batch 32–128, no faster than the
 // fp32 state with four times the bytes. Here a lane owns kPerLane consecutive n of a row (one load
 // and one store), the block's B and C (one head of one sequence), dt and the decay are loaded and
-// computed once, a warp issues the loads of kStateRowsAhead rows before stepping any, a row with
-// one scale (SSDi8) is stepped in its integer units so that rounding back is an add, and the rows'
+// computed once, a warp issues the loads of kStateRowsAhead rows before stepping any, the state is
+// stepped in its scale's units so that rounding back is an add, and the rows'
 // y are reduced together (docs/kernels/ssd_state_update.md, "The int8 state at large batches").
 template <typename T, int kPerLane, bool kPerN, int kMinBlocks>
 __global__ void __launch_bounds__(kStateUpdateWarps * 32, kMinBlocks) ssd_state_update_s8_rows_kernel(SsdStateUpdateArgs a) {
@@ -169,30 +169,32 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32, kMinBlocks) ssd_state_
       acc[r] = 0.f;
       if (p >= slice.row_end) continue;
       const float dtx = __fmul_rn(dt, __shfl_sync(0xffffffffu, lane_x, r));
+      // The step in the scale's units, r = exp(dt·A)·q + dt·x·B / scale, and r rounded. r is within a
+      // few ulp of the CPU's s / scale, so the new state is the CPU's rne(s / scale) but where that
+      // lies within ~1e-5 of a half-integer (one step, ~1e-4 of the values at most).
+      const auto round_units = [](float units) {
+        units = units == units ? fminf(fmaxf(units, -127.f), 127.f) : 0.f;  // saturate; NaN → 0
+        return __fadd_rn(units, kIntegerBias);
+      };
       float biased[kPerLane];
       if constexpr (kPerN) {
-        // One scale a value: dequantize, step and round back by the division, as StateRow.
+        // One scale a value (Quamba2): y sums r·(scale·C) value by value.
         const float* row_scales = scale_row(p) + n0;
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
           const float scale = row_scales[i];
-          float s = __fmul_rn(static_cast<float>(q[r].q[i]), scale);
-          s = __fmaf_rn(decay, s, __fmul_rn(dtx, bv[i]));
-          acc[r] = __fmaf_rn(s, cv[i], acc[r]);
-          biased[i] = __fadd_rn(static_cast<float>(quantize_int8(s, scale)), kIntegerBias);
+          const float units = __fmaf_rn(decay, static_cast<float>(q[r].q[i]), __fdividef(__fmul_rn(dtx, bv[i]), scale));
+          acc[r] = __fmaf_rn(units, __fmul_rn(scale, cv[i]), acc[r]);
+          biased[i] = round_units(units);
         }
       } else {
-        // One scale a row: step in the row's integer units, r = exp(dt·A)·q + (dt·x / scale)·B, and
-        // round r; y = scale · Σ r·C (the scale applied after the reduction). r is within a few
-        // ulp of s / scale, so the new state is the CPU's rne(s / scale) but where s / scale lies
-        // within ~1e-5 of a half-integer (one step, ~1e-4 of the values at most).
+        // One scale a row (SSDi8): y = scale · Σ r·C, the scale applied after the reduction.
         const float dtx_units = __fmul_rn(dtx, __shfl_sync(0xffffffffu, lane_inverse, r));
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
-          float units = __fmaf_rn(decay, static_cast<float>(q[r].q[i]), __fmul_rn(dtx_units, bv[i]));
+          const float units = __fmaf_rn(decay, static_cast<float>(q[r].q[i]), __fmul_rn(dtx_units, bv[i]));
           acc[r] = __fmaf_rn(units, cv[i], acc[r]);
-          units = units == units ? fminf(fmaxf(units, -127.f), 127.f) : 0.f;  // saturate; NaN → 0
-          biased[i] = __fadd_rn(units, kIntegerBias);
+          biased[i] = round_units(units);
         }
       }
       words[p * 32] = pack_biased_bytes<kPerLane>(biased).word;

@@ -7,9 +7,9 @@
 // ActQuant: per (h, p) for SSDi8, per (head cluster, channel cluster, n) for Quamba2); the
 // kernel dequantizes it in registers, runs the steps in fp32 and stores sat±127(rne(s / scale))
 // at the end of the launch — after every token when steps = 1, as the CPU rounds the state after
-// each forward call. One token of a large batch with one scale a channel is stepped in the scale's
-// units instead (exp(dt·A)·q + dt·x·B / scale, rounded): the same integers but where s / scale
-// lies within ~1e-5 of a half-integer, one step away, as __expf already allows.
+// each forward call. One token of a large batch is stepped in the scales' units instead
+// (exp(dt·A)·q + dt·x·B / scale, rounded): the same integers but where s / scale lies within ~1e-5
+// of a half-integer, one step away, as __expf already allows.
 // CPU reference: runtime/cpu_ops.h `cpu::ssd_step`, applied once per token (int8: on the
 // dequantized state, then runtime/quantized_ops.h `apply_state_format`).
 #pragma once
