@@ -114,8 +114,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SsdStateUpdate,
 
 // The int8 decode state of quantized artifacts: per (h, p) scales (SSDi8) and per (channel cluster,
 // n) scales through an index map (Quamba2). The CPU steps the dequantized state and rounds it back
-// (apply_state_format); the GPU's __expf differs from libm in the last bit, so a state value next
-// to a rounding boundary may land one step away — rarely.
+// (apply_state_format); the GPU's __expf differs from libm in the last bit (and a large batch steps
+// the state in its scales' units), so a state value next to a rounding boundary may land one step
+// away — rarely.
 TEST(SsdStateUpdateInt8, MatchesTheCpuOnTheDequantizedState) {
   testing::require_device();
   const int H = 8, G = 2;
