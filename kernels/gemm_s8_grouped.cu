@@ -223,7 +223,7 @@ cudaError_t launch_gemm_s8_grouped(const GemmS8GroupedArgs& a, cudaStream_t stre
                        gemm_s8_grouped_wgmma_supported(a);
     tile = a.m <= 64 ? GemmS8GroupedTile::kSmall : wgmma ? GemmS8GroupedTile::kWgmma : GemmS8GroupedTile::kLarge;
     // Narrow tiles where 32 × 64 ones would leave half the SMs idle (2.7b W4A8 at 8–32 rows: out_proj
-    // 40 blocks; TPOT −5 to −7 %, docs/kernels/gemm.md).
+    // 40 blocks; TPOT −6 to −9 %, docs/kernels/gemm.md).
     const int64_t small_blocks = (a.n + SmallTile::kN - 1) / SmallTile::kN * ((a.m + SmallTile::kM - 1) / SmallTile::kM);
     if (tile == GemmS8GroupedTile::kSmall && 2 * small_blocks <= current_device_attribute(cudaDevAttrMultiProcessorCount))
       tile = GemmS8GroupedTile::kNarrow;

@@ -114,8 +114,8 @@ __device__ inline float warp_sum_8_rows(float (&v)[8], int lane) {
 // fp32 state with four times the bytes. Here a lane owns kPerLane consecutive n of a row (one load
 // and one store), the block's B and C (one head of one sequence), dt and the decay are loaded and
 // computed once, a warp issues the loads of kStateRowsAhead rows before stepping any, the state is
-// stepped in its scale's units so that rounding back is an add, and the rows'
-// y are reduced together (docs/kernels/ssd_state_update.md, "The int8 state at large batches").
+// stepped in its scales' units so that rounding back is an add, and the rows' y are reduced
+// together (docs/kernels/ssd_state_update.md, "The int8 state at large batches").
 template <typename T, int kPerLane, bool kPerN, int kMinBlocks>
 __global__ void __launch_bounds__(kStateUpdateWarps * 32, kMinBlocks) ssd_state_update_s8_rows_kernel(SsdStateUpdateArgs a) {
   static_assert(kStateRowsAhead == 8, "warp_sum_8_rows");
