@@ -96,18 +96,25 @@ __device__ inline void quantize_int8_to_float(const float (&value)[N], float sca
   for (int i = 0; i < N; ++i) q[i] = __fsub_rn(q[i], kIntegerBias);
 }
 
-// quantize_int8 of N values (N a multiple of 4) as the bytes of N/4 words, value 4i + k in byte k of
-// word i.
+// The int8 bytes of N values held as kIntegerBias + q (N a multiple of 4) in N/4 words, value 4i + k
+// in byte k of word i.
 template <int N>
-__device__ inline void quantize_int8_words(const float (&value)[N], float scale, float inv_scale, uint32_t (&word)[N / 4]) {
-  float biased[N];
-  quantize_int8_biased(value, scale, inv_scale, biased);
+__device__ inline void pack_biased_int8_words(const float (&biased)[N], uint32_t (&word)[N / 4]) {
 #pragma unroll
   for (int i = 0; i < N / 4; ++i) {
     const uint32_t lo = __byte_perm(__float_as_uint(biased[4 * i]), __float_as_uint(biased[4 * i + 1]), 0x0040);
     const uint32_t hi = __byte_perm(__float_as_uint(biased[4 * i + 2]), __float_as_uint(biased[4 * i + 3]), 0x0040);
     word[i] = __byte_perm(lo, hi, 0x5410);
   }
+}
+
+// quantize_int8 of N values (N a multiple of 4) as the bytes of N/4 words, value 4i + k in byte k of
+// word i.
+template <int N>
+__device__ inline void quantize_int8_words(const float (&value)[N], float scale, float inv_scale, uint32_t (&word)[N / 4]) {
+  float biased[N];
+  quantize_int8_biased(value, scale, inv_scale, biased);
+  pack_biased_int8_words(biased, word);
 }
 
 // An int32 v with |v| ≤ 2²² (e.g. a sum of at most 256 int8 × int8 products: 128²·256 = 2²²) as a

@@ -71,19 +71,14 @@ union StateBytes {
   uint32_t u32[(kPerLane + 3) / 4];
 };
 
-// The bytes of kIntegerBias + q (quant_epilogue.cuh quantize_int8_biased), value i in byte i.
+// The bytes of values held as kIntegerBias + q (quant_epilogue.cuh), value i in byte i.
 template <int kPerLane>
 __device__ inline StateBytes<kPerLane> pack_biased_bytes(const float (&biased)[kPerLane]) {
   StateBytes<kPerLane> out;
   if constexpr (kPerLane == 2) {
     out.word = static_cast<uint16_t>(__byte_perm(__float_as_uint(biased[0]), __float_as_uint(biased[1]), 0x0040));
   } else {
-#pragma unroll
-    for (int w = 0; w < kPerLane / 4; ++w) {
-      const uint32_t lo = __byte_perm(__float_as_uint(biased[4 * w]), __float_as_uint(biased[4 * w + 1]), 0x0040);
-      const uint32_t hi = __byte_perm(__float_as_uint(biased[4 * w + 2]), __float_as_uint(biased[4 * w + 3]), 0x0040);
-      out.u32[w] = __byte_perm(lo, hi, 0x5410);
-    }
+    pack_biased_int8_words(biased, out.u32);
   }
   return out;
 }
@@ -140,11 +135,7 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32, kMinBlocks) ssd_state_
   }
   const float dt = head.dt(a, to_float(static_cast<const T*>(a.dt)[token * a.dt_stride + slice.head]));
   const float decay = __expf(__fmul_rn(dt, head.A));
-  const auto scale_row = [&](int p) {
-    const int channel = first_channel + p;
-    return a.state_scales +
-           static_cast<int64_t>(a.state_scale_index ? a.state_scale_index[channel] : channel) * a.state_scale_inner;
-  };
+  const auto scale_row = [&](int p) { return state_scale_row(a, first_channel + p); };
   for (int base = slice.row_begin + warp; base < slice.row_end; base += kStateRowsAhead * kStateUpdateWarps) {
     // The chunk's state rows, one word a lane each; x and the channel scale (and its reciprocal) of
     // row r in lane r.

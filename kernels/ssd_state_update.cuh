@@ -51,6 +51,12 @@ struct HeadConstants {
   }
 };
 
+// The int8 state's scales of channel c = h·P + p: state_scale_inner values (one, or one per n).
+__device__ inline const float* state_scale_row(const SsdStateUpdateArgs& a, int channel) {
+  return a.state_scales +
+         static_cast<int64_t>(a.state_scale_index ? a.state_scale_index[channel] : channel) * a.state_scale_inner;
+}
+
 // Fetches into L2 the state rows a warp takes after its first (rows first + kStateUpdateWarps, …
 // of the block's slice), one 128-byte line a lane: issued before the kernel waits for the previous
 // grid, they are then L2 hits instead of round trips to memory one after the other.
@@ -79,10 +85,7 @@ struct StateRow {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) stored[i] = row[lane + 32 * i];
     if constexpr (std::is_same_v<S, int8_t>) {
-      const int channel = slice.head * a.headdim + p;
-      const float* scales =
-          a.state_scales +
-          static_cast<int64_t>(a.state_scale_index ? a.state_scale_index[channel] : channel) * a.state_scale_inner;
+      const float* scales = state_scale_row(a, slice.head * a.headdim + p);
       const float channel_scale = scales[0];
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) scale[i] = a.state_scale_inner == 1 ? channel_scale : scales[lane + 32 * i];
