@@ -1,6 +1,6 @@
 // Device pieces shared by the grouped integer projection's kernels (kernels/gemm_s8_grouped.h):
-// the swizzled stage layout both read, the cp.async loader that fills it, and the conversion of a
-// group's int32 sums to float.
+// the swizzled stage layout they read (the wgmma kernel's TMA writes the same 128-byte swizzle),
+// the cp.async loader of the mma.sync tiles, and the conversion of a group's int32 sums to float.
 #pragma once
 
 #include <cstdint>
@@ -80,39 +80,6 @@ struct TileLoader {
   int64_t stride;
   int offset, col;
   unsigned valid_rows;
-};
-
-// TileLoader's copies for a kernel that reads k in whole tiles from 0, one tile per call: each pass
-// keeps its own source pointer and moves it kBK bytes a call (a row past `rows` points into row 0
-// and copies nothing), so a copy costs a pointer add instead of TileLoader's address arithmetic.
-template <int kRows, int kThreads>
-struct StreamingTileLoader {
-  using Layout = TileLoader<kRows, kThreads>;
-  static constexpr int kPasses = Layout::kPasses;
-
-  __device__ StreamingTileLoader(const int8_t* base, int64_t ld, int64_t row0, int64_t rows) {
-    const int r = threadIdx.x / Layout::kRowChunks, c = threadIdx.x % Layout::kRowChunks;
-    offset = swizzled(r, c);
-#pragma unroll
-    for (int j = 0; j < kPasses; ++j) {
-      const int64_t row = row0 + r + j * Layout::kRowStep;
-      bytes[j] = row < rows ? 16 : 0;
-      src[j] = (row < rows ? base + row * ld : base) + c * 16;
-    }
-  }
-
-  __device__ __forceinline__ void load_next(uint8_t* tile) {
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(tile)) + offset;
-#pragma unroll
-    for (int j = 0; j < kPasses; ++j) {
-      cp_async_16_to(dst + j * Layout::kRowStep * Layout::kRowBytes, src[j], bytes[j]);
-      src[j] += kBK;
-    }
-  }
-
-  const int8_t* src[kPasses];
-  unsigned bytes[kPasses];
-  int offset;
 };
 
 }  // namespace ssdq::kernels::grouped_gemm

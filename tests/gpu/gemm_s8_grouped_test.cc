@@ -186,6 +186,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{300, 1032, 4096, 0, 8, kWgmma, true}, Case{1, 8, 128, 128, 4, kWgmma, false},
                       Case{2048, 520, 5120, 128, 4, kWgmma, true}, Case{129, 264, 768, 256, 8, kWgmma, false, ElementType::kF16},
                       Case{70, 136, 2560, 128, 4, kWgmma, false, ElementType::kBF16},
+                      // rows of n % 4 ≠ 0 (the staged epilogue's element-wise stores): fp32 with bias
+                      // and accumulation, bf16, and a last tile of two columns
+                      Case{200, 130, 256, 128, 8, kWgmma, true}, Case{130, 262, 512, 256, 4, kWgmma, false, ElementType::kBF16},
                       // int4 weights unpacked in registers: groups 32 to 512, partial k tile, both tiles
                       Case{17, 300, 512, 128, 4, kSmall, true, ElementType::kF32, true},
                       Case{17, 300, 512, 128, 4, kLarge, true, ElementType::kF32, true},
