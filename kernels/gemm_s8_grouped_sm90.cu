@@ -216,10 +216,10 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   for (int r = static_cast<int>(threadIdx.x) / 32; r < kM && m0 + r < a.m; r += kConsumerWarps) {
     const int64_t row = int64_t(m0) + r;
     const float4 y = *reinterpret_cast<const float4*>(staged + r * kPitch + c);
+    float v[4] = {y.x, y.y, y.z, y.w};
     if (vector && col + 3 < n) {
-      store_projection4(a.out, a.out_type, row * a.ldout + col, y, a.bias, col, a.accumulate);
+      store_projection_vector(a.out, a.out_type, row * a.ldout + col, v, a.bias, col, a.accumulate);
     } else {
-      const float v[4] = {y.x, y.y, y.z, y.w};
       for (int e = 0; e < 4 && col + e < n; ++e)
         store_projection(a.out, a.out_type, row * a.ldout + col + e, v[e], a.bias, col + e, a.accumulate);
     }

@@ -187,38 +187,43 @@ __device__ inline void store_projection(void* out, ElementType out_type, int64_t
   }
 }
 
-// store_projection of four consecutive columns col..col + 3 with one vector access each way; `at`
-// a multiple of 4 and out 16-byte aligned.
-__device__ inline void store_projection4(void* out, ElementType out_type, int64_t at, float4 y, const float* bias,
-                                         int64_t col, bool accumulate) {
+// store_projection of N (2 or 4) consecutive columns col.. with one vector access each way: the
+// same operations per element. `at` and col multiples of N; out (and bias) aligned to N elements.
+template <int N, typename T>
+struct alignas(N * sizeof(T)) ProjectionVector {
+  T v[N];
+};
+template <int N>
+__device__ inline void store_projection_vector(void* out, ElementType out_type, int64_t at, float (&y)[N],
+                                               const float* bias, int64_t col, bool accumulate) {
+  static_assert(N == 2 || N == 4, "two or four columns");
   if (bias) {
-    const float4 b = *reinterpret_cast<const float4*>(bias + col);
-    y = make_float4(__fadd_rn(y.x, b.x), __fadd_rn(y.y, b.y), __fadd_rn(y.z, b.z), __fadd_rn(y.w, b.w));
+    const ProjectionVector<N, float> b = *reinterpret_cast<const ProjectionVector<N, float>*>(bias + col);
+#pragma unroll
+    for (int e = 0; e < N; ++e) y[e] = __fadd_rn(y[e], b.v[e]);
   }
   switch (out_type) {
     case ElementType::kBF16: {
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(y.x, y.y), hi = __floats2bfloat162_rn(y.z, y.w);
-      uint2 v;
-      v.x = *reinterpret_cast<const uint32_t*>(&lo);
-      v.y = *reinterpret_cast<const uint32_t*>(&hi);
-      *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(out) + at) = v;
+      ProjectionVector<N, __nv_bfloat16> o;
+#pragma unroll
+      for (int e = 0; e < N; ++e) o.v[e] = __float2bfloat16_rn(y[e]);
+      *reinterpret_cast<ProjectionVector<N, __nv_bfloat16>*>(static_cast<__nv_bfloat16*>(out) + at) = o;
       break;
     }
     case ElementType::kF16: {
-      const __half2 lo = __floats2half2_rn(y.x, y.y), hi = __floats2half2_rn(y.z, y.w);
-      uint2 v;
-      v.x = *reinterpret_cast<const uint32_t*>(&lo);
-      v.y = *reinterpret_cast<const uint32_t*>(&hi);
-      *reinterpret_cast<uint2*>(static_cast<__half*>(out) + at) = v;
+      ProjectionVector<N, __half> o;
+#pragma unroll
+      for (int e = 0; e < N; ++e) o.v[e] = __float2half_rn(y[e]);
+      *reinterpret_cast<ProjectionVector<N, __half>*>(static_cast<__half*>(out) + at) = o;
       break;
     }
     default: {
-      float4* o = reinterpret_cast<float4*>(static_cast<float*>(out) + at);
-      if (accumulate) {
-        const float4 old = *o;
-        y = make_float4(__fadd_rn(old.x, y.x), __fadd_rn(old.y, y.y), __fadd_rn(old.z, y.z), __fadd_rn(old.w, y.w));
-      }
-      *o = y;
+      auto* o = reinterpret_cast<ProjectionVector<N, float>*>(static_cast<float*>(out) + at);
+      ProjectionVector<N, float> v;
+      if (accumulate) v = *o;
+#pragma unroll
+      for (int e = 0; e < N; ++e) v.v[e] = accumulate ? __fadd_rn(v.v[e], y[e]) : y[e];
+      *o = v;
     }
   }
 }

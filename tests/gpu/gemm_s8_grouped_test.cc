@@ -172,6 +172,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{65, 130, 160, 32, 4, kSmall, true}, Case{2048, 520, 5120, 128, 4, kLarge, true},
                       Case{129, 264, 256, 256, 8, kLarge, false, ElementType::kF16},
                       Case{3, 72, 384, 128, 4, kSmall, false, ElementType::kBF16},
+                      // odd n: the last column pair of a row split at the matrix's edge
+                      Case{9, 131, 256, 128, 4, kSmall, true}, Case{70, 77, 512, 64, 8, kLarge, false, ElementType::kF16},
                       // 32 × 32 tiles: partial in m, n and k, int8, int4 unpacked first and packed, groups 32 to one a row;
                       // kAuto at 32 rows of 2.7b's out_proj takes them on a GPU of ≥ 80 SMs
                       Case{17, 300, 512, 128, 4, kNarrow, true}, Case{65, 130, 160, 32, 4, kNarrow, true},
