@@ -157,6 +157,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     acc[e] = 0;
     chain[e] = 0.f;
   }
+  // Descriptors of stage 0 (this warpgroup's 64 rows of x, the tile's 128 rows of w); a stage is
+  // kStageBytes / 16 further in the address field, a 32-byte k step 2.
   const uint64_t a_desc0 = sw128_descriptor(shared_address(shared) + warpgroup * 64 * kBK);
   const uint64_t b_desc0 = sw128_descriptor(shared_address(shared) + kTileA);
   int stage = 0, previous = kStages - 1, tile_in_group = 0, group = 0;
@@ -200,6 +202,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
       use ^= 1;
     }
   }
+  // The last tile ended a group, so nothing is in flight; saying so keeps ptxas from placing a
+  // wait of its own on the loop's back edge.
   wgmma_wait<0>();
   fence_accumulators(acc);
 
@@ -264,17 +268,20 @@ bool encode_int8_tile_map(CUtensorMap* map, const void* base, int64_t rows, int6
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// The blocks of the 1-D grid: one a tile.
+int64_t tile_count(const GemmS8GroupedArgs& a) { return (a.m + kM - 1) / kM * ((a.n + kN - 1) / kN); }
+
 }  // namespace
 
 bool gemm_s8_grouped_wgmma_supported(const GemmS8GroupedArgs& a) {
-  const int64_t tiles = (a.m + kM - 1) / kM * ((a.n + kN - 1) / kN);  // the 1-D grid
-  return a.k % kBK == 0 && a.group_size % kBK == 0 && tiles < (int64_t(1) << 31) && tensor_map_encoder() != nullptr;
+  return a.k % kBK == 0 && a.group_size % kBK == 0 && tile_count(a) < (int64_t(1) << 31) &&
+         tensor_map_encoder() != nullptr;
 }
 
 cudaError_t launch_gemm_s8_grouped_wgmma(const GemmS8GroupedArgs& a, cudaStream_t stream) {
   if (!gemm_s8_grouped_wgmma_supported(a)) return cudaErrorInvalidValue;
   LaunchShape shape;
-  shape.grid = dim3(static_cast<unsigned>((a.n + kN - 1) / kN * ((a.m + kM - 1) / kM)));
+  shape.grid = dim3(static_cast<unsigned>(tile_count(a)));
   CUtensorMap x_map, w_map;
   if (!encode_int8_tile_map(&x_map, a.x, a.m, a.k, a.ldx) || !encode_int8_tile_map(&w_map, a.w, a.n, a.k, a.ldw))
     return cudaErrorInvalidValue;
