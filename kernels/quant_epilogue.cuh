@@ -5,10 +5,10 @@
 //   multiply where it cannot differ);
 // - int8x4_to_float: four int8 bytes to exact floats without I2F (the GEMVs' weights, SSDi8's CBq);
 // - int4x8_to_int8: a packed int4 word to two int8x4 words (the int4 weight unpack, the grouped GEMM);
-// - store_projection: the float epilogue of an integer projection, shared by the int8 GEMM's
-//   scaling kernel and the quantized GEMV: y (already scaled) + bias[col], stored as out_type or
-//   added into fp32 out, with explicitly rounded operations so the compiler cannot fuse them
-//   differently from the CPU.
+// - store_projection (one column) / store_projection_vector (2 or 4 in one access): the float
+//   epilogue of an integer projection, shared by the int8 GEMM's scaling kernel, the grouped GEMM
+//   and the quantized GEMV: y (already scaled) + bias[col], stored as out_type or added into fp32
+//   out, with explicitly rounded operations so the compiler cannot fuse them differently from the CPU.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -174,21 +174,9 @@ __device__ inline float apply_format_code_fast(float value, float code, float in
   return code < 0.f ? round_to_fp16(value) : value;
 }
 
-__device__ inline void store_projection(void* out, ElementType out_type, int64_t at, float y, const float* bias,
-                                        int64_t col, bool accumulate) {
-  if (bias) y = __fadd_rn(y, bias[col]);
-  switch (out_type) {
-    case ElementType::kBF16: static_cast<__nv_bfloat16*>(out)[at] = __float2bfloat16_rn(y); break;
-    case ElementType::kF16: static_cast<__half*>(out)[at] = __float2half_rn(y); break;
-    default: {
-      float* o = static_cast<float*>(out) + at;
-      *o = accumulate ? __fadd_rn(*o, y) : y;
-    }
-  }
-}
-
-// store_projection of N (2 or 4) consecutive columns col.. with one vector access each way: the
-// same operations per element. `at` and col multiples of N; out (and bias) aligned to N elements.
+// The float epilogue of an integer projection for N (1, 2 or 4) consecutive columns col..: bias,
+// then the output type, or the fp32 residual add; with N > 1 one vector access each way, the same
+// operations per element (`at` and col multiples of N; out and bias aligned to N elements).
 template <int N, typename T>
 struct alignas(N * sizeof(T)) ProjectionVector {
   T v[N];
@@ -196,7 +184,7 @@ struct alignas(N * sizeof(T)) ProjectionVector {
 template <int N>
 __device__ inline void store_projection_vector(void* out, ElementType out_type, int64_t at, float (&y)[N],
                                                const float* bias, int64_t col, bool accumulate) {
-  static_assert(N == 2 || N == 4, "two or four columns");
+  static_assert(N == 1 || N == 2 || N == 4, "one, two or four columns");
   if (bias) {
     const ProjectionVector<N, float> b = *reinterpret_cast<const ProjectionVector<N, float>*>(bias + col);
 #pragma unroll
@@ -220,12 +208,23 @@ __device__ inline void store_projection_vector(void* out, ElementType out_type, 
     default: {
       auto* o = reinterpret_cast<ProjectionVector<N, float>*>(static_cast<float*>(out) + at);
       ProjectionVector<N, float> v;
-      if (accumulate) v = *o;
+      if (accumulate) {
+        v = *o;
 #pragma unroll
-      for (int e = 0; e < N; ++e) v.v[e] = accumulate ? __fadd_rn(v.v[e], y[e]) : y[e];
+        for (int e = 0; e < N; ++e) v.v[e] = __fadd_rn(v.v[e], y[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) v.v[e] = y[e];
+      }
       *o = v;
     }
   }
+}
+
+__device__ inline void store_projection(void* out, ElementType out_type, int64_t at, float y, const float* bias,
+                                        int64_t col, bool accumulate) {
+  float one[1] = {y};
+  store_projection_vector<1>(out, out_type, at, one, bias, col, accumulate);
 }
 
 }  // namespace ssdq::kernels
