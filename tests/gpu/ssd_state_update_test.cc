@@ -124,23 +124,26 @@ TEST(SsdStateUpdateInt8, MatchesTheCpuOnTheDequantizedState) {
     int batch, P, N;
     bool per_n;
     float x_gain = 1.f;  // > 1: x large enough that many new state values pass ±127 (saturate)
+    int steps = 1;       // > 1: the fused multi-step update, rounded to int8 once at the end
   };
   // Batch 160: 1,280 blocks, more than the GPU holds at once: for dstate 64, 128 and 256 the kernel
   // with a lane's values packed (a chunk and a ragged last chunk of rows at P = 100), for 96 the
   // row-a-warp kernel without the early state loads.
-  for (const auto& [batch, P, N, per_n, x_gain] :
+  for (const auto& [batch, P, N, per_n, x_gain, steps] :
        {Int8Case{2, 64, 128, false}, Int8Case{2, 64, 128, true}, Int8Case{160, 64, 128, false},
         Int8Case{160, 64, 128, true}, Int8Case{160, 100, 64, false}, Int8Case{160, 64, 256, true},
-        Int8Case{160, 64, 96, false}, Int8Case{160, 64, 128, false, 40.f}, Int8Case{2, 64, 128, false, 40.f}}) {
-    SCOPED_TRACE(fmt::format("batch {}, headdim {}, dstate {}, per-n scales {}, x gain {}", batch, P, N, per_n, x_gain));
-    const int64_t xw = H * P, gw = G * N, row = xw + 2 * gw + H;
-    std::mt19937 rng(per_n ? 11 : 12 + batch);
+        Int8Case{160, 64, 96, false}, Int8Case{160, 64, 128, false, 40.f}, Int8Case{2, 64, 128, false, 40.f},
+        Int8Case{2, 64, 128, false, 1.f, 4}, Int8Case{3, 64, 128, true, 1.f, 3}, Int8Case{160, 64, 64, false, 1.f, 2}}) {
+    SCOPED_TRACE(fmt::format("batch {}, headdim {}, dstate {}, per-n scales {}, x gain {}, steps {}", batch, P, N,
+                             per_n, x_gain, steps));
+    const int64_t xw = H * P, gw = G * N, row = xw + 2 * gw + H, rows = int64_t(batch) * steps;
+    std::mt19937 rng(per_n ? 11 : 12 + batch + steps);
     std::vector<float> A = testing::random_vector(H, -8.f, -0.5f, rng), D = testing::random_vector(H, 0.5f, 1.5f, rng);
-    std::vector<float> inputs = testing::random_vector(batch * row, -1.5f, 1.5f, rng);
-    for (int b = 0; b < batch; ++b)
-      for (int h = 0; h < H; ++h) inputs[b * row + xw + 2 * gw + h] = testing::random_vector(1, 0.001f, 0.3f, rng)[0];
-    for (int b = 0; b < batch; ++b)
-      for (int64_t i = 0; i < xw; ++i) inputs[b * row + i] *= x_gain;
+    std::vector<float> inputs = testing::random_vector(rows * row, -1.5f, 1.5f, rng);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int h = 0; h < H; ++h) inputs[r * row + xw + 2 * gw + h] = testing::random_vector(1, 0.001f, 0.3f, rng)[0];
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < xw; ++i) inputs[r * row + i] *= x_gain;
     // Scales: per channel c (inner 1), or 4 scale rows × N picked by c % 4 (inner N).
     const int scale_rows = per_n ? 4 : xw, inner = per_n ? N : 1;
     std::vector<float> scales = testing::random_vector(size_t(scale_rows) * inner, 0.004f, 0.012f, rng);
@@ -150,18 +153,21 @@ TEST(SsdStateUpdateInt8, MatchesTheCpuOnTheDequantizedState) {
     std::uniform_int_distribution<int> q_dist(-127, 127);
     std::vector<int8_t> q_state(size_t(batch) * xw * N);
     for (auto& q : q_state) q = static_cast<int8_t>(q_dist(rng));
-    std::vector<float> state(q_state.size()), y_cpu(batch * xw);
+    std::vector<float> state(q_state.size()), y_cpu(rows * xw);
     for (size_t i = 0; i < q_state.size(); ++i) state[i] = dequantize_value(q_state[i], scale_of(int((i / N) % xw), int(i % N)));
-    for (int b = 0; b < batch; ++b) {
-      const float* r = inputs.data() + b * row;
-      cpu::SsdInputs in{r, xw, r + xw, r + xw + gw, 2 * gw, r + xw + 2 * gw, A.data(), D.data()};
-      cpu::ssd_step({H, P, G, N}, in, state.data() + int64_t(b) * xw * N, y_cpu.data() + b * xw);
+    // Several steps in one launch keep the state in fp32 between them, so the CPU steps the float
+    // state `steps` times and the comparison rounds once, after the last.
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* in_row = inputs.data() + r * row;
+      cpu::SsdInputs in{in_row, xw, in_row + xw, in_row + xw + gw, 2 * gw, in_row + xw + 2 * gw, A.data(), D.data()};
+      cpu::ssd_step({H, P, G, N}, in, state.data() + (r / steps) * xw * N, y_cpu.data() + r * xw);
     }
     testing::DeviceBuffer<float> d_A(A), d_D(D), d_in(inputs), d_y(std::vector<float>(y_cpu.size())), d_scales(scales);
     testing::DeviceBuffer<int8_t> d_state(q_state);
     testing::DeviceBuffer<int32_t> d_index(index);
     kernels::SsdStateUpdateArgs args;
     args.batch = batch;
+    args.steps = steps;
     args.heads = H;
     args.headdim = P;
     args.groups = G;
