@@ -205,7 +205,7 @@ bool gemm_s8_grouped_supported(const GemmS8GroupedArgs& a) {
                      a.n * (a.k / a.group_size) < (int64_t(1) << 31);  // scale offsets in int
   const bool strides = a.ldx >= a.k && a.ldw >= a.k && a.ldx % 16 == 0 && a.ldw % (a.w_bits == 4 ? 32 : 16) == 0 &&
                        a.ldout >= a.n;
-  const bool bits = a.w_bits == 8 || a.w_bits == 4;
+  const bool bits = a.w_bits == 8 || (a.w_bits == 4 && a.tile != GemmS8GroupedTile::kWgmma);
   const bool sums = a.sums != GemmS8GroupedSums::kBiased ||
                     (a.group_size <= kBiasedMaxGroup && a.tile != GemmS8GroupedTile::kWgmma);
   const bool operands = a.x && a.w && a.w_scales && a.out && aligned16(a.x) && aligned16(a.w);
@@ -219,7 +219,8 @@ cudaError_t launch_gemm_s8_grouped(const GemmS8GroupedArgs& a, cudaStream_t stre
   if (!gemm_s8_grouped_supported(a)) return cudaErrorInvalidValue;
   GemmS8GroupedTile tile = a.tile;
   if (tile == GemmS8GroupedTile::kAuto) {
-    const bool wgmma = a.sums != GemmS8GroupedSums::kBiased && is_sm90() && gemm_s8_grouped_wgmma_supported(a);
+    const bool wgmma = a.w_bits == 8 && a.sums != GemmS8GroupedSums::kBiased && is_sm90() &&
+                       gemm_s8_grouped_wgmma_supported(a);
     tile = a.m <= 64 ? GemmS8GroupedTile::kSmall : wgmma ? GemmS8GroupedTile::kWgmma : GemmS8GroupedTile::kLarge;
     // Narrow tiles where 32 × 64 ones would leave half the SMs idle (2.7b W4A8 at 8–32 rows: out_proj
     // 40 blocks; TPOT −6 to −9 %, docs/kernels/gemm.md).

@@ -3,9 +3,9 @@
 //   chain = 0; for g = 0 .. groups − 1: chain ← fma(float(Σ_{k in group g} x[m, k]·w[n, k]), s_w[n, g], chain)
 // rounded step by step exactly as runtime/quantized_ops.h `linear_forward`, so it is bit-identical
 // to the CPU: each group's int32 sums stay in the tensor cores' accumulators and are folded into
-// the fp32 chain in registers when the group's last k step is done (the W4A8 prefill; packed
-// int4 weights are unpacked in registers: into the MMA's operand registers on the mma.sync tiles,
-// into the swizzled shared-memory tile wgmma reads a tile ahead on kWgmma). One group a row is the
+// the fp32 chain in registers when the group's last k step is done (the W4A8 prefill; int4
+// weights are unpacked in registers on the mma.sync tiles, or to int8 first for wgmma,
+// kernels/weight_unpack.h). One group a row is the
 // per-channel W8A8 projection: the portable path where kernels/gemm_s8_scaled.h (sm_90a) is not.
 #pragma once
 
@@ -35,7 +35,7 @@ struct GemmS8GroupedArgs {
   const int8_t* x = nullptr;        // [m, k], row stride ldx
   int64_t ldx = 0;
   const int8_t* w = nullptr;        // [n, k], row stride ldw (elements)
-  int w_bits = 8;                   // 4: w holds packed int4 (quant/quantizer.h pack_int4 of the rows)
+  int w_bits = 8;                   // 4: w holds packed int4 (quant/quantizer.h pack_int4 of the rows; not kWgmma)
   int64_t ldw = 0;
   const float* w_scales = nullptr;  // [n, k / group_size]
   int64_t group_size = 0;           // k for one group a row

@@ -29,24 +29,10 @@ namespace {
 
 using namespace grouped_gemm;
 
-constexpr int kThreads = 256, kM = 128, kN = 128;
-constexpr int kTileA = kM * kBK, kTileB = kN * kBK;
-
-// Shared memory: the stages (x tile, then the w tile: int8, or packed int4 with kPackedW), with
-// kPackedW a stage's unpacked w tile, the ring of weight scales (the kN floats of the group a
-// stage's tile ends), the barrier arrays, and room to align the stages to 1024 bytes. Six stages
-// for int8 w; five for packed w, whose unpacked tiles take the room of the sixth and more.
-template <bool kPackedW>
-struct SharedLayout {
-  static constexpr int kStages = kPackedW ? 5 : 6;
-  static constexpr int kStageBytes = kTileA + (kPackedW ? kTileB / 2 : kTileB);
-  static constexpr int kUnpacked = kStages * kStageBytes;
-  static constexpr int kScales = kUnpacked + (kPackedW ? kStages * kTileB : 0);
-  static constexpr int kBarriers = kScales + kStages * kN * 4;
-  static constexpr int kBarrierArrays = kPackedW ? 4 : 3;  // full, empty, scales_full (, unpacked_full)
-  static constexpr int kBytes = kBarriers + kBarrierArrays * kStages * 8 + 1024;
-  static_assert(kStageBytes % 1024 == 0 && kUnpacked % 1024 == 0, "the swizzled tiles need 1024-byte alignment");
-};
+constexpr int kThreads = 256, kM = 128, kN = 128, kStages = 6;
+constexpr int kTileA = kM * kBK, kStageBytes = (kM + kN) * kBK;
+// The weight scales of the group a stage's tile ends (kN floats) sit in a ring after the stages.
+constexpr int kScaleRing = kStages * kN * 4;
 
 // A shared-memory matrix descriptor for a K-major operand in the 128-byte swizzle: rows of 128
 // bytes, eight-row atoms 1024 bytes apart (the stride byte offset); the leading byte offset is
@@ -91,55 +77,26 @@ template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
-// Makes this thread's plain shared-memory writes visible to the async proxy (wgmma's operand reads).
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 constexpr int kProducerThreads = 32, kBlockThreads = kThreads + kProducerThreads, kConsumerWarps = kThreads / 32;
+// The stages, the scale ring, the three barrier arrays, and room to align the stages to 1024 bytes.
+constexpr int kShared = kStages * kStageBytes + kScaleRing + 3 * kStages * 8 + 1024;
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-// The consumers' unpack of one packed w tile (kN rows of kBK / 2 bytes, as the TMA lays it, no
-// swizzle) into the int8 tile wgmma reads (rows of kBK bytes in the 128-byte swizzle: 16-byte
-// chunk q of row r at q ^ (r mod 8)). Thread t takes 16 packed bytes (k 32c..32c + 31 of row r,
-// c = t mod 4) twice; a warp reads 512 contiguous bytes and writes its rows without bank conflicts.
-__device__ __forceinline__ void unpack_w_tile(const uint8_t* packed, uint8_t* unpacked, int thread) {
-#pragma unroll
-  for (int j = 0; j < kN * 4 / kThreads; ++j) {
-    const int i = thread + j * kThreads, row = i / 4, c = i % 4;
-    const uint4 p = *reinterpret_cast<const uint4*>(packed + 16 * i);
-    uint4 low, high;
-    int4x8_to_int8(p.x, low.x, low.y);
-    int4x8_to_int8(p.y, low.z, low.w);
-    int4x8_to_int8(p.z, high.x, high.y);
-    int4x8_to_int8(p.w, high.z, high.w);
-    uint8_t* out = unpacked + row * kBK;
-    *reinterpret_cast<uint4*>(out + 16 * ((2 * c) ^ (row % 8))) = low;
-    *reinterpret_cast<uint4*>(out + 16 * ((2 * c + 1) ^ (row % 8))) = high;
-  }
-}
-
 // m tiles a raster band: 2,048 rows. A tile row of n-fastest tiles read all of w once per 128 rows —
 // the 8B-like in_proj's 76 MB 16 times from DRAM (in_proj at 2,048 rows 494 → 415 µs with bands).
 constexpr int kRasterBand = 16;
-// kPackedW: w holds packed int4 (pack_int4 rows), unpacked by the consumers in registers into
-// shared memory a tile ahead of its MMAs, instead of by a pass over the whole matrix first.
-template <bool kPackedW>
 __global__ void __launch_bounds__(kBlockThreads, 1)
     gemm_s8_grouped_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
                                  GemmS8GroupedArgs a) {
-  using Layout = SharedLayout<kPackedW>;
-  constexpr int kStages = Layout::kStages, kStageBytes = Layout::kStageBytes;
   extern __shared__ uint8_t shared_raw[];
   uint8_t* shared = shared_raw + ((1024 - shared_address(shared_raw) % 1024) % 1024);
-  uint8_t* unpacked = shared + Layout::kUnpacked;
-  float* scale_ring = reinterpret_cast<float*>(shared + Layout::kScales);
-  uint64_t* full = reinterpret_cast<uint64_t*>(shared + Layout::kBarriers);
+  float* scale_ring = reinterpret_cast<float*>(shared + kStages * kStageBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(shared + kStages * kStageBytes + kScaleRing);
   uint64_t* empty = full + kStages;
   uint64_t* scales_full = empty + kStages;
-  uint64_t* unpacked_full = scales_full + kStages;  // kPackedW: a stage's w tile unpacked by every consumer warp
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   // Tile t of the 1-D grid: bands of kRasterBand m tiles, m fastest inside a band, so the blocks
   // running at once share a few weight tiles and a band of x, and w is read from DRAM once a band.
@@ -154,7 +111,6 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
       mbarrier_init(&full[s], 1);
       mbarrier_init(&empty[s], kConsumerWarps);
       mbarrier_init(&scales_full[s], kProducerThreads);
-      if constexpr (kPackedW) mbarrier_init(&unpacked_full[s], kConsumerWarps);
     }
     mbarrier_init_fence();
   }
@@ -171,7 +127,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
         uint8_t* tile = shared + stage * kStageBytes;
         bulk_barrier_expect(&full[stage], kStageBytes);
         tma_load_2d(tile, &x_map, kt * kBK, m0, &full[stage]);
-        tma_load_2d(tile + kTileA, &w_map, kt * (kPackedW ? kBK / 2 : kBK), n0, &full[stage]);
+        tma_load_2d(tile + kTileA, &w_map, kt * kBK, n0, &full[stage]);
       }
       if (++tile_in_group == tiles_per_group) {
         const int slot = group % kStages;
@@ -201,45 +157,23 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     acc[e] = 0;
     chain[e] = 0.f;
   }
-  // Descriptors of stage 0 (this warpgroup's 64 rows of x, the tile's 128 rows of w: in the
-  // stage, or with kPackedW the stage's unpacked tile); a stage is kStageBytes / 16 (unpacked
-  // tiles kTileB / 16) further in the address field, a 32-byte k step 2.
+  // Descriptors of stage 0 (this warpgroup's 64 rows of x, the tile's 128 rows of w); a stage is
+  // kStageBytes / 16 further in the address field, a 32-byte k step 2.
   const uint64_t a_desc0 = sw128_descriptor(shared_address(shared) + warpgroup * 64 * kBK);
-  const uint64_t b_desc0 = sw128_descriptor(shared_address(kPackedW ? unpacked : shared + kTileA));
-  // kPackedW: each thread unpacks its share of tile kt + 1 while tile kt's MMAs run, and of tile 0
-  // before the loop. Its stage's unpacked tile is free then: the producer refilled the stage only
-  // after every consumer warp released it, past the MMAs of the tile kStages before.
-  const auto unpack_into_stage = [&](int s) {
-    unpack_w_tile(shared + s * kStageBytes + kTileA, unpacked + s * kTileB, threadIdx.x);
-    fence_proxy_async_shared();
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(&unpacked_full[s]);
-  };
-  if constexpr (kPackedW) {
-    bulk_barrier_wait(&full[0], 0);
-    unpack_into_stage(0);
-  }
+  const uint64_t b_desc0 = sw128_descriptor(shared_address(shared) + kTileA);
   int stage = 0, previous = kStages - 1, tile_in_group = 0, group = 0;
   unsigned use = 0;
   for (int kt = 0; kt < k_tiles; ++kt) {
     // Tile kt − 1 is still to be released unless it ended a group (released after its fold).
     const bool release_previous = tile_in_group != 0;
-    bulk_barrier_wait(kPackedW ? &unpacked_full[stage] : &full[stage], use);
+    bulk_barrier_wait(&full[stage], use);
     const uint64_t stage_offset = uint64_t(stage * (kStageBytes / 16));
-    const uint64_t b_offset = kPackedW ? uint64_t(stage * (kTileB / 16)) : stage_offset;
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBK / 32; ++kk)
-      wgmma_m64n128k32_s8(acc, a_desc0 + stage_offset + 2 * kk, b_desc0 + b_offset + 2 * kk,
+      wgmma_m64n128k32_s8(acc, a_desc0 + stage_offset + 2 * kk, b_desc0 + stage_offset + 2 * kk,
                           !(tile_in_group == 0 && kk == 0));
     wgmma_commit();
-    if constexpr (kPackedW) {
-      if (kt + 1 < k_tiles) {
-        const int next = stage + 1 == kStages ? 0 : stage + 1;
-        bulk_barrier_wait(&full[next], next == 0 ? use ^ 1 : use);
-        unpack_into_stage(next);
-      }
-    }
     if (++tile_in_group != tiles_per_group) {
       wgmma_wait<1>();  // tile kt − 1's MMAs are done
       if (release_previous && lane == 0) mbarrier_arrive(&empty[previous]);
@@ -321,51 +255,41 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// A row-major byte matrix [rows, cols] (row stride ld bytes) read in boxes of kBK columns × 128
-// rows, 128-byte swizzled (int8 operands), or of kBK / 2 columns unswizzled (packed int4 rows, for
-// the consumers' unpack); zeros past its edges.
-bool encode_tile_map(CUtensorMap* map, const void* base, int64_t rows, int64_t cols, int64_t ld, bool packed) {
+// A row-major int8 matrix [rows, cols] (row stride ld bytes) read in boxes of kBK columns × 128
+// rows, 128-byte swizzled, zeros past its edges.
+bool encode_int8_tile_map(CUtensorMap* map, const void* base, int64_t rows, int64_t cols, int64_t ld) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (!encode) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(packed ? kBK / 2 : kBK), 128}, element_strides[2] = {1, 1};
+  const cuuint32_t box[2] = {kBK, 128}, element_strides[2] = {1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, element_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, packed ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // The blocks of the 1-D grid: one a tile.
 int64_t tile_count(const GemmS8GroupedArgs& a) { return (a.m + kM - 1) / kM * ((a.n + kN - 1) / kN); }
 
-template <bool kPackedW>
-cudaError_t launch_tiles(const GemmS8GroupedArgs& a, const CUtensorMap& x_map, const CUtensorMap& w_map,
-                         cudaStream_t stream) {
-  constexpr int kShared = SharedLayout<kPackedW>::kBytes;
-  auto* kernel = gemm_s8_grouped_wgmma_kernel<kPackedW>;
-  if (const cudaError_t status = allow_dynamic_shared(kernel, kShared); status != cudaSuccess) return status;
-  LaunchShape shape;
-  shape.grid = dim3(static_cast<unsigned>(tile_count(a)));
-  shape.block = dim3(kBlockThreads);
-  shape.shared = kShared;
-  return launch_kernel(kernel, shape, stream, x_map, w_map, a);
-}
-
 }  // namespace
 
 bool gemm_s8_grouped_wgmma_supported(const GemmS8GroupedArgs& a) {
-  return a.k % kBK == 0 && a.group_size % kBK == 0 && (a.w_bits == 8 || a.w_bits == 4) &&
-         tile_count(a) < (int64_t(1) << 31) && tensor_map_encoder() != nullptr;
+  return a.k % kBK == 0 && a.group_size % kBK == 0 && tile_count(a) < (int64_t(1) << 31) &&
+         tensor_map_encoder() != nullptr;
 }
 
 cudaError_t launch_gemm_s8_grouped_wgmma(const GemmS8GroupedArgs& a, cudaStream_t stream) {
   if (!gemm_s8_grouped_wgmma_supported(a)) return cudaErrorInvalidValue;
-  const bool packed = a.w_bits == 4;  // ldw counts int4 values: ldw / 2 bytes a row
+  LaunchShape shape;
+  shape.grid = dim3(static_cast<unsigned>(tile_count(a)));
   CUtensorMap x_map, w_map;
-  if (!encode_tile_map(&x_map, a.x, a.m, a.k, a.ldx, false) ||
-      !encode_tile_map(&w_map, a.w, a.n, packed ? a.k / 2 : a.k, packed ? a.ldw / 2 : a.ldw, packed))
+  if (!encode_int8_tile_map(&x_map, a.x, a.m, a.k, a.ldx) || !encode_int8_tile_map(&w_map, a.w, a.n, a.k, a.ldw))
     return cudaErrorInvalidValue;
-  return packed ? launch_tiles<true>(a, x_map, w_map, stream) : launch_tiles<false>(a, x_map, w_map, stream);
+  auto* kernel = gemm_s8_grouped_wgmma_kernel;
+  if (const cudaError_t status = allow_dynamic_shared(kernel, kShared); status != cudaSuccess) return status;
+  shape.block = dim3(kBlockThreads);
+  shape.shared = kShared;
+  return launch_kernel(kernel, shape, stream, x_map, w_map, a);
 }
 
 #undef SSDQ_WGMMA_ACCUMULATORS
