@@ -124,7 +124,8 @@ TEST(SsdStateUpdateInt8, MatchesTheCpuOnTheDequantizedState) {
     int batch, P, N;
     bool per_n;
     float x_gain = 1.f;  // > 1: x large enough that many new state values pass ±127 (saturate)
-    int steps = 1;       // > 1: the fused multi-step update, rounded to int8 once at the end
+    int steps = 1;       // > 1: the fused multi-step update, rounded to int8 once at the end (the
+                         // row-a-warp kernel at any batch: the packed one takes single steps)
   };
   // Batch 160: 1,280 blocks, more than the GPU holds at once: for dstate 64, 128 and 256 the kernel
   // with a lane's values packed (a chunk and a ragged last chunk of rows at P = 100), for 96 the
