@@ -20,7 +20,7 @@ run() {  # name part args...
   shift 2
   timeout 300 "$ssdq" bench --synthetic "$config" "$@" --json "$out/$name.$part.json" >"$out/$name.$part.log" 2>&1 ||
     echo "$name $part failed (see $out/$name.$part.log)" >&2
-  grep -A4 -E '^ *batch' "$out/$name.$part.log" | sed "s/^/$name $part | /"
+  grep -E '^(prompt [0-9]+ tokens$| *batch | +[0-9]+ )' "$out/$name.$part.log" | sed "s/^/$name $part | /"
 }
 for spec in "${specs[@]}"; do
   args=()
@@ -28,12 +28,13 @@ for spec in "${specs[@]}"; do
   [ "$spec" != fp ] && args=(--recipe "$recipe" --bits "$bits")
   [ "${extra:-}" = h2t ] && args+=(--head-to-toe)
   name=${spec//:/_}
-  run "$name" ttft2048 "${args[@]}" --batch 1 --prompt 2048 --gen 64
-  if [ "${extra:-}" != h2t ]; then
-    run "$name" ttft1024 "${args[@]}" --batch 1 --prompt 1024 --gen 8
+  if [ "${extra:-}" != h2t ]; then  # TTFT at both lengths on one model build; TPOT at batch 1 from 2,048
+    run "$name" ttft "${args[@]}" --batch 1 --prompt 1024,2048 --gen 64
     run "$name" tpot "${args[@]}" --batch 32,128 --prompt 64 --gen 32
+  else
+    run "$name" ttft "${args[@]}" --batch 1 --prompt 2048 --gen 64
   fi
-  grep -h '^weights' "$out/$name.ttft2048.log" | sed "s/^/$name | /"
+  grep -h '^weights' "$out/$name.ttft.log" | sed "s/^/$name | /"
 done
 "$ssdq" bench --synthetic "$config" --module ssd --ssd-batches 32 --ssd-lengths 2048 --json "$out/ssd_fp.json" \
   >"$out/ssd_fp.log" 2>&1 && tail -2 "$out/ssd_fp.log" | sed 's/^/ssd fp | /'

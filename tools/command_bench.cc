@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "formats/error.h"
 #include "formats/file_io.h"
@@ -29,7 +31,8 @@ struct BenchFlags {
   std::string model, synthetic, artifact, recipe, bits, device = "cuda", module = "model", json_path;
   std::vector<int64_t> batches = {1};
   std::vector<int64_t> ssd_batches = {1, 2, 4, 8, 16, 32}, ssd_lengths = {256, 512, 1024, 2048};
-  int64_t prompt = 1024, gen = 128;
+  std::vector<int64_t> prompts = {1024};  // each timed with every batch size, on one model build
+  int64_t gen = 128;
   int repeats = 3;
   uint64_t seed = 0;
   bool head_to_toe = false;
@@ -148,32 +151,39 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
                                                                 config.conv_dim() * (config.d_conv - 1) * 2.0);
   ModelBenchOptions options;
   options.batches = flags.batches;
-  options.prompt = flags.prompt;
   options.gen = flags.gen;
   options.repeats = flags.repeats;
   options.seed = flags.seed;
-  ProgressBar progress("bench", static_cast<int64_t>(flags.batches.size()), "batch sizes");
+  ProgressBar progress("bench", static_cast<int64_t>(flags.batches.size() * flags.prompts.size()), "runs");
   int64_t done = 0;
-  const auto rows = bench_model(*backend, options, [&](ModelBenchRow& row) {
-    if (cuda) row.peak_bytes = view.memory().peak_bytes;
-    progress.update(++done);
-  });
+  // (prompt length, a row per batch size); a row's peak memory is the high-water mark so far.
+  std::vector<std::pair<int64_t, std::vector<ModelBenchRow>>> runs;
+  for (const int64_t prompt : flags.prompts) {
+    options.prompt = prompt;
+    runs.emplace_back(prompt, bench_model(*backend, options, [&](ModelBenchRow& row) {
+                        if (cuda) row.peak_bytes = view.memory().peak_bytes;
+                        progress.update(++done);
+                      }));
+  }
   progress.finish();
   json out = json::array();
-  fmt::print("{:>5} {:>10} {:>10} {:>12} {:>12} {:>9} {:>10} {:>9} {:>9}\n", "batch", "TTFT ms", "TPOT ms", "prefill t/s",
-             "decode t/s", "peak GiB", "TPOT floor", "floor/TPOT", "prefill %");
-  for (const auto& r : rows) {
-    // Decode reads every weight once and each sequence's state (read + write) per step.
-    const double floor_ms = cuda ? (weight_bytes + 2.0 * r.batch * state_bytes) / (ceilings.copy_gb_per_s * 1e6) : 0;
-    const double prefill_share =
-        cuda ? model_flops(config, r.batch * flags.prompt) / (r.ttft_ms * 1e9) / ceilings.bf16_tflop_per_s : 0;
-    fmt::print("{:>5} {:>10.2f} {:>10.3f} {:>12.0f} {:>12.0f} {:>9.2f} {:>10.3f} {:>8.0f}% {:>8.0f}%\n", r.batch,
-               r.ttft_ms, r.tpot_ms, r.prefill_tokens_per_s, r.decode_tokens_per_s, r.peak_bytes / double(1 << 30),
-               floor_ms, r.tpot_ms > 0 ? 100 * floor_ms / r.tpot_ms : 0, 100 * prefill_share);
-    out.push_back(json{{"batch", r.batch}, {"prompt", flags.prompt}, {"gen", flags.gen}, {"ttft_ms", r.ttft_ms},
-                   {"tpot_ms", r.tpot_ms}, {"prefill_tokens_per_s", r.prefill_tokens_per_s},
-                   {"decode_tokens_per_s", r.decode_tokens_per_s}, {"peak_bytes", r.peak_bytes},
-                   {"tpot_floor_ms", floor_ms}, {"prefill_fraction_of_bf16_rate", prefill_share}});
+  for (const auto& [prompt, rows] : runs) {  // a table per prompt length, each under its own header line
+    if (runs.size() > 1) fmt::print("prompt {} tokens\n", prompt);
+    fmt::print("{:>5} {:>10} {:>10} {:>12} {:>12} {:>9} {:>10} {:>9} {:>9}\n", "batch", "TTFT ms", "TPOT ms",
+               "prefill t/s", "decode t/s", "peak GiB", "TPOT floor", "floor/TPOT", "prefill %");
+    for (const auto& r : rows) {
+      // Decode reads every weight once and each sequence's state (read + write) per step.
+      const double floor_ms = cuda ? (weight_bytes + 2.0 * r.batch * state_bytes) / (ceilings.copy_gb_per_s * 1e6) : 0;
+      const double prefill_share =
+          cuda ? model_flops(config, r.batch * prompt) / (r.ttft_ms * 1e9) / ceilings.bf16_tflop_per_s : 0;
+      fmt::print("{:>5} {:>10.2f} {:>10.3f} {:>12.0f} {:>12.0f} {:>9.2f} {:>10.3f} {:>8.0f}% {:>8.0f}%\n", r.batch,
+                 r.ttft_ms, r.tpot_ms, r.prefill_tokens_per_s, r.decode_tokens_per_s, r.peak_bytes / double(1 << 30),
+                 floor_ms, r.tpot_ms > 0 ? 100 * floor_ms / r.tpot_ms : 0, 100 * prefill_share);
+      out.push_back(json{{"batch", r.batch}, {"prompt", prompt}, {"gen", flags.gen}, {"ttft_ms", r.ttft_ms},
+                     {"tpot_ms", r.tpot_ms}, {"prefill_tokens_per_s", r.prefill_tokens_per_s},
+                     {"decode_tokens_per_s", r.decode_tokens_per_s}, {"peak_bytes", r.peak_bytes},
+                     {"tpot_floor_ms", floor_ms}, {"prefill_fraction_of_bf16_rate", prefill_share}});
+    }
   }
   write_json(flags.json_path, {{"module", "model"},
                                {"model", model_label(flags)},
@@ -190,6 +200,8 @@ void run_bench(const BenchFlags& flags) {
     fail("bench: --recipe and --bits go together");
   if (flags.head_to_toe && (flags.recipe.empty() || flags.module != "model"))
     fail("bench: --head-to-toe quantizes a synthetic model's embedding and lm_head: give --recipe and --bits");
+  for (const int64_t prompt : flags.prompts)  // refused before any timing, so nothing is half written
+    if (prompt < 1) fail("bench: --prompt {}: every prompt length must be at least 1", prompt);
   const DeviceSpec device = parse_device(flags.device);
   if (flags.module == "ssd") {
     if (!device.cuda) fail("--module ssd times the CUDA kernels: use --device cuda");
@@ -206,7 +218,9 @@ void add_bench_command(CLI::App& app) {
   std::string synthetic_help = "Random weights with the shapes of a known config:";
   for (const auto& name : synthetic_config_names()) synthetic_help += " " + name;
   CLI::App* cmd = app.add_subcommand(
-      "bench", "Latency: TTFT for --prompt tokens and TPOT over --gen greedy steps per batch size, or the SSD module alone.");
+      "bench",
+      "Latency: TTFT for --prompt tokens and TPOT over --gen greedy steps per batch size and prompt length, or the SSD "
+      "module alone.");
   cmd->add_option("--model", flags->model, "Checkpoint folder, or org/name[@revision] on the Hugging Face hub");
   cmd->add_option("--synthetic", flags->synthetic, synthetic_help);
   cmd->add_option("--artifact", flags->artifact, "Quantized model written by ssdq export (.ssdq)");
@@ -219,7 +233,11 @@ void add_bench_command(CLI::App& app) {
                 "--quantize-lm-head)");
   cmd->add_option("--device", flags->device, "cuda, cuda:N or cpu")->capture_default_str();
   cmd->add_option("--batch", flags->batches, "Batch sizes, comma separated")->delimiter(',')->capture_default_str();
-  cmd->add_option("--prompt", flags->prompt, "Prompt tokens per sequence")->capture_default_str();
+  cmd->add_option("--prompt", flags->prompts,
+                  "Prompt tokens per sequence, comma separated (each length timed with every batch size on one "
+                  "model build)")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--gen", flags->gen, "Generated tokens per sequence")->capture_default_str();
   cmd->add_option("--module", flags->module, "model (end to end) or ssd (the SSD prefill kernels alone)")
       ->check(CLI::IsMember({"model", "ssd"}))

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# `ssdq bench` on the CPU with the bundled model: several prompt lengths in one invocation give a
+# table each under its own header and every (prompt, batch) row in the JSON; a bad length is
+# refused before any timing, with no JSON written.
+set -euo pipefail
+ssdq=tools/ssdq
+model=examples/mamba2-tiny
+json=$TEST_TMPDIR/bench.json
+
+out=$("$ssdq" bench --device cpu --model "$model" --batch 1,2 --prompt 8,16 --gen 2 --repeats 1 --json "$json")
+echo "$out"
+grep -qx "prompt 8 tokens" <<<"$out"
+grep -qx "prompt 16 tokens" <<<"$out"
+[ "$(grep -c '^ *batch' <<<"$out")" -eq 2 ]
+[ "$(grep -c '"prompt": 8,' "$json")" -eq 2 ]
+[ "$(grep -c '"prompt": 16,' "$json")" -eq 2 ]
+
+# One length: the table as before, without a prompt header.
+out=$("$ssdq" bench --device cpu --model "$model" --prompt 8 --gen 2 --repeats 1)
+! grep -q "^prompt " <<<"$out"
+[ "$(grep -c '^ *batch' <<<"$out")" -eq 1 ]
+
+rm -f "$json"
+if "$ssdq" bench --device cpu --model "$model" --prompt 8,0 --gen 2 --json "$json" 2>"$TEST_TMPDIR/err"; then exit 1; fi
+grep -qF "bench: --prompt 0: every prompt length must be at least 1" "$TEST_TMPDIR/err"
+[ ! -e "$json" ]
+echo "bench_cli_test: ok"
