@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32, kPerLane <= 4 ? 5 : 1)
     const float out = row.advance(head, dt, x, [&](int i) { return bc_conv[lane + 32 * i]; },
                                   [&](int i) { return bc_conv[kDstate + lane + 32 * i]; });
     if (lane == 0) y[p] = out;
-    row.store(lane);
+    row.store(s, lane);
   }
 
   __syncthreads();

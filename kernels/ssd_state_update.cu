@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kerne
                                   [&](int i) { return to_float(c[lane + 32 * i]); });
       if (lane == 0) y_base[token * a.y_stride + p] = from_float<T>(y);
     }
-    row.store(lane);
+    row.store(a, lane);
   }
 }
 
@@ -248,6 +248,7 @@ bool ssd_state_update_supported(const SsdStateUpdateArgs& a) {
   return a.batch > 0 && a.batch <= 65535 && a.heads > 0 && a.groups > 0 && a.heads % a.groups == 0 &&
          a.headdim > 0 && a.dstate > 0 && a.dstate % 32 == 0 && a.dstate / 32 <= kStateUpdateMaxPerLane && a.steps >= 1 &&
          a.x && a.B && a.C && a.dt && a.A && a.D && a.state && a.y &&
+         (!a.state_fp16_values || a.state_type == ElementType::kF32) &&
          (a.state_type == ElementType::kF32 ||
           (a.state_type == ElementType::kS8 && a.state_scales &&
            (a.state_scale_inner == 1 || a.state_scale_inner == a.dstate)));

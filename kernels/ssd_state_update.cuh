@@ -122,13 +122,15 @@ struct StateRow {
     return __fmaf_rn(head.skip, x, acc);
   }
 
-  __device__ void store(int lane) const {
+  // a.state_fp16_values is read here from the kernel's parameters rather than kept in a register:
+  // the fused conv + state update runs at 48 registers (five blocks an SM) and spills already.
+  __device__ void store(const SsdStateUpdateArgs& a, int lane) const {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       if constexpr (std::is_same_v<S, int8_t>) {
         row[lane + 32 * i] = quantize_int8(s[i], scale[i]);
       } else {
-        row[lane + 32 * i] = s[i];
+        row[lane + 32 * i] = a.state_fp16_values ? round_to_fp16(s[i]) : s[i];
       }
     }
   }

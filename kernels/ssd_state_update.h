@@ -46,6 +46,9 @@ struct SsdStateUpdateArgs {
   const float* state_scales = nullptr;    // kS8: [scale rows, state_scale_inner]
   const int32_t* state_scale_index = nullptr;  // kS8: [heads * headdim] scale row of each channel, or null (row c)
   int state_scale_inner = 1;              // 1 (one scale a channel) or dstate (one per (channel, n))
+  // kF32: each state value stored rounded to the nearest fp16 value (the state's fp16 format,
+  // runtime/quantized_ops.h apply_state_format), at the end of the launch like an int8 state.
+  bool state_fp16_values = false;
   void* y = nullptr;                      // row: [heads * headdim]
   int64_t y_stride = 0;
 };

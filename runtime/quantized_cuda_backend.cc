@@ -862,6 +862,7 @@ struct QuantizedCudaBackend::Impl {
     step.D = d.D.at<float>(0);
     step.state = ssm_state;
     set_state_scales(d, step);
+    step.state_fp16_values = !d.int8_state && d.state_format.format == Format::kFloat16;
     step.y = work.y;
     step.y_stride = E;
     return step;
@@ -984,9 +985,10 @@ struct QuantizedCudaBackend::Impl {
         fail("CUDA: no SSD kernel supports heads {} × headdim {}, ngroups {}, d_state {}", H, P, G, N);
       cuda_ok(kernels::launch_ssd_state_update(conv_step.step, stream), "ssd_state_update");
     }
-    // A float state takes its point's format (fp16 rounding, if any) once the SSD has written it; an int8
-    // state (every SSDi8 layer's) was stored quantized by the kernel.
-    if (!d.int8_state)
+    // A float state takes its point's format (fp16 rounding, if any) once the SSD has written it: the
+    // recurrence's kernels store it rounded to fp16 themselves, the chunked scans leave it to a pass
+    // over the state; an int8 state (every SSDi8 layer's) was stored quantized by the kernel.
+    if (!d.int8_state && !(recurrence && conv_step.step.state_fp16_values))
       enqueue_format(d.state_format, static_cast<float*>(state.ssm(l)), batch * H * P, N, N, Reader::kFloat32, "ssd state");
 
     kernels::HadamardQuantArgs gated;

@@ -6,8 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "formats/dtype.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace ssdq {
@@ -20,13 +22,15 @@ struct Case {
   bool int8_state, per_n_scales;
   Formats formats;
   bool raw_dt = false;  // dt as given through its int8 format, no bias / softplus (else dt_raw + bias)
+  bool fp16_state = false;  // an fp32 state stored rounded to fp16 values
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   const char* formats = c.formats == Formats::kNone ? "plain" : c.formats == Formats::kInt8 ? "int8" : "mixed";
   return fmt::format("b{}_h{}_p{}_g{}_n{}_{}{}_{}{}", c.batch, c.heads, c.headdim, c.groups, c.dstate,
-                     c.int8_state ? "s8" : "f32", c.per_n_scales ? "_per_n" : "", formats, c.raw_dt ? "_raw_dt" : "");
+                     c.int8_state ? "s8" : c.fp16_state ? "f32_fp16_values" : "f32", c.per_n_scales ? "_per_n" : "",
+                     formats, c.raw_dt ? "_raw_dt" : "");
 }
 
 // Per-channel format codes (kernels/quant_epilogue.cuh apply_format_code): int8 scales, or for
@@ -122,6 +126,7 @@ TEST_P(SsdConvStep, SameBitsAsConvThenStateUpdate) {
     step.state_scale_index = c.per_n_scales ? d_index.get() : nullptr;
     step.state_scale_inner = inner;
   }
+  step.state_fp16_values = c.fp16_state;
   step.y_stride = E;
 
   for (int t = 0; t < 3; ++t) {
@@ -160,7 +165,13 @@ TEST_P(SsdConvStep, SameBitsAsConvThenStateUpdate) {
     if (c.int8_state) {
       expect_same_bits(s8_fused.to_host(), s8_separate.to_host(), "int8 SSM state", t);
     } else {
-      expect_same_bits(f32_fused.to_host(), f32_separate.to_host(), "SSM state", t);
+      const std::vector<float> fused_state = f32_fused.to_host();
+      expect_same_bits(fused_state, f32_separate.to_host(), "SSM state", t);
+      if (c.fp16_state)  // the two kernels agreeing would not show the flag ignored by both
+        EXPECT_EQ(std::count_if(fused_state.begin(), fused_state.end(),
+                                [](float v) { return half_to_float(float_to_half(v)) != v; }),
+                  0)
+            << "state values that are not fp16 values after step " << t;
     }
     EXPECT_EQ(d_arrivals.to_host(), std::vector<int32_t>(c.batch * c.groups, 0)) << "after step " << t;
   }
@@ -181,7 +192,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // 38 heads × 144 rows: on a 132-SM GPU 17 slices of 9 rows a head, the last
                       // one empty; dt as given (its format, no bias)
                       Case{1, 38, 144, 2, 64, true, false, Formats::kInt8, true},
-                      Case{2, 8, 64, 1, 128, false, false, Formats::kNone, true}),
+                      Case{2, 8, 64, 1, 128, false, false, Formats::kNone, true},
+                      Case{1, 80, 64, 1, 128, false, false, Formats::kMixed, false, true}),  // fp16-valued state
     case_name);
 
 TEST(SsdConvStepCaps, RefusesWhatItDoesNotTake) {

@@ -19,12 +19,13 @@ namespace {
 struct Case {
   int batch, heads, headdim, groups, dstate, steps;
   bool bf16, dt_bias;
+  bool fp16_state = false;  // the fp32 state stored rounded to fp16 values (its fp16 format)
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return fmt::format("b{}_h{}_p{}_g{}_n{}_steps{}_{}{}", c.batch, c.heads, c.headdim, c.groups, c.dstate, c.steps,
-                     c.bf16 ? "bf16" : "f32", c.dt_bias ? "_bias" : "");
+  return fmt::format("b{}_h{}_p{}_g{}_n{}_steps{}_{}{}{}", c.batch, c.heads, c.headdim, c.groups, c.dstate, c.steps,
+                     c.bf16 ? "bf16" : "f32", c.dt_bias ? "_bias" : "", c.fp16_state ? "_fp16_state" : "");
 }
 
 class SsdStateUpdate : public ::testing::TestWithParam<Case> {};
@@ -59,6 +60,9 @@ TEST_P(SsdStateUpdate, MatchesCpuReference) {
       cpu::ssd_step({c.heads, c.headdim, c.groups, c.dstate}, in, cpu_state.data() + int64_t(b) * xw * c.dstate,
                     y_cpu.data() + (int64_t(b) * c.steps + j) * xw);
     }
+  // The state's fp16 format, applied once per launch (after every token when steps = 1).
+  if (c.fp16_state)
+    for (float& v : cpu_state) v = half_to_float(float_to_half(v));
 
   testing::DeviceBuffer<float> d_A(A), d_D(D), d_bias(bias), d_state(state), d_in_f32(inputs), d_y_f32(y_cpu);
   std::vector<uint16_t> inputs_bf16(inputs.size());
@@ -87,6 +91,7 @@ TEST_P(SsdStateUpdate, MatchesCpuReference) {
   args.state = d_state.get();
   args.y = c.bf16 ? static_cast<void*>(d_y_bf16.get()) : static_cast<void*>(d_y_f32.get());
   args.y_stride = xw;
+  args.state_fp16_values = c.fp16_state;
   ASSERT_TRUE(kernels::ssd_state_update_supported(args));
   ASSERT_EQ(kernels::launch_ssd_state_update(args, nullptr), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -99,7 +104,17 @@ TEST_P(SsdStateUpdate, MatchesCpuReference) {
   }
   const double y_tol = c.bf16 ? 1e-2 : 1e-4;
   EXPECT_LT(testing::max_relative_error(y_gpu, y_cpu, 0.05), y_tol);
-  EXPECT_LT(testing::max_relative_error(d_state.to_host(), cpu_state, 0.05), 1e-4);
+  const std::vector<float> gpu_state = d_state.to_host();
+  if (c.fp16_state) {
+    // Every stored value an fp16 value; one fp16 step (2^-10 relative) apart from the CPU's where the
+    // fp32 values straddle a rounding boundary.
+    const auto not_fp16 = std::count_if(gpu_state.begin(), gpu_state.end(),
+                                        [](float v) { return half_to_float(float_to_half(v)) != v; });
+    EXPECT_EQ(not_fp16, 0);
+    EXPECT_LT(testing::max_relative_error(gpu_state, cpu_state, 0.05), 2e-3);
+  } else {
+    EXPECT_LT(testing::max_relative_error(gpu_state, cpu_state, 0.05), 1e-4);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SsdStateUpdate,
@@ -109,7 +124,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SsdStateUpdate,
                                            Case{2, 8, 64, 2, 128, 4, false, true}, Case{3, 80, 64, 1, 128, 7, true, true},
                                            Case{1, 128, 64, 8, 128, 16, true, true},
                                            // more blocks than the GPU holds at once: no early state loads
-                                           Case{24, 80, 64, 1, 128, 1, false, true}),
+                                           Case{24, 80, 64, 1, 128, 1, false, true},
+                                           // the fp16-valued fp32 state: one step, several, many waves
+                                           Case{2, 80, 64, 1, 128, 1, false, true, true},
+                                           Case{2, 8, 64, 2, 128, 4, false, true, true},
+                                           Case{24, 80, 64, 1, 128, 1, false, true, true}),
                          case_name);
 
 // The int8 decode state of quantized artifacts: per (h, p) scales (SSDi8) and per (channel cluster,
