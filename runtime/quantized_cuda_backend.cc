@@ -16,6 +16,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_s8_grouped.h"
 #include "kernels/gemm_s8_scaled.h"
+#include "kernels/gemm_w4a16.h"
 #include "kernels/hadamard_quant.h"
 #include "kernels/qgemv.h"
 #include "kernels/scale_int32.h"
@@ -46,6 +47,15 @@ constexpr int64_t kW4A8GemvMaxRows = 4;
 // the weights are unpacked to int8 first: at 2,048 rows the packed 128 × 128 tile took 461 µs on
 // 2.7b's in_proj against 16 + 357 µs unpacked and 16 + 237 µs on wgmma (H100, docs/kernels/gemm.md).
 constexpr int64_t kGroupedInt4MaxRows = 64;
+// Where a W4A16 projection at prefill (above kGemmW4A16FewRows rows) expands its int4 weights to fp16
+// for cuBLASLt rather than running CUTLASS's mixed-input GEMM: into fewer than 4,096 columns, and
+// above 4,096 rows, where the expansion's fixed cost is paid off by cuBLASLt's faster GEMM. At 2,048
+// rows 2.7b's out_proj (2,560 columns) took 23 + 67 µs expanded against 124 µs mixed, the 8B-like one
+// (4,096) 55 + 156 against 191 µs, in_proj (10,576 / 18,560) 192 against 189 and 489 against 422 µs;
+// at 8,192 rows (batch 128 × 64 tokens) the 8B-like prefill took 332 ms mixed against 297 expanded
+// (H100, kernels_bench w4a16 and ssdq bench; docs/kernels/gemm.md).
+constexpr int64_t kW4A16ExpandBelowColumns = 4096;
+constexpr int64_t kW4A16ExpandAboveRows = 4096;
 // Batches up to which a decode step runs the conv inside the state update's launch
 // (kernels/ssd_conv_step.h): every block repeats its group's B|C convolutions, which pays while the
 // step waits on latency and not at full occupancy (2.7b W8A8 TPOT, H100: batch 1 2.56 → 2.40 ms,
@@ -74,7 +84,8 @@ DeviceBlock device_copy(const std::vector<T>& values, MemoryCounter* counter, co
 //   kInt8Grouped:    int8 x · int4 (or int8) w with group scales (W4A8): qgemv up to 4 rows, else
 //                    the grouped int8 GEMM (int4 read packed up to 64 rows, else unpacked first).
 //   kFloat:          fp16 x · fp16 w (float weights, or quantized weights with a float input:
-//                    W4A16, expanded to fp16 for prefill; qgemv's W4A16 for int4 decode).
+//                    W4A16: qgemv up to 16 rows, else CUTLASS's mixed-input GEMM on sm_90
+//                    (kernels/gemm_w4a16.h), else expanded to fp16 first).
 struct DeviceLinear {
   enum class Path { kInt8PerChannel, kInt8Grouped, kFloat } path = Path::kFloat;
   int64_t n = 0, k = 0;
@@ -671,6 +682,28 @@ struct QuantizedCudaBackend::Impl {
     g.ldout = L.n;
     if (L.path == Path::kFloat) {
       const void* w16 = L.dense16.bytes() ? L.dense16.at<void>(0) : nullptr;
+      // W4A16: the int4 weights dequantized in the GEMM's registers, except where expanding them
+      // for cuBLASLt measured faster (kW4A16ExpandBelowColumns, kW4A16ExpandAboveRows).
+      const bool expand_first =
+          m > kW4A16ExpandAboveRows || (m > kernels::kGemmW4A16FewRows && L.n < kW4A16ExpandBelowColumns);
+      if (!w16 && L.bits == 4 && !expand_first) {
+        kernels::GemmW4A16Args mixed;
+        mixed.m = m;
+        mixed.n = L.n;
+        mixed.k = L.k;
+        mixed.x = work.x16;
+        mixed.ldx = L.k;
+        mixed.w = L.values.at<void>(0);
+        mixed.w_scales = L.scales.at<float>(0);
+        mixed.group_size = L.group_size;
+        mixed.out = out;
+        mixed.ldout = L.n;
+        mixed.workspace = work.expanded;
+        if (kernels::gemm_w4a16_workspace_bytes(mixed) <= expand_bytes && kernels::gemm_w4a16_supported(mixed)) {
+          cuda_ok(kernels::launch_gemm_w4a16(mixed, stream), what);
+          return;
+        }
+      }
       if (!w16) {
         kernels::WeightUnpackArgs u;
         u.rows = L.n;

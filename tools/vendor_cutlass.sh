@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=4.2.0.0
-sources=(kernels/gemm_s8_scaled_sm90.cu)
+sources=(kernels/gemm_s8_scaled_sm90.cu kernels/gemm_w4a16_sm90.cu)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 wheel=${1:-}

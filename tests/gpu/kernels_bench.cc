@@ -18,6 +18,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_s8_grouped.h"
 #include "kernels/gemm_s8_scaled.h"
+#include "kernels/gemm_w4a16.h"
 #include "kernels/gemv.h"
 #include "kernels/hadamard_quant.h"
 #include "kernels/qgemv.h"
@@ -579,6 +580,76 @@ void bench_gemm_w4a8(int64_t m, int64_t n, int64_t k, int64_t group) {
     cudaFree(p);
 }
 
+// The W4A16 projection above the decode GEMV's rows (int4 weights, groups of `group` columns, fp16
+// rows, fp32 out): CUTLASS's mixed-input GEMM (kernels/gemm_w4a16.h) against the expansion to fp16
+// plus a cuBLASLt fp16 GEMM, the path it replaces.
+void bench_gemm_w4a16(int64_t m, int64_t n, int64_t k, int64_t group) {
+  const int64_t groups = k / group;
+  void *x, *w16, *workspace, *scales_t;
+  uint8_t* w4;
+  float *scales, *out;
+  check_cuda(cudaMalloc(&x, m * k * 2), "cudaMalloc");
+  check_cuda(cudaMalloc(&w4, n * k / 2), "cudaMalloc");
+  check_cuda(cudaMalloc(&w16, n * k * 2), "cudaMalloc");
+  check_cuda(cudaMalloc(&out, m * n * 4), "cudaMalloc");
+  check_cuda(cudaMalloc(&scales, n * groups * 4), "cudaMalloc");
+  check_cuda(cudaMalloc(&scales_t, n * groups * 4), "cudaMalloc");
+  check_cuda(cudaMalloc(&workspace, 32 << 20), "cudaMalloc");
+  check_cuda(cudaMemset(x, 0x1c, m * k * 2), "memset");
+  check_cuda(cudaMemset(w4, 0x35, n * k / 2), "memset");
+  check_cuda(cudaMemset(scales, 0x3c, n * groups * 4), "memset");
+  kernels::GemmW4A16Args a;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.x = x;
+  a.ldx = k;
+  a.w = w4;
+  a.w_scales = scales;
+  a.group_size = static_cast<int>(group);
+  a.out = out;
+  a.ldout = n;
+  a.workspace = scales_t;
+  double mixed_us[3] = {};
+  const kernels::GemmW4A16Tile tiles[3] = {kernels::GemmW4A16Tile::k128x128, kernels::GemmW4A16Tile::k128x256,
+                                           kernels::GemmW4A16Tile::k64x128};
+  for (int t = 0; t < 3; ++t) {
+    a.tile = tiles[t];
+    if (kernels::gemm_w4a16_supported(a)) mixed_us[t] = time_us([&] { return kernels::launch_gemm_w4a16(a, nullptr); }, 20);
+  }
+  kernels::WeightUnpackArgs u;
+  u.rows = n;
+  u.cols = static_cast<int>(k);
+  u.bits = 4;
+  u.values = w4;
+  u.scales = scales;
+  u.group_size = static_cast<int>(group);
+  u.out = w16;
+  u.out_type = kernels::ElementType::kF16;
+  const double unpack_us = time_us([&] { return kernels::launch_weight_unpack(u, nullptr); }, 20);
+  kernels::Gemm gemm(workspace, 32 << 20);
+  kernels::GemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.in_type = kernels::ElementType::kF16;
+  g.x = x;
+  g.ldx = k;
+  g.w = w16;
+  g.out = out;
+  g.out_type = kernels::ElementType::kF32;
+  g.ldout = n;
+  const double gemm_us = time_us([&] {
+    gemm.run(g, nullptr);
+    return cudaSuccess;
+  }, 20);
+  fmt::print("w4a16 gemm m {:5d} n {:5d} k {:4d} group {}: CUTLASS mixed input 128x128 {:7.1f}, 128x256 {:7.1f}, "
+             "64x128 {:7.1f} us | unpack {:6.1f} + cuBLASLt fp16 {:7.1f} = {:7.1f} us\n",
+             m, n, k, group, mixed_us[0], mixed_us[1], mixed_us[2], unpack_us, gemm_us, unpack_us + gemm_us);
+  for (void* p : {x, static_cast<void*>(w4), w16, static_cast<void*>(out), static_cast<void*>(scales), scales_t, workspace})
+    cudaFree(p);
+}
+
 void bench_conv_decode(int batch, double bandwidth) {
   std::mt19937 rng(5);
   using bf16 = __nv_bfloat16;
@@ -801,7 +872,7 @@ void bench_norm_qgemv(int m, kernels::QgemvKind kind) {
 }  // namespace
 }  // namespace ssdq
 
-// Sections: state, norm, gemv, qgemv, hadamard, gemm (w8a8 and w4a8), conv, decode; the arguments
+// Sections: state, norm, gemv, qgemv, hadamard, gemm (w8a8 and w4a8), w4a16, conv, decode; the arguments
 // pick some (none: all).
 int main(int argc, char** argv) {
   const auto want = [&](const char* section) {
@@ -856,6 +927,14 @@ int main(int argc, char** argv) {
       ssdq::bench_gemm_w4a8(m, 2560, 5120, 128);
     }
     ssdq::bench_gemm_w4a8(2048, 18560, 4096, 128);
+  }
+  if (want("w4a16")) {
+    for (int64_t m : {32, 128, 2048}) {  // decode at batch 32 and 128, prefill of 2048 tokens (2.7b, then 8B-like)
+      ssdq::bench_gemm_w4a16(m, 10576, 2560, 128);
+      ssdq::bench_gemm_w4a16(m, 2560, 5120, 128);
+      ssdq::bench_gemm_w4a16(m, 18560, 4096, 128);
+      ssdq::bench_gemm_w4a16(m, 4096, 8192, 128);
+    }
   }
   if (want("conv")) {
     for (int b : {1, 8}) ssdq::bench_conv_decode(b, bandwidth);
