@@ -105,8 +105,7 @@ auto dispatch(const GemmW4A16Args& a, F&& f) {
       return f(Kernel<128, 256, true>{});
     case GemmW4A16Tile::k64x128:
       return f(Kernel<64, 128, false>{});
-    case GemmW4A16Tile::k128x128:
-    default:
+    default:  // k128x128 (gemm_w4a16_supported refuses values outside the enum)
       return f(Kernel<128, 128, true>{});
   }
 }
@@ -123,9 +122,11 @@ bool gemm_w4a16_supported(const GemmW4A16Args& a) {
   const bool shapes = a.m > 0 && a.n > 0 && a.k > 0 && a.m <= INT32_MAX && a.n <= INT32_MAX && a.k <= INT32_MAX &&
                       a.group_size >= 64 && a.group_size % 64 == 0 && a.k % a.group_size == 0 && a.ldx >= a.k &&
                       a.ldx % 8 == 0 && a.ldout >= a.n && a.ldout % 4 == 0 && a.n % 4 == 0;
+  const bool known_tile = a.tile == GemmW4A16Tile::kAuto || a.tile == GemmW4A16Tile::k128x128 ||
+                          a.tile == GemmW4A16Tile::k128x256 || a.tile == GemmW4A16Tile::k64x128;
   const bool pointers = a.x && a.w && a.w_scales && a.out && a.workspace && aligned16(a.x) && aligned16(a.w) &&
                         aligned16(a.out) && aligned16(a.workspace);
-  if (!sm90 || !shapes || !pointers) return false;
+  if (!sm90 || !shapes || !known_tile || !pointers) return false;
   return dispatch(a, [&](auto kernel) {
     using K = decltype(kernel);
     const auto args = K::arguments(a);

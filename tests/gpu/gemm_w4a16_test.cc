@@ -133,6 +133,7 @@ TEST(GemmW4A16Refuses, WhatItCannotRun) {
   EXPECT_TRUE(refused(with([&](auto& b) { b.x = p + 8; })));         // misaligned
   EXPECT_TRUE(refused(with([](auto& b) { b.workspace = nullptr; })));
   EXPECT_TRUE(refused(with([](auto& b) { b.m = 0; })));
+  EXPECT_TRUE(refused(with([](auto& b) { b.tile = static_cast<kernels::GemmW4A16Tile>(7); })));
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
