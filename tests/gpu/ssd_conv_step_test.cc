@@ -167,11 +167,12 @@ TEST_P(SsdConvStep, SameBitsAsConvThenStateUpdate) {
     } else {
       const std::vector<float> fused_state = f32_fused.to_host();
       expect_same_bits(fused_state, f32_separate.to_host(), "SSM state", t);
-      if (c.fp16_state)  // the two kernels agreeing would not show the flag ignored by both
+      if (c.fp16_state) {  // the two kernels agreeing would not show the flag ignored by both
         EXPECT_EQ(std::count_if(fused_state.begin(), fused_state.end(),
                                 [](float v) { return half_to_float(float_to_half(v)) != v; }),
                   0)
             << "state values that are not fp16 values after step " << t;
+      }
     }
     EXPECT_EQ(d_arrivals.to_host(), std::vector<int32_t>(c.batch * c.groups, 0)) << "after step " << t;
   }
