@@ -1,6 +1,6 @@
-// The W4A16 projection at prefill on Hopper: CUTLASS's mixed-input GEMM (int4 weights through the
-// register file, fp16 activations, wgmma fed by TMA), so the int4 weights are never expanded in
-// memory. Each weight is dequantized in registers exactly as kernels/weight_unpack.h kF16 writes it,
+// The W4A16 projection above the decode GEMV's rows (prefill, and decode batches over 16) on Hopper:
+// CUTLASS's mixed-input GEMM (int4 weights through the register file, fp16 activations, wgmma fed
+// by TMA), so the int4 weights are never expanded in memory. Each weight is dequantized in registers exactly as kernels/weight_unpack.h kF16 writes it,
 //   w16[n, c] = fp16_rn(float(q[n, c]) · s_w[n, c / group_size]),
 // then out[m, n] = Σ_c x[m, c]·w16[n, c] in fp32 (another summation order than cuBLASLt's over the
 // expanded weights: equal within float tolerance, not bit for bit). Machine code for sm_90a only;
