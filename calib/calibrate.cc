@@ -10,7 +10,7 @@
 #include "formats/text_data.h"
 #include "formats/token_data.h"
 #include "runtime/cpu_backend.h"
-#include "runtime/model_loader.h"
+#include "model/model_loader.h"
 
 namespace ssdq {
 
@@ -35,8 +35,7 @@ CalibrationStats collect_statistics(const ModelWeights& weights, const std::vect
                                     int64_t seqlen, const CollectOptions& options) {
   if (samples <= 0 || seqlen <= 1 || static_cast<int64_t>(tokens.size()) != samples * seqlen)
     fail("internal: {} calibration tokens for {} samples of {}", tokens.size(), samples, seqlen);
-  // Non-owning: the caller keeps the weights alive for the whole call.
-  const CpuBackend backend(std::shared_ptr<const ModelWeights>(&weights, [](const ModelWeights*) {}));
+  const CpuBackend backend(weights);
   CalibrationStats total = CalibrationStats::empty_for(weights.config);
   using Slot = std::unique_ptr<StatsObserver>;
   ordered_parallel_fold<Slot>(

@@ -10,7 +10,7 @@
 #include "calib/calibration_file.h"
 #include "calib/calibration_stats.h"
 #include "formats/tokenizer.h"
-#include "runtime/model_weights.h"
+#include "model/model_weights.h"
 
 namespace ssdq {
 

@@ -8,8 +8,8 @@
 #include "formats/digest.h"
 #include "formats/error.h"
 #include "formats/file_io.h"
-#include "runtime/model_loader.h"
-#include "runtime/quantized_artifact.h"
+#include "model/model_loader.h"
+#include "model/quantized_artifact.h"
 
 namespace ssdq {
 

@@ -11,12 +11,12 @@
 #include "calib/ordered_parallel.h"
 #include "formats/error.h"
 #include "quant/activation_scales.h"
-#include "quant/hadamard.h"
+#include "model/hadamard.h"
 #include "quant/mean_correction.h"
 #include "quant/sort_cluster.h"
 #include "quant/transforms.h"
 #include "quant/weight_formats.h"
-#include "runtime/quantized_layer.h"
+#include "runtime/cpu_block.h"
 
 namespace ssdq {
 namespace {
@@ -238,7 +238,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     auto run_copy = [&](int64_t s, const QuantizedLayer& layer, ForwardObserver& observer) {
       std::vector<float> residual = streams[s];
       std::vector<float> conv(c.conv_dim() * (c.d_conv - 1), 0.0f), ssm(H * P * N, 0.0f);
-      quantized_layer_forward(c, layer, l, residual.data(), T, conv.data(), ssm.data(), &observer);
+      cpu_block_forward(c, layer, l, residual.data(), T, conv.data(), ssm.data(), &observer);
     };
 
     // Pass A: activation maxima of the fp32 layer (and the in_proj Hessian).
@@ -291,7 +291,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
           },
           [&](int64_t s, PassSlot& slot) {
             std::vector<float> conv(c.conv_dim() * (c.d_conv - 1), 0.0f), ssm(H * P * N, 0.0f);
-            quantized_layer_forward(c, q, l, streams[s].data(), T, conv.data(), ssm.data(), &slot);
+            cpu_block_forward(c, q, l, streams[s].data(), T, conv.data(), ssm.data(), &slot);
           },
           [&](PassSlot& slot) { output.merge(*slot.output); }, options);
       if (eta > 0) {

@@ -25,8 +25,8 @@
 #include "calib/calibration_stats.h"
 #include "quant/recipe.h"
 #include "quant/sort_cluster.h"
-#include "runtime/model_weights.h"
-#include "runtime/quantized_model.h"
+#include "model/model_weights.h"
+#include "model/quantized_model.h"
 
 namespace ssdq {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "quant/recipe.h"
-#include "runtime/quantized_model.h"
+#include "model/quantized_model.h"
 
 namespace ssdq {
 

@@ -5,7 +5,7 @@
 
 #include "formats/error.h"
 #include "fuzz/fuzz_support.h"
-#include "runtime/quantized_artifact.h"
+#include "model/quantized_artifact.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ssdq;

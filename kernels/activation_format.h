@@ -1,7 +1,7 @@
 // An activation point's format applied in place to fp32 rows, as runtime/quantized_ops.h
 // `apply_activation_format` does it (bit for bit):
 //   kFloat16: x ← fp32(fp16_rne(x));
-//   kInt8:    q = sat±127(rne(x / s_c)) (quant/quantizer.h quantize_value), x ← q·s_c, with
+//   kInt8:    q = sat±127(rne(x / s_c)) (model/quantizer.h quantize_value), x ← q·s_c, with
 //             s_c = scales[index[c]] (scales[0] when index is null: one scale for the point).
 // Optionally also writes q (int8, for the integer GEMMs) and the result as fp16 (for the fp16
 // GEMMs and GEMVs), so a consumer reads the point in the type it multiplies in.

@@ -1,7 +1,7 @@
 // Fused residual add + RMSNorm with an fp32 residual stream (mamba_ssm residual_in_fp32):
 //   residual += delta (+ delta_bias) (if delta is given);  out = residual / rms(residual) * weight
 // With out_type kS8 the output is quantized statically for the next integer GEMM (in_proj of a
-// W8A8 / W4A8 layer): out = sat±127(rne(y / out_scale)), quant/quantizer.h `quantize_value`.
+// W8A8 / W4A8 layer): out = sat±127(rne(y / out_scale)), model/quantizer.h `quantize_value`.
 // CPU reference: runtime/cpu_ops.h `cpu::rmsnorm` after the add (then quantize_value).
 #pragma once
 

@@ -5,7 +5,7 @@
 // Types: bf16 in → bf16 out (the FP path), fp32 in → fp32 out (the quantized backend's float
 // activations), or int8 in (q, dequantized as q·in_scales[c]; the state
 // then holds the int8 inputs) → int8 out (rne(out / out_scales[c]) saturated to ±127, as
-// quant/quantizer.h `quantize_value`) or fp16 out: the conv of a quantized artifact, whose x|B|C
+// model/quantizer.h `quantize_value`) or fp16 out: the conv of a quantized artifact, whose x|B|C
 // scales arrive expanded to one per channel.
 // The fp32 path also takes its input as int8 codes (in_type kS8 with in_formats, no in_scales):
 // the codes of conv.in's int8 format (every channel's code > 0), as in_proj's int8 epilogue writes
@@ -29,7 +29,7 @@ namespace ssdq::kernels {
 // channel c of row r at out + r * stride + (c - first_channel), stored as `type`:
 //   kF32 the formatted value (out_formats), kF16 the formatted value rounded to fp16 (exact for a
 //   channel whose format is fp16; the chunked SSD's operands for the float-SSD recipes), kS8 the
-//   int8 q of a channel whose format is int8 (code > 0, the scale; quant/quantizer.h
+//   int8 q of a channel whose format is int8 (code > 0, the scale; model/quantizer.h
 //   quantize_value), so its value is q·code.
 struct CausalConv1dOutputPart {
   void* out = nullptr;

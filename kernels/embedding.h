@@ -1,8 +1,8 @@
 // Embedding gather into the fp32 residual stream: out[i] = float(table[tokens[i]]).
 // The table is bf16, fp16 or fp32 (a quantized artifact's float table, fp16 when its values are
 // fp16-exact), or quantized per row (head-to-toe artifacts, --quantize-embedding): int8, or
-// int4 packed two per byte (quant/quantizer.h pack_int4 of the row-major table), each value
-// dequantized as q·row_scales[token] — exactly runtime/quantized_model.h WeightMatrix::row_to_float.
+// int4 packed two per byte (model/quantizer.h pack_int4 of the row-major table), each value
+// dequantized as q·row_scales[token] — exactly model/quantized_model.h WeightMatrix::row_to_float.
 // Token ids are validated on the host before upload; the kernel clamps nothing.
 // CPU reference: the row copy in runtime/cpu_backend.cc (quantized: row_to_float).
 #pragma once

@@ -35,7 +35,7 @@ struct GemmS8GroupedArgs {
   const int8_t* x = nullptr;        // [m, k], row stride ldx
   int64_t ldx = 0;
   const int8_t* w = nullptr;        // [n, k], row stride ldw (elements)
-  int w_bits = 8;                   // 4: w holds packed int4 (quant/quantizer.h pack_int4 of the rows; not kWgmma)
+  int w_bits = 8;                   // 4: w holds packed int4 (model/quantizer.h pack_int4 of the rows; not kWgmma)
   int64_t ldw = 0;
   const float* w_scales = nullptr;  // [n, k / group_size]
   int64_t group_size = 0;           // k for one group a row

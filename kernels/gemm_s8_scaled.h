@@ -4,7 +4,7 @@
 // rounded step by step like runtime/quantized_ops.h `linear_forward` for one weight group, so it
 // is bit-identical to the CPU and the int32 products never reach memory. out holds v in fp32, or
 // (kS8) the int8 code of v in the activation format that follows the projection,
-//   q[m, n] = sat±127(rne(v[m, n] / out_scales[n]))             (quant/quantizer.h quantize_value)
+//   q[m, n] = sat±127(rne(v[m, n] / out_scales[n]))             (model/quantizer.h quantize_value)
 // so a consumer that formats v first (in_proj's x|B|C before the conv) reads a quarter of the bytes. Machine code for sm_90a
 // only: other devices, grouped (W4A8) weights and shapes TMA cannot address take kernels/gemm.h
 // (kS8 → kS32) + kernels/scale_int32.h.

@@ -12,7 +12,7 @@
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/quant_epilogue.cuh"
 #include "kernels/tensor_core.cuh"
-#include "quant/hadamard_base.h"
+#include "model/hadamard_base.h"
 
 namespace ssdq::kernels {
 namespace {
@@ -143,7 +143,7 @@ __device__ inline void butterfly_in_shared_memory(float* x, int n, int m) {
 }
 
 // Output A of the H_K mix of one column: Σ_k ±v[k] in k's order, each sign H_K[k][A] a
-// compile-time constant (quant/hadamard_base.h), so a term is one add or subtract with the generic
+// compile-time constant (model/hadamard_base.h), so a term is one add or subtract with the generic
 // loop's single rounding (acc + (±v)) and no load of the sign.
 template <int K, int A, int... Ks>
 __device__ inline float mix_output(const float (&v)[K], std::integer_sequence<int, Ks...>) {

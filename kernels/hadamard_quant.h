@@ -1,6 +1,6 @@
 // out_proj's input in the rotated recipes (had, quamba2, ssdi8): per row,
 //   x = gated_rmsnorm(y, z) (when z is given; else x = y),
-//   x ← x·H_n when rotate (quant/hadamard.h's matrix: Walsh–Hadamard butterflies inside each of the K blocks
+//   x ← x·H_n when rotate (model/hadamard.h's matrix: Walsh–Hadamard butterflies inside each of the K blocks
 //       of 2^m, stage h = 1, 2, 4, …, then the dense H_K mix summed over a = 0..K-1), x ← x·(1/√n),
 //   out = int8 sat±127(rne(x / out_scale)) (the per-tensor static scale), or fp16 / fp32.
 // The rotation and the quantization are bit-identical to the CPU (the same operations in the same
@@ -50,7 +50,7 @@ struct HadamardQuantArgs {
   float eps = 1e-5f;
   bool rotate = true;                 // false: no rotation (the gated norm and the output format only)
   int base_order = 1;                 // K ∈ {1, 12, 20, 28}
-  const int8_t* base_matrix = nullptr;  // device [K, K] of ±1 (quant/hadamard.h hadamard_matrix(K)), K > 1
+  const int8_t* base_matrix = nullptr;  // device [K, K] of ±1 (model/hadamard.h hadamard_matrix(K)), K > 1
   // Optional host copy of base_matrix: with it, kRowPerBlock runs the mix unrolled for K 12, 20
   // and 28 with the signs in the kernel's parameters (the same bits, fewer instructions).
   const int8_t* base_matrix_host = nullptr;

@@ -12,7 +12,7 @@
 // each 16-column piece's fp32 sum by its group's scale; with w_mma_layout (W8A16 and W4A16) each
 // group's sum comes from the tensor cores, whose fp32 additions are not all rounded to nearest.
 // None of the float kinds is bit-exact to the CPU's dequantize-then-GEMM: a different summation order.
-// int4 packing is quant/quantizer.h `pack_int4` of the row-major [n, k] matrix (column 2i in the
+// int4 packing is model/quantizer.h `pack_int4` of the row-major [n, k] matrix (column 2i in the
 // low nibble, 2i+1 in the high nibble of byte i of a row).
 #pragma once
 

@@ -1,5 +1,5 @@
 // Device helpers of the quantized kernels, each the GPU spelling of one CPU definition:
-// - quantize_int8: quant/quantizer.h quantize_value at int8 (IEEE division, ties to even,
+// - quantize_int8: model/quantizer.h quantize_value at int8 (IEEE division, ties to even,
 //   saturation to ±127, NaN → 0); fake_quantize_int8 / round_to_fp16 / apply_format_code: an
 //   activation point's format on one value (the _fast / by_reciprocal forms: the same bits with a
 //   multiply where it cannot differ);

@@ -1,7 +1,7 @@
 // The epilogue of a W8A8 projection after the int8 GEMM (kernels/gemm.h, kS8 → kS32):
 //   out[m, n] (+)= float(acc[m, n])·s_w[n]·s_x + bias[n]
 // rounded step by step exactly as runtime/quantized_ops.h `linear_forward` (per-channel weights)
-// and quantized_layer_forward's bias and residual adds, so it is bit-identical to the CPU.
+// and cpu_block_forward's bias and residual adds, so it is bit-identical to the CPU.
 // Weights with several groups per row (the fallback where kernels/gemm_s8_grouped.h does not
 // apply: one int8 GEMM per group of k) run one call per group g in increasing order:
 // chain ← fma(float(acc_g), s_w[n, g], chain) from 0, and the call of the last group stores

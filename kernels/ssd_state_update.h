@@ -3,7 +3,7 @@
 //   dt = clamp(softplus(dt_raw + dt_bias)) (or dt as given),
 //   h = exp(dt·A) h + dt · x Bᵀ,   y = h C + D x          (head h reads group h / (H/G))
 // The state is fp32, or int8 (quantized artifacts' decode state): element (c = h·P + p, n) is
-// q·scale(c, n) with scale(c, n) = state_scales[index(c)·inner + n] (runtime/quantized_model.h
+// q·scale(c, n) with scale(c, n) = state_scales[index(c)·inner + n] (model/quantized_model.h
 // ActQuant: per (h, p) for SSDi8, per (head cluster, channel cluster, n) for Quamba2); the
 // kernel dequantizes it in registers, runs the steps in fp32 and stores sat±127(rne(s / scale))
 // at the end of the launch — after every token when steps = 1, as the CPU rounds the state after

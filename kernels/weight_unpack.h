@@ -3,8 +3,8 @@
 //   kS8 out:  the int8 values q of int4 weights (W4A8 above 64 rows: kernels/gemm_s8_grouped.h);
 //   kF16 out: fp16(q·s_w[r, c / group_size]) of int8 or int4 weights (W4A16 and float inputs;
 //             the CPU multiplies the fp32 q·s_w, so this rounds once more).
-// int4 packing: quant/quantizer.h `pack_int4` of the row-major [rows, cols] matrix.
-// CPU reference: quant/quantizer.h `dequantize` (runtime/quantized_model.h WeightMatrix::to_float).
+// int4 packing: model/quantizer.h `pack_int4` of the row-major [rows, cols] matrix.
+// CPU reference: model/quantizer.h `dequantize` (model/quantized_model.h WeightMatrix::to_float).
 #pragma once
 
 #include <cuda_runtime.h>

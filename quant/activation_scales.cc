@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "formats/error.h"
-#include "quant/quantizer.h"
+#include "model/quantizer.h"
 
 namespace ssdq {
 namespace {

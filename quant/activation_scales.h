@@ -1,4 +1,4 @@
-// Static int8 activation formats (runtime/quantized_model.h ActQuant) from calibrated per-channel
+// Static int8 activation formats (model/quantized_model.h ActQuant) from calibrated per-channel
 // maxima, one builder per granularity of QUANT.md §4. Scales are scale_from_absmax(max, int8) =
 // max / 127 over the channels that share them (1 when that max is 0).
 #pragma once
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/quantized_model.h"
+#include "model/quantized_model.h"
 
 namespace ssdq {
 

@@ -25,7 +25,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "quant/quantizer.h"
+#include "model/quantizer.h"
 
 namespace ssdq {
 

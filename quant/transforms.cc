@@ -4,7 +4,7 @@
 #include <string>
 
 #include "formats/error.h"
-#include "quant/hadamard.h"
+#include "model/hadamard.h"
 
 namespace ssdq {
 namespace {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "quant/head_permutation.h"
-#include "runtime/model_weights.h"
+#include "model/model_weights.h"
 
 namespace ssdq {
 

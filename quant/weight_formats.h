@@ -1,4 +1,4 @@
-// Projection weights in the representations of runtime/quantized_model.h WeightMatrix:
+// Projection weights in the representations of model/quantized_model.h WeightMatrix:
 // fp16, RTN (int8 per output channel, int4 per group of input columns, or per row for the
 // embedding), and GPTQ.
 #pragma once
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "quant/gptq.h"
-#include "runtime/quantized_model.h"
+#include "model/quantized_model.h"
 
 namespace ssdq {
 

@@ -1,8 +1,81 @@
 #include "runtime/backend.h"
 
+#include <typeinfo>
+
 #include "formats/error.h"
 
 namespace ssdq {
+
+namespace {
+
+// A row copy needs a source made by the same kind of backend with the same buffers.
+void check_same_layout(const InferenceState& source, const InferenceState& target,
+                       const std::vector<StateTensor>& from, const std::vector<StateTensor>& to) {
+  if (typeid(source) != typeid(target)) fail("state copy: the source state was made by another backend");
+  if (from.size() != to.size()) fail("state copy: the source state has {} buffers, this one {}", from.size(), to.size());
+  for (size_t i = 0; i < to.size(); ++i)
+    if (from[i].bytes_per_sequence != to[i].bytes_per_sequence)
+      fail("state copy: the source state has another layout (buffer {}: {} bytes a sequence, here {})", i,
+           from[i].bytes_per_sequence, to[i].bytes_per_sequence);
+}
+
+}  // namespace
+
+size_t InferenceState::bytes_per_sequence() const {
+  size_t bytes = 0;
+  for (const StateTensor& t : tensors()) bytes += t.bytes_per_sequence;
+  return bytes;
+}
+
+void InferenceState::copy_rows(const InferenceState& source, const std::vector<int64_t>& src_rows,
+                               const std::vector<int64_t>& dst_rows) {
+  if (src_rows.size() != dst_rows.size())
+    fail("state copy: {} source rows but {} destination rows", src_rows.size(), dst_rows.size());
+  const std::vector<StateTensor> from = source.tensors(), to = tensors();
+  check_same_layout(source, *this, from, to);
+  std::vector<bool> written(batch(), false), read(source.batch(), false);
+  for (size_t r = 0; r < src_rows.size(); ++r) {
+    if (src_rows[r] < 0 || src_rows[r] >= source.batch())
+      fail("state copy: source row {} is outside 0..{}", src_rows[r], source.batch() - 1);
+    if (dst_rows[r] < 0 || dst_rows[r] >= batch())
+      fail("state copy: destination row {} is outside 0..{}", dst_rows[r], batch() - 1);
+    if (written[dst_rows[r]]) fail("state copy: destination row {} appears twice", dst_rows[r]);
+    written[dst_rows[r]] = true;
+    read[src_rows[r]] = true;
+  }
+  // Within one state, a row both read and overwritten would be read after it changed.
+  if (&source == this)
+    for (size_t r = 0; r < src_rows.size(); ++r)
+      if (src_rows[r] != dst_rows[r] && read[dst_rows[r]])
+        fail("state copy within one state: row {} is both a source and a destination", dst_rows[r]);
+  for (size_t r = 0; r < src_rows.size(); ++r) {
+    if (&source == this && src_rows[r] == dst_rows[r]) continue;
+    for (size_t i = 0; i < to.size(); ++i) {
+      const size_t n = to[i].bytes_per_sequence;
+      copy_bytes(static_cast<char*>(to[i].data) + dst_rows[r] * n,
+                 static_cast<const char*>(from[i].data) + src_rows[r] * n, n);
+    }
+  }
+}
+
+void InferenceState::copy_all(const InferenceState& source) {
+  if (source.batch() != batch())
+    fail("state copy: the source holds {} sequences, this state {}", source.batch(), batch());
+  if (&source == this) return;
+  const std::vector<StateTensor> from = source.tensors(), to = tensors();
+  check_same_layout(source, *this, from, to);
+  // Every row at once: one copy per buffer.
+  for (size_t i = 0; i < to.size(); ++i) copy_bytes(to[i].data, from[i].data, to[i].bytes_per_sequence * batch());
+}
+
+void InferenceState::zero_rows(const std::vector<int64_t>& rows) {
+  const std::vector<StateTensor> buffers = tensors();
+  for (int64_t row : rows) {
+    if (row < 0 || row >= batch()) fail("state zero: row {} is outside 0..{}", row, batch() - 1);
+    for (const StateTensor& t : buffers)
+      zero_bytes(static_cast<char*>(t.data) + row * t.bytes_per_sequence, t.bytes_per_sequence);
+  }
+}
 
 ForwardOutputs ForwardOutputs::for_sequence(int64_t b, int64_t length, int64_t vocab) const {
   const int64_t r = rows(length);

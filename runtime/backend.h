@@ -2,22 +2,58 @@
 // through the model from a per-sequence state and return logits or per-token NLL.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "formats/config.h"
 
 namespace ssdq {
 
+// One buffer of per-sequence state: sequence b's bytes start at data + b * bytes_per_sequence.
+struct StateTensor {
+  void* data = nullptr;
+  size_t bytes_per_sequence = 0;
+};
+
 // Per-sequence recurrent state (conv state and SSM state of every layer) for a batch of
-// sequences. Backends subclass it with their own storage.
+// sequences. Backends subclass it with their own storage and say how bytes are copied there
+// (host memcpy, or device-to-device copies on the backend's stream, which a CUDA graph can
+// capture). The state API below is written once over those buffers: a snapshot is a state of
+// the same backend whose rows receive copies, so rollback needs nothing backend-specific.
 class InferenceState {
  public:
   virtual ~InferenceState() = default;
   virtual int64_t batch() const = 0;
   // Zeroes the state of every sequence (a new sequence starts from a zero state).
   virtual void reset() = 0;
+  // Every per-sequence buffer (each layer's conv and SSM state), in one fixed order.
+  virtual std::vector<StateTensor> tensors() const = 0;
+
+  // Bytes one sequence's state occupies, summed over tensors().
+  size_t bytes_per_sequence() const;
+  // Row dst_rows[i] of this state becomes a copy of row src_rows[i] of `source`, a state made by
+  // the same backend (it may be this state; each destination row must appear once).
+  void copy_rows(const InferenceState& source, const std::vector<int64_t>& src_rows,
+                 const std::vector<int64_t>& dst_rows);
+  // Every row of `source` (same backend, same batch) copied into this state.
+  void copy_all(const InferenceState& source);
+  // The given rows start again from a zero state.
+  void zero_rows(const std::vector<int64_t>& rows);
+
+ protected:
+  virtual void copy_bytes(void* dst, const void* src, size_t bytes) const = 0;
+  virtual void zero_bytes(void* dst, size_t bytes) const = 0;
+};
+
+// Where a backend runs and what it holds, for the commands' reports.
+struct MemoryReport {
+  size_t weight_bytes = 0;     // the model's weights where the backend runs them
+  size_t workspace_bytes = 0;  // activations of the largest forward so far + library workspaces
+  size_t state_bytes = 0;      // live per-sequence states
+  size_t peak_bytes = 0;       // the most the backend held at once (0: not tracked)
 };
 
 // What a forward returns, per sequence for each of `rows` positions: all `length` positions, or
@@ -50,6 +86,20 @@ class Backend {
   // both give the same result. Token ids outside the vocabulary are an Error.
   virtual void forward(const int32_t* tokens, int64_t length, InferenceState& state,
                        const ForwardOutputs& outputs) const = 0;
+
+  // The device in words ("NVIDIA H100 80GB HBM3", "CPU (16 threads)").
+  virtual std::string device_name() const = 0;
+  virtual MemoryReport memory() const = 0;
+  // Bytes of one sequence's decode state (conv + SSM, every layer) in the formats stored.
+  virtual size_t state_bytes_per_sequence() const = 0;
+  // Makes forwards of up to batch × length tokens allocate nothing later (a no-op where
+  // nothing is preallocated).
+  virtual void reserve(int64_t /*batch*/, int64_t /*length*/) const {}
+  // What a forward of batch × length tokens runs, layer by layer, in words (`ssdq bench
+  // --show-plan`): the kernels and fusions the backend decided for that shape.
+  virtual std::string describe_plan(int64_t batch, int64_t length) const = 0;
+  // Whether the backend runs on a GPU (timings then use device events).
+  virtual bool on_device() const { return false; }
 };
 
 }  // namespace ssdq

@@ -6,7 +6,6 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/parallel.h"
-#include "runtime/quantized_backend.h"
 #include "runtime/quantized_cuda_backend.h"
 
 namespace ssdq {
@@ -24,7 +23,7 @@ DeviceSpec parse_device(const std::string& text) {
 
 std::unique_ptr<Backend> make_backend(const std::string& device, std::shared_ptr<const ModelWeights> weights) {
   const DeviceSpec spec = parse_device(device);
-  if (!spec.cuda) return std::make_unique<CpuBackend>(std::move(weights));
+  if (!spec.cuda) return std::make_unique<CpuBackend>(*weights);
   CudaBackendOptions options;
   options.device = spec.index;
   return std::make_unique<CudaBackend>(*weights, options);
@@ -32,7 +31,7 @@ std::unique_ptr<Backend> make_backend(const std::string& device, std::shared_ptr
 
 std::unique_ptr<Backend> make_quantized_backend(const std::string& device, std::shared_ptr<const QuantizedModel> model) {
   const DeviceSpec spec = parse_device(device);
-  if (!spec.cuda) return std::make_unique<QuantizedBackend>(std::move(model));
+  if (!spec.cuda) return std::make_unique<CpuBackend>(std::move(model));
   return std::make_unique<QuantizedCudaBackend>(std::move(model), spec.index);
 }
 

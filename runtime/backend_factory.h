@@ -5,8 +5,8 @@
 #include <string>
 
 #include "runtime/backend.h"
-#include "runtime/model_weights.h"
-#include "runtime/quantized_model.h"
+#include "model/model_weights.h"
+#include "model/quantized_model.h"
 
 namespace ssdq {
 

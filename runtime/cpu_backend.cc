@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "formats/error.h"
+#include "runtime/cpu_block.h"
 #include "runtime/cpu_ops.h"
 #include "runtime/parallel.h"
 
@@ -21,11 +22,91 @@ void CpuState::reset() {
   for (auto& layer : ssm_) std::fill(layer.begin(), layer.end(), 0.0f);
 }
 
-CpuBackend::CpuBackend(std::shared_ptr<const ModelWeights> weights) : weights_(std::move(weights)) {}
+std::vector<StateTensor> CpuState::tensors() const {
+  std::vector<StateTensor> out;
+  for (size_t l = 0; l < conv_.size(); ++l) {
+    out.push_back({conv_[l].data(), static_cast<size_t>(conv_stride_) * sizeof(float)});
+    out.push_back({ssm_[l].data(), static_cast<size_t>(ssm_stride_) * sizeof(float)});
+  }
+  return out;
+}
+
+void CpuState::copy_bytes(void* dst, const void* src, size_t bytes) const { std::memcpy(dst, src, bytes); }
+void CpuState::zero_bytes(void* dst, size_t bytes) const { std::memset(dst, 0, bytes); }
+
+CpuBackend::CpuBackend(std::shared_ptr<const QuantizedModel> model) : model_(std::move(model)) {
+  validate_quantized_model(*model_, "quantized model");
+  const WeightMatrix& head = model_->head();
+  if (head.is_quantized()) {
+    dequantized_head_ = head.to_float();
+    head_ = dequantized_head_.data();
+  } else {
+    head_ = head.dense.data();
+  }
+}
+
+CpuBackend::CpuBackend(const ModelWeights& weights)
+    : CpuBackend(std::make_shared<const QuantizedModel>(float_quantized_model(weights))) {}
 
 std::unique_ptr<InferenceState> CpuBackend::new_state(int64_t batch) const {
   if (batch <= 0) fail("batch size must be positive, got {}", batch);
   return std::make_unique<CpuState>(config(), batch);
+}
+
+std::string CpuBackend::device_name() const { return fmt::format("CPU ({} threads)", thread_count()); }
+
+MemoryReport CpuBackend::memory() const {
+  MemoryReport report;
+  const QuantizedModel& m = *model_;
+  auto matrix_bytes = [](const WeightMatrix& w) {
+    return w.is_quantized() ? w.quantized.values.size() + w.quantized.scales.size() * sizeof(float)
+                            : w.dense.size() * sizeof(float);
+  };
+  report.weight_bytes = matrix_bytes(m.embedding) + matrix_bytes(m.lm_head) + dequantized_head_.size() * sizeof(float);
+  for (const QuantizedLayer& q : m.layers) report.weight_bytes += matrix_bytes(q.in_proj) + matrix_bytes(q.out_proj);
+  return report;
+}
+
+size_t CpuBackend::state_bytes_per_sequence() const {
+  const Mamba2Config& c = config();
+  return static_cast<size_t>(c.n_layer) * (c.conv_dim() * (c.d_conv - 1) + c.nheads() * c.headdim * c.d_state) *
+         sizeof(float);
+}
+
+namespace {
+
+std::string describe_linear(const WeightMatrix& w, const ActQuant& input) {
+  if (w.is_quantized() && input.is_int8())
+    return fmt::format("int8 x int{} GEMM in int32{}", w.quantized.bits == QuantBits::kInt4 ? 4 : 8,
+                       w.quantized.groups_per_row() > 1 ? ", fp32 chain over the weight groups" : "");
+  return w.is_quantized() ? fmt::format("fp32 GEMM on int{} weights dequantized", w.quantized.bits == QuantBits::kInt4 ? 4 : 8)
+                          : "fp32 GEMM";
+}
+
+std::string describe_layer(const QuantizedLayer& q, int64_t length) {
+  const char* ssd = length == 1                          ? "ssd_step (the recurrence)"
+                    : q.ssd_mode == SsdMode::kFloat      ? "ssd_chunked (fp32)"
+                                                         : "ssdi8_chunked (integer SSD)";
+  return fmt::format("  in_proj     {}\n  ssd         {}{}\n  out_proj    {}{}\n", describe_linear(q.in_proj, q.in_proj_in),
+                     ssd, q.ssm_state.is_int8() ? ", int8 state" : "", describe_linear(q.out_proj, q.out_proj_in),
+                     q.online_hadamard ? ", online Hadamard before it" : "");
+}
+
+}  // namespace
+
+std::string CpuBackend::describe_plan(int64_t batch, int64_t length) const {
+  if (batch <= 0 || length <= 0) fail("plan: batch and length must be positive, got {} x {}", batch, length);
+  const std::vector<QuantizedLayer>& layers = model_->layers;
+  std::string text = fmt::format("plan for batch {} x {} token{}, CPU specification (cpu_block_forward, sequences over {} threads)\n",
+                                 batch, length, length == 1 ? "" : "s", thread_count());
+  for (size_t l = 0; l < layers.size();) {
+    const std::string this_layer = describe_layer(layers[l], length);
+    size_t last = l;
+    while (last + 1 < layers.size() && describe_layer(layers[last + 1], length) == this_layer) ++last;
+    text += (last == l ? fmt::format("layer {}\n", l) : fmt::format("layers {}-{}\n", l, last)) + this_layer;
+    l = last + 1;
+  }
+  return text;
 }
 
 void CpuBackend::forward(const int32_t* tokens, int64_t length, InferenceState& state,
@@ -47,63 +128,21 @@ void CpuBackend::forward(const int32_t* tokens, int64_t length, InferenceState& 
 
 void CpuBackend::forward_sequence(const int32_t* tokens, int64_t T, CpuState& state, int64_t seq,
                                   const ForwardOutputs& outputs, bool parallel_head) const {
-  const ModelWeights& w = *weights_;
-  const Mamba2Config& c = w.config;
-  const int64_t D = c.d_model, E = c.d_inner(), H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state;
-  const int64_t conv_dim = c.conv_dim(), in_dim = c.d_in_proj();
-  const float eps = static_cast<float>(c.norm_eps);
-
-  std::vector<float> residual(T * D), normed(T * D), zxbcdt(T * in_dim), xbc(T * conv_dim), dt(T * H), y(T * E),
-      gated(T * E), block_out(T * D);
-  for (int64_t t = 0; t < T; ++t)
-    std::memcpy(&residual[t * D], &w.embedding[static_cast<int64_t>(tokens[t]) * D], D * sizeof(float));
-
-  const cpu::SsdDims dims{H, P, G, N};
-  ForwardObserver* const observer = state.observer();
-  auto observe = [&](int64_t l, ActivationPoint point, const float* data, int64_t width, int64_t stride) {
-    if (observer) observer->on_activation(l, point, data, T, width, stride);
-  };
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const LayerWeights& layer = w.layers[l];
-    cpu::rmsnorm(residual.data(), layer.norm.data(), normed.data(), T, D, eps);
-    observe(l, ActivationPoint::kInProjIn, normed.data(), D, D);
-    cpu::matmul_wt(normed.data(), layer.in_proj.data(), zxbcdt.data(), T, D, in_dim);
-    observe(l, ActivationPoint::kConvIn, zxbcdt.data() + E, conv_dim, in_dim);
-    cpu::causal_conv1d_silu(zxbcdt.data() + E, in_dim, T, conv_dim, c.d_conv, layer.conv_weight.data(),
-                            layer.conv_bias.data(), state.conv(l, seq), xbc.data());
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t h = 0; h < H; ++h) {
-        const float value = cpu::softplus(zxbcdt[t * in_dim + E + conv_dim + h] + layer.dt_bias[h]);
-        dt[t * H + h] = static_cast<float>(std::clamp<double>(value, c.dt_min, c.dt_max));
-      }
-    observe(l, ActivationPoint::kSsdX, xbc.data(), E, conv_dim);
-    observe(l, ActivationPoint::kSsdB, xbc.data() + E, G * N, conv_dim);
-    observe(l, ActivationPoint::kSsdC, xbc.data() + E + G * N, G * N, conv_dim);
-    observe(l, ActivationPoint::kSsdDt, zxbcdt.data() + E + conv_dim, H, in_dim);
-    const cpu::SsdInputs in{xbc.data(), conv_dim, xbc.data() + E, xbc.data() + E + G * N, conv_dim,
-                            dt.data(), layer.A.data(), layer.D.data()};
-    if (T == 1) {
-      cpu::ssd_step(dims, in, state.ssm(l, seq), y.data());
-    } else {
-      if (observer) observer->on_ssd_inputs(l, dims, in, T, c.chunk_size, state.ssm(l, seq));
-      cpu::ssd_chunked(dims, in, T, c.chunk_size, state.ssm(l, seq), y.data());
-    }
-    observe(l, ActivationPoint::kSsdY, y.data(), E, E);
-    cpu::gated_rmsnorm(y.data(), zxbcdt.data(), in_dim, layer.gated_norm.data(), gated.data(), T, E, E / G, eps);
-    observe(l, ActivationPoint::kOutProjIn, gated.data(), E, E);
-    cpu::matmul_wt(gated.data(), layer.out_proj.data(), block_out.data(), T, E, D);
-    observe(l, ActivationPoint::kOutProjOut, block_out.data(), D, D);
-    for (int64_t i = 0; i < T * D; ++i) residual[i] += block_out[i];
-  }
+  const QuantizedModel& m = *model_;
+  const Mamba2Config& c = m.config;
+  const int64_t D = c.d_model, V = c.vocab_size;
+  std::vector<float> residual(T * D);
+  for (int64_t t = 0; t < T; ++t) m.embedding.row_to_float(tokens[t], residual.data() + t * D);
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    cpu_block_forward(c, m.layers[l], l, residual.data(), T, state.conv(l, seq), state.ssm(l, seq), state.observer());
   if (!outputs.any()) return;
+
   // The final norm and lm_head only for the positions asked for, in row blocks so that full
   // logits are never held for a long sequence.
   const int64_t first = outputs.last_position_only ? T - 1 : 0, R = T - first;
-  const float* hidden = residual.data() + first * D;
-  cpu::rmsnorm(hidden, w.norm_f.data(), normed.data(), R, D, eps);
-  const int64_t V = c.vocab_size;
+  std::vector<float> normed(R * D);
+  cpu::rmsnorm(residual.data() + first * D, m.norm_f.data(), normed.data(), R, D, static_cast<float>(c.norm_eps));
   constexpr int64_t kBlock = 256;  // Eigen's GEMM runs ~40 % faster on 256 rows than on 64
-  const std::vector<float>& head = w.head();
   auto head_block = [&](int64_t block) {
     const int64_t r0 = block * kBlock, rows = std::min(kBlock, R - r0);
     thread_local std::vector<float> scratch;  // reused: a fresh 50 MB block per call costs page faults
@@ -112,7 +151,7 @@ void CpuBackend::forward_sequence(const int32_t* tokens, int64_t T, CpuState& st
       if (scratch.size() < static_cast<size_t>(rows * V)) scratch.resize(rows * V);
       out = scratch.data();
     }
-    cpu::matmul_wt(normed.data() + r0 * D, head.data(), out, rows, D, V);
+    cpu::matmul_wt(normed.data() + r0 * D, head_, out, rows, D, V);
     for (int64_t r = 0; r < rows; ++r) {
       const float* row = out + r * V;
       if (outputs.nll) outputs.nll[r0 + r] = cpu::nll(row, V, outputs.targets[r0 + r]);

@@ -93,34 +93,21 @@ void upload_bf16(bf16* dst, const std::vector<float>& src) {
 
 }  // namespace
 
-class CudaState : public InferenceState {
+// Buffers per layer: conv state [batch, conv_dim, d_conv - 1] in bf16, SSM state [batch, H, P, N] in fp32.
+class CudaState : public DeviceState {
  public:
-  CudaState(const Mamba2Config& c, int64_t batch, MemoryCounter* counter, const void* owner)
-      : owner(owner), batch_(batch) {
-    Layout layout;
-    conv_offset_ = layout.add(c.n_layer * batch * c.conv_dim() * (c.d_conv - 1) * 2);
-    ssm_offset_ = layout.add(c.n_layer * batch * c.nheads() * c.headdim * c.d_state * 4);
-    conv_layer_ = batch * c.conv_dim() * (c.d_conv - 1);
-    ssm_layer_ = batch * c.nheads() * c.headdim * c.d_state;
-    block_ = DeviceBlock(layout.total(), "the per-sequence state", counter);
-    reset();
+  CudaState(const Mamba2Config& c, int64_t batch, cudaStream_t stream, MemoryCounter* counter, const void* owner)
+      : DeviceState(batch, buffer_bytes(c), stream, counter, owner) {}
+  static std::vector<size_t> buffer_bytes(const Mamba2Config& c) {
+    std::vector<size_t> bytes;
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      bytes.push_back(c.conv_dim() * (c.d_conv - 1) * 2);
+      bytes.push_back(c.nheads() * c.headdim * c.d_state * 4);
+    }
+    return bytes;
   }
-  int64_t batch() const override { return batch_; }
-  void reset() override {
-    cuda_ok(cudaMemset(block_.at<char>(0), 0, block_.bytes()), "reset state");
-  }
-  bf16* conv(int64_t layer) const { return block_.at<bf16>(conv_offset_) + layer * conv_layer_; }
-  float* ssm(int64_t layer) const { return block_.at<float>(ssm_offset_) + layer * ssm_layer_; }
-
-  const void* owner;
-  // The captured decode step: valid for one workspace generation and one output signature.
-  DecodeGraph graph;
-
- private:
-  int64_t batch_;
-  size_t conv_offset_, ssm_offset_;
-  int64_t conv_layer_, ssm_layer_;
-  DeviceBlock block_;
+  bf16* conv(int64_t layer) const { return buffer<bf16>(2 * layer); }
+  float* ssm(int64_t layer) const { return buffer<float>(2 * layer + 1); }
 };
 
 struct CudaBackend::Impl {
@@ -187,11 +174,39 @@ struct CudaBackend::Impl {
     ++work_generation;
   }
 
+  // What a forward of (batch, length) runs, decided once before the layer loop: decode of one
+  // sequence with the norms riding in the GEMV prologues (4 launches per layer, not 6) — measured
+  // on an H200 at 2.7b shapes (docs/BENCHMARKS.md): TPOT 3.20 ms fused against 3.46 ms with
+  // out_proj unfused and 3.71 ms with neither; with m > 1 cuBLASLt's kernels are faster —, and the
+  // chunked scan for prefill where it takes the shape (else the recurrence, exact for any length).
+  struct Plan {
+    bool gemv_decode = false;
+    bool chunked_ssd = false;
+    std::string describe(int64_t batch, int64_t length, int64_t layers) const {
+      return fmt::format(
+          "plan for batch {} x {} token{} ({} rows), bf16\nlayers 0-{}\n"
+          "  norm        {}\n  in_proj     {}\n  conv        causal_conv1d\n  ssd         {}\n"
+          "  gated norm  {}\n  out_proj    {}\nfinal norm  add_rmsnorm\n",
+          batch, length, length == 1 ? "" : "s", batch * length, layers - 1,
+          gemv_decode ? "in in_proj's prologue" : "add_rmsnorm", gemv_decode ? "gemv" : "cuBLASLt bf16",
+          chunked_ssd ? "ssd_chunk_scan" : "ssd_state_update", gemv_decode ? "in out_proj's prologue" : "gated_rmsnorm",
+          gemv_decode ? "gemv, adds into the residual" : "cuBLASLt bf16, accumulates into the residual");
+    }
+  };
+  Plan plan_forward(int64_t batch, int64_t length, const CudaState& state) const {
+    const Mamba2Config& c = config;
+    const int64_t M = batch * length, D = c.d_model, E = c.d_inner();
+    Plan plan;
+    plan.gemv_decode = M == 1 && D % 8 == 0 && E % 8 == 0 && E <= 16384;
+    plan.chunked_ssd = length > 1 && kernels::ssd_chunk_scan_supported(
+                                         chunk_args(batch, length, model.layers[0], state.ssm(0)));
+    return plan;
+  }
+
   // Everything from the embedding to the final norm, on the stream.
   void enqueue_body(int64_t batch, int64_t length, const CudaState& state) const {
     const Mamba2Config& c = config;
     const int64_t M = batch * length, D = c.d_model, E = c.d_inner(), in_dim = c.d_in_proj(), conv_dim = c.conv_dim();
-    const int64_t GN = c.ngroups * c.d_state;
     cuda_ok(kernels::launch_embedding({M, static_cast<int>(D), work.tokens, model.embedding, work.residual}, stream),
                         "embedding");
     kernels::AddRmsNormArgs norm;
@@ -201,10 +216,8 @@ struct CudaBackend::Impl {
     norm.residual = work.residual;
     norm.out = work.normed;
     norm.out_type = ElementType::kBF16;
-    // Decode of one sequence: the norms ride in the GEMV prologues (4 launches per layer, not 6).
-    // Measured on an H200 at 2.7b shapes (docs/BENCHMARKS.md): TPOT 3.20 ms fused against 3.46 ms
-    // with out_proj unfused and 3.71 ms with neither; with m > 1 cuBLASLt's kernels are faster.
-    const bool fused = M == 1 && D % 8 == 0 && E % 8 == 0 && E <= 16384;
+    const Plan plan = plan_forward(batch, length, state);
+    const bool fused = plan.gemv_decode;
     for (int64_t l = 0; l < c.n_layer; ++l) {
       const DeviceLayer& w = model.layers[l];
       if (fused) {
@@ -248,7 +261,7 @@ struct CudaBackend::Impl {
       conv.out = work.xbc;
       cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d");
 
-      enqueue_ssd(batch, length, w, state.ssm(l), E, GN, in_dim, conv_dim);
+      enqueue_ssd(batch, length, w, state.ssm(l), plan.chunked_ssd);
 
       if (fused) {
         kernels::GemvArgs out_proj;
@@ -299,11 +312,9 @@ struct CudaBackend::Impl {
     cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "final rmsnorm");
   }
 
-  // Prefill runs the chunked scan; decode (and shapes the chunked kernels do not take) the
-  // recurrence with the state on chip, which is exact for any length.
-  void enqueue_ssd(int64_t batch, int64_t length, const DeviceLayer& w, float* ssm, int64_t E, int64_t GN,
-                   int64_t in_dim, int64_t conv_dim) const {
+  kernels::SsdChunkScanArgs chunk_args(int64_t batch, int64_t length, const DeviceLayer& w, float* ssm) const {
     const Mamba2Config& c = config;
+    const int64_t E = c.d_inner(), GN = c.ngroups * c.d_state, in_dim = c.d_in_proj(), conv_dim = c.conv_dim();
     kernels::SsdChunkScanArgs chunk = ssd_chunk_shape(config, batch, length);
     chunk.x = work.xbc;
     chunk.x_row_stride = conv_dim;
@@ -320,7 +331,16 @@ struct CudaBackend::Impl {
     chunk.state = ssm;
     chunk.y = work.y;
     chunk.workspace = work.ssd;
-    if (length > 1 && kernels::ssd_chunk_scan_supported(chunk)) {
+    return chunk;
+  }
+
+  // Prefill runs the chunked scan (plan.chunked_ssd); decode (and shapes the chunked kernels do not
+  // take) the recurrence with the state on chip, which is exact for any length.
+  void enqueue_ssd(int64_t batch, int64_t length, const DeviceLayer& w, float* ssm, bool chunked) const {
+    const Mamba2Config& c = config;
+    const int64_t E = c.d_inner(), conv_dim = c.conv_dim(), in_dim = c.d_in_proj();
+    const kernels::SsdChunkScanArgs chunk = chunk_args(batch, length, w, ssm);
+    if (chunked) {
       cuda_ok(kernels::launch_ssd_chunk_scan(chunk, stream), "ssd_chunk_scan");
       return;
     }
@@ -431,7 +451,7 @@ const Mamba2Config& CudaBackend::config() const { return impl_->config; }
 
 std::unique_ptr<InferenceState> CudaBackend::new_state(int64_t batch) const {
   if (batch <= 0) fail("batch size must be positive, got {}", batch);
-  auto state = std::make_unique<CudaState>(impl_->config, batch, &impl_->counter, impl_.get());
+  auto state = std::make_unique<CudaState>(impl_->config, batch, impl_->stream, &impl_->counter, impl_.get());
   impl_->reserve(batch, 1);  // decode steps of this batch allocate nothing
   return state;
 }
@@ -446,8 +466,21 @@ void CudaBackend::forward(const int32_t* tokens, int64_t length, InferenceState&
 
 void CudaBackend::reserve(int64_t batch, int64_t length) const { impl_->reserve(batch, length); }
 
-CudaMemoryReport CudaBackend::memory() const {
-  CudaMemoryReport report;
+std::string CudaBackend::describe_plan(int64_t batch, int64_t length) const {
+  if (batch <= 0 || length <= 0) fail("plan: batch and length must be positive, got {} x {}", batch, length);
+  const CudaState state(impl_->config, batch, impl_->stream, &impl_->counter, impl_.get());
+  impl_->reserve(batch, length);
+  return impl_->plan_forward(batch, length, state).describe(batch, length, impl_->config.n_layer);
+}
+
+size_t CudaBackend::state_bytes_per_sequence() const {
+  size_t bytes = 0;
+  for (size_t b : CudaState::buffer_bytes(impl_->config)) bytes += b;
+  return bytes;
+}
+
+MemoryReport CudaBackend::memory() const {
+  MemoryReport report;
   report.weight_bytes = impl_->weights.bytes();
   report.workspace_bytes = impl_->work_block.bytes() + impl_->gemm_workspace.bytes();
   report.state_bytes = impl_->counter.live - report.weight_bytes - report.workspace_bytes;

@@ -8,20 +8,13 @@
 #include <string>
 
 #include "runtime/backend.h"
-#include "runtime/model_weights.h"
+#include "model/model_weights.h"
 
 namespace ssdq {
 
 struct CudaBackendOptions {
   int device = 0;
   bool use_graphs = true;  // capture decode steps (length 1) into CUDA graphs
-};
-
-struct CudaMemoryReport {
-  size_t weight_bytes = 0;     // the model's weights on the device
-  size_t workspace_bytes = 0;  // activations of the largest forward so far + library workspaces
-  size_t state_bytes = 0;      // live per-sequence states
-  size_t peak_bytes = 0;       // the most the backend held at once
 };
 
 class CudaBackend : public Backend {
@@ -41,9 +34,12 @@ class CudaBackend : public Backend {
 
   // Makes the workspace large enough for forwards of batch × length tokens now, so that later
   // calls up to that size allocate nothing.
-  void reserve(int64_t batch, int64_t length) const;
-  CudaMemoryReport memory() const;
-  std::string device_name() const;
+  void reserve(int64_t batch, int64_t length) const override;
+  MemoryReport memory() const override;
+  size_t state_bytes_per_sequence() const override;
+  bool on_device() const override { return true; }
+  std::string device_name() const override;
+  std::string describe_plan(int64_t batch, int64_t length) const override;
 
   struct Impl;
 

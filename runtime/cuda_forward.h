@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/gemm.h"
 #include "kernels/logits_reduce.h"
@@ -25,6 +26,54 @@
 #include "runtime/cuda_resources.h"
 
 namespace ssdq {
+
+// A batch of per-sequence states in one device block, as both CUDA backends keep them: buffers
+// one after another, each holding every sequence's bytes of one layer's conv or SSM state.
+// Zeroing and row copies run on the backend's stream, so they are ordered with its forwards and
+// can be captured into a CUDA graph.
+class DeviceState : public InferenceState {
+ public:
+  // bytes_per_sequence[i]: buffer i's bytes for one sequence.
+  DeviceState(int64_t batch, const std::vector<size_t>& bytes_per_sequence, cudaStream_t stream,
+              MemoryCounter* counter, const void* owner)
+      : owner(owner), batch_(batch), stream_(stream) {
+    Layout layout;
+    std::vector<size_t> offsets;
+    for (size_t bytes : bytes_per_sequence) offsets.push_back(layout.add(bytes * batch));
+    block_ = DeviceBlock(layout.total(), "the per-sequence state", counter);
+    for (size_t i = 0; i < offsets.size(); ++i) tensors_.push_back({block_.at<char>(offsets[i]), bytes_per_sequence[i]});
+    reset();
+  }
+  int64_t batch() const override { return batch_; }
+  void reset() override {
+    cuda_ok(cudaMemsetAsync(block_.at<char>(0), 0, block_.bytes(), stream_), "reset state");
+    cuda_ok(cudaStreamSynchronize(stream_), "reset state");
+  }
+  std::vector<StateTensor> tensors() const override { return tensors_; }
+  // Buffer i's first sequence.
+  template <typename T>
+  T* buffer(size_t i) const {
+    return static_cast<T*>(tensors_[i].data);
+  }
+
+  const void* owner;
+  // The captured decode step: valid for one workspace generation and one output signature.
+  DecodeGraph graph;
+
+ protected:
+  void copy_bytes(void* dst, const void* src, size_t bytes) const override {
+    cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "state row copy");
+  }
+  void zero_bytes(void* dst, size_t bytes) const override {
+    cuda_ok(cudaMemsetAsync(dst, 0, bytes, stream_), "state row zero");
+  }
+
+ private:
+  int64_t batch_;
+  cudaStream_t stream_;
+  DeviceBlock block_;
+  std::vector<StateTensor> tensors_;
+};
 
 // The chunked SSD's shape for a prefill of `length` tokens of `batch` sequences (pointers unset).
 inline kernels::SsdChunkScanArgs ssd_chunk_shape(const Mamba2Config& c, int64_t batch, int64_t length) {

@@ -5,7 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "formats/dtype.h"
 #include "formats/error.h"
@@ -25,8 +30,8 @@
 #include "kernels/ssd_state_update.h"
 #include "kernels/ssdi8_chunk_scan.h"
 #include "kernels/weight_unpack.h"
-#include "quant/hadamard.h"
-#include "quant/quantizer.h"
+#include "model/hadamard.h"
+#include "model/quantizer.h"
 #include "runtime/cuda_forward.h"
 #include "runtime/cuda_resources.h"
 #include "runtime/quantized_ssd.h"
@@ -266,36 +271,121 @@ DeviceBlock format_codes(std::vector<float> codes, MemoryCounter* counter) {
   return device_copy(codes, counter, "activation formats");
 }
 
+// How one projection runs at a forward's rows, decided once per (batch, length) by plan_linear.
+struct LinearPlan {
+  enum class Schedule {
+    kQgemv,              // kernels/qgemv: decode rows, weights read as stored
+    kW4A16Mixed,         // kernels/gemm_w4a16: int4 dequantized in the GEMM's registers (sm_90)
+    kFp16Gemm,           // cuBLASLt fp16 (float weights, or quantized ones expanded to fp16 first)
+    kGroupedInt4Packed,  // kernels/gemm_s8_grouped reading int4 packed (few rows)
+    kS8Scaled,           // kernels/gemm_s8_scaled: int8 GEMM with the per-channel scaling fused (sm_90)
+    kGrouped,            // kernels/gemm_s8_grouped: the fp32 chain over weight groups in registers
+    kImmaPerGroup,       // a cuBLASLt int8 GEMM per weight group + kernels/scale_int32
+  } schedule = Schedule::kFp16Gemm;
+  bool unpack_first = false;   // int4 weights unpacked (to int8, or expanded to fp16) into the workspace first
+  bool residual_add = false;   // the epilogue adds output + bias into the fp32 residual
+  bool norm_prologue = false;  // the GEMV builds its int8 input from the residual's RMSNorm
+  int weight_bits = 0, groups = 1;
+  bool int8_input = false;
+
+  std::string describe() const {
+    static const char* const names[] = {"qgemv",           "gemm_w4a16 (mixed input)", "cuBLASLt fp16",
+                                        "gemm_s8_grouped (int4 packed)", "gemm_s8_scaled", "gemm_s8_grouped",
+                                        "cuBLASLt int8 per group + scale_int32"};
+    std::string weights = weight_bits == 0 ? "fp16 weights" : fmt::format("int{} weights", weight_bits);
+    if (groups > 1) weights += fmt::format(" in {} groups", groups);
+    std::string text = fmt::format("{} ({}, {} input)", names[static_cast<int>(schedule)], weights,
+                                   int8_input ? "int8" : "fp16");
+    if (unpack_first) text += ", unpacked first";
+    if (norm_prologue) text += ", RMSNorm in its prologue";
+    if (residual_add) text += ", adds into the residual";
+    return text;
+  }
+};
+
+// What a layer runs for one forward shape: the projections' plans and every choice between
+// kernels and fusions, decided once by plan_layer so the layer loop only executes.
+struct LayerPlan {
+  LinearPlan in_proj, out_proj;
+  bool pending_delta = false;   // the previous out_proj left its output in work.proj; this norm adds it
+  bool split_in_proj = false;   // in_proj as two fused GEMMs: z|dt fp32, x|B|C as conv.in's int8 codes
+  bool tables_early = false;    // SSDi8's ChunkCumsum on the second stream, right after dt
+  enum class Ssd {
+    kSsdi8Chunked,  // kernels/ssdi8_chunk_scan (integer SSD, int8 state)
+    kFloatChunked,  // kernels/ssd_chunk_scan with fp16 operands
+    kConvStep,      // kernels/ssd_conv_step: the conv and the recurrence in one launch
+    kRecurrence,    // kernels/causal_conv1d then kernels/ssd_state_update
+  } ssd = Ssd::kRecurrence;
+  bool dt_format_pass = false;     // dt's format applied by a pass before the SSD (several scales)
+  bool state_format_pass = false;  // a pass puts the fp32 state in its fp16 format after the SSD
+  enum class GatedOut { kInt8, kFp16, kFp32ThenFormat } gated_out = GatedOut::kFp16;
+  bool prefetch_next_in_proj = false;  // out_proj's GEMV brings the next layer's in_proj into L2
+
+  std::string describe() const {
+    static const char* const ssd_names[] = {"ssdi8_chunk_scan", "ssd_chunk_scan (fp16 operands)",
+                                            "ssd_conv_step (conv + state update, one launch)",
+                                            "causal_conv1d, ssd_state_update"};
+    static const char* const gated_names[] = {"int8", "fp16", "fp32, then its format"};
+    std::string text;
+    text += fmt::format("  norm        {}\n", in_proj.norm_prologue ? "in in_proj's prologue"
+                                                : pending_delta        ? "add_rmsnorm (adds the previous out_proj)"
+                                                                       : "add_rmsnorm");
+    text += fmt::format("  in_proj     {}\n", split_in_proj ? std::string("two gemm_s8_scaled on two streams (z|dt fp32, "
+                                                                        "x|B|C int8 codes)")
+                                                            : in_proj.describe());
+    text += fmt::format("  ssd         {}{}{}\n", ssd_names[static_cast<int>(ssd)],
+                        dt_format_pass ? "; dt format pass first" : "", state_format_pass ? "; state format pass" : "");
+    text += fmt::format("  gated norm  hadamard_quant → {}\n", gated_names[static_cast<int>(gated_out)]);
+    text += fmt::format("  out_proj    {}{}\n", out_proj.describe(),
+                        prefetch_next_in_proj ? ", prefetches the next in_proj into L2" : "");
+    return text;
+  }
+  bool operator==(const LayerPlan& o) const { return describe() == o.describe(); }
+};
+
+// Every layer's plan for one (batch, length), and the final norm's.
+struct ForwardPlan {
+  int64_t batch = 0, length = 0;
+  uint64_t work_generation = 0;
+  std::vector<LayerPlan> layers;
+  bool final_pending_delta = false;
+
+  // Layers with the same plan printed once ("layers 1-63").
+  std::string describe() const {
+    std::string text = fmt::format("plan for batch {} x {} token{} ({} rows)\n", batch, length, length == 1 ? "" : "s",
+                                   batch * length);
+    for (size_t l = 0; l < layers.size();) {
+      size_t last = l;
+      while (last + 1 < layers.size() && layers[last + 1] == layers[l]) ++last;
+      text += last == l ? fmt::format("layer {}\n", l) : fmt::format("layers {}-{}\n", l, last);
+      text += layers[l].describe();
+      l = last + 1;
+    }
+    text += fmt::format("final norm  add_rmsnorm{}\n", final_pending_delta ? " (adds the last out_proj)" : "");
+    return text;
+  }
+};
+
 }  // namespace
 
-class QuantizedCudaState : public InferenceState {
+// Buffers per layer: conv state [batch, conv_dim, d_conv - 1] in fp32 (conv.in values), SSM state
+// [batch, H, P, N] as the layer stores it (int8 codes or fp32).
+class QuantizedCudaState : public DeviceState {
  public:
-  QuantizedCudaState(const QuantizedModel& m, int64_t batch, MemoryCounter* counter, const void* owner)
-      : owner(owner), batch_(batch) {
+  QuantizedCudaState(const QuantizedModel& m, int64_t batch, cudaStream_t stream, MemoryCounter* counter,
+                     const void* owner)
+      : DeviceState(batch, buffer_bytes(m), stream, counter, owner) {}
+  static std::vector<size_t> buffer_bytes(const QuantizedModel& m) {
     const Mamba2Config& c = m.config;
-    conv_layer_ = batch * c.conv_dim() * (c.d_conv - 1);
-    ssm_layer_ = batch * c.nheads() * c.headdim * c.d_state;
-    Layout layout;
+    std::vector<size_t> bytes;
     for (const QuantizedLayer& q : m.layers) {
-      conv_offsets_.push_back(layout.add(conv_layer_ * 4));
-      ssm_offsets_.push_back(layout.add(ssm_layer_ * (q.ssm_state.is_int8() ? 1 : 4)));
+      bytes.push_back(c.conv_dim() * (c.d_conv - 1) * 4);
+      bytes.push_back(c.nheads() * c.headdim * c.d_state * (q.ssm_state.is_int8() ? 1 : 4));
     }
-    block_ = DeviceBlock(layout.total(), "the per-sequence state", counter);
-    reset();
+    return bytes;
   }
-  int64_t batch() const override { return batch_; }
-  void reset() override { cuda_ok(cudaMemset(block_.at<char>(0), 0, block_.bytes()), "reset state"); }
-  float* conv(int64_t layer) const { return block_.at<float>(conv_offsets_[layer]); }
-  void* ssm(int64_t layer) const { return block_.at<void>(ssm_offsets_[layer]); }
-  int64_t ssm_elements() const { return ssm_layer_; }
-
-  const void* owner;
-  DecodeGraph graph;  // the captured decode step
-
- private:
-  int64_t batch_, conv_layer_, ssm_layer_;
-  std::vector<size_t> conv_offsets_, ssm_offsets_;
-  DeviceBlock block_;
+  float* conv(int64_t layer) const { return buffer<float>(2 * layer); }
+  void* ssm(int64_t layer) const { return buffer<void>(2 * layer + 1); }
 };
 
 struct QuantizedCudaBackend::Impl {
@@ -347,6 +437,9 @@ struct QuantizedCudaBackend::Impl {
   mutable uint64_t work_generation = 0;
   mutable PinnedBuffer<int32_t> pinned_tokens, pinned_targets, pinned_argmax;
   mutable PinnedBuffer<float> pinned_nll, pinned_logits;
+  // Plans by (batch, length), valid for the workspace generation they were made in.
+  mutable std::map<std::pair<int64_t, int64_t>, ForwardPlan> plans;
+  mutable uint64_t plans_generation = 0;
 
   Impl(std::shared_ptr<const QuantizedModel> m, int device_index)
       : model(std::move(m)), config(model->config), device(select_cuda_device(device_index)) {
@@ -603,19 +696,10 @@ struct QuantizedCudaBackend::Impl {
     return f;
   }
 
-  // The decode GEMV of a projection at m rows, when it has one (qgemv_supported).
-  bool decode_gemv(const DeviceLinear& L, int64_t m, float x_scale, kernels::QgemvArgs& q) const {
+  // The decode GEMV's arguments for a projection at m rows (output and epilogue left to the caller).
+  kernels::QgemvArgs qgemv_args(const DeviceLinear& L, int64_t m, float x_scale) const {
     using Path = DeviceLinear::Path;
-    // The integer GEMVs do not scale with rows: above kW8A8GemvMaxRows (W8A8) and
-    // kW4A8GemvMaxRows (W4A8, where the grouped GEMM runs) the GEMM wins.
-    const bool grouped_gemm =
-        L.path == Path::kInt8Grouped &&
-        kernels::gemm_s8_grouped_supported(grouped_gemm_args(L, m, work.x8, x_scale, nullptr, work.proj, false));
-    const int64_t max_rows = L.path == Path::kInt8PerChannel ? kW8A8GemvMaxRows
-                             : grouped_gemm                  ? kW4A8GemvMaxRows
-                                                             : kernels::kQgemvMaxRows;
-    if (m > max_rows || (L.path == Path::kFloat && L.bits != 4) || (L.path == Path::kInt8Grouped && L.bits == 8))
-      return false;
+    kernels::QgemvArgs q;
     q.kind = L.path == Path::kInt8PerChannel ? kernels::QgemvKind::kW8A8
              : L.path == Path::kInt8Grouped  ? kernels::QgemvKind::kW4A8
                                              : kernels::QgemvKind::kW4A16;
@@ -631,6 +715,23 @@ struct QuantizedCudaBackend::Impl {
     q.group_size = L.group_size;
     q.out = work.proj;  // the caller's output; the check only needs one
     q.ldout = L.n;
+    return q;
+  }
+
+  // Whether a projection at m rows runs the decode GEMV (then `q` holds its arguments).
+  bool decode_gemv(const DeviceLinear& L, int64_t m, float x_scale, kernels::QgemvArgs& q) const {
+    using Path = DeviceLinear::Path;
+    // The integer GEMVs do not scale with rows: above kW8A8GemvMaxRows (W8A8) and
+    // kW4A8GemvMaxRows (W4A8, where the grouped GEMM runs) the GEMM wins.
+    const bool grouped_gemm =
+        L.path == Path::kInt8Grouped &&
+        kernels::gemm_s8_grouped_supported(grouped_gemm_args(L, m, work.x8, x_scale, nullptr, work.proj, false));
+    const int64_t max_rows = L.path == Path::kInt8PerChannel ? kW8A8GemvMaxRows
+                             : grouped_gemm                  ? kW4A8GemvMaxRows
+                                                             : kernels::kQgemvMaxRows;
+    if (m > max_rows || (L.path == Path::kFloat && L.bits != 4) || (L.path == Path::kInt8Grouped && L.bits == 8))
+      return false;
+    q = qgemv_args(L, m, x_scale);
     return kernels::qgemv_supported(q);
   }
 
@@ -652,21 +753,102 @@ struct QuantizedCudaBackend::Impl {
     return kernels::qgemv_supported(q);
   }
 
-  // out[m, n] = x · wᵀ (+ bias[n] on the integer paths), x as enqueue_format left it; with
-  // `residual_add` (adds_into_residual) out is the fp32 residual, and out += x · wᵀ + bias.
-  // `norm_weight`: in_proj's input is the RMSNorm of the residual, built inside the GEMV.
-  void enqueue_linear(const DeviceLinear& L, int64_t m, float x_scale, const float* bias, float* out, const char* what,
-                      bool residual_add = false, const float* norm_weight = nullptr,
-                      const kernels::L2Prefetch* prefetch = nullptr) const {
+  // How a projection runs at m rows: which schedule (LinearPlan::Schedule) takes it, decided by
+  // the kernels' capability predicates on the arguments it will be launched with. `out`, `bias`,
+  // `residual_add` and `norm_weight` as enqueue_linear receives them.
+  LinearPlan plan_linear(const DeviceLinear& L, int64_t m, float x_scale, const float* bias, float* out,
+                         bool residual_add, const float* norm_weight) const {
     using Path = DeviceLinear::Path;
+    using Schedule = LinearPlan::Schedule;
+    LinearPlan p;
+    p.residual_add = residual_add;
+    p.norm_prologue = norm_weight != nullptr;
+    p.weight_bits = L.bits;
+    p.int8_input = L.int8_input();
+    p.groups = L.groups;
     kernels::QgemvArgs q;
     if (decode_gemv(L, m, x_scale, q)) {
+      p.schedule = Schedule::kQgemv;
+      return p;
+    }
+    if (norm_weight || (residual_add && L.path == Path::kFloat))
+      fail("internal: a projection at {} rows cannot fuse the norm or the residual add", m);
+    if (L.path == Path::kFloat) {
+      const bool w16 = L.dense16.bytes() != 0;
+      // W4A16: the int4 weights dequantized in the GEMM's registers, except where expanding them
+      // for cuBLASLt measured faster (kW4A16ExpandBelowColumns, kW4A16ExpandAboveRows).
+      const bool expand_first =
+          m > kW4A16ExpandAboveRows || (m > kernels::kGemmW4A16FewRows && L.n < kW4A16ExpandBelowColumns);
+      if (!w16 && L.bits == 4 && !expand_first) {
+        const kernels::GemmW4A16Args mixed = w4a16_args(L, m, out);
+        if (kernels::gemm_w4a16_workspace_bytes(mixed) <= expand_bytes && kernels::gemm_w4a16_supported(mixed)) {
+          p.schedule = Schedule::kW4A16Mixed;
+          return p;
+        }
+      }
+      p.schedule = Schedule::kFp16Gemm;
+      p.unpack_first = !w16;
+      return p;
+    }
+    const int8_t* w8 = L.values.at<int8_t>(0);
+    if (L.bits == 4 && L.groups > 1 && m <= kGroupedInt4MaxRows) {  // int4 read packed, no unpack pass
+      kernels::GemmS8GroupedArgs packed = grouped_gemm_args(L, m, w8, x_scale, bias, out, residual_add);
+      packed.w_bits = 4;
+      if (kernels::gemm_s8_grouped_supported(packed)) {
+        p.schedule = Schedule::kGroupedInt4Packed;
+        return p;
+      }
+    }
+    p.unpack_first = L.bits == 4;
+    if (p.unpack_first) w8 = static_cast<const int8_t*>(work.expanded);
+    if (L.groups == 1 && m >= kFusedS8GemmMinRows) {  // sm_90: the scaling in the GEMM's epilogue
+      if (kernels::gemm_s8_scaled_supported(
+              integer_gemm_args<kernels::GemmS8ScaledArgs>(L, m, w8, x_scale, bias, out, residual_add))) {
+        p.schedule = Schedule::kS8Scaled;
+        return p;
+      }
+    }
+    if (L.groups > 1 && kernels::gemm_s8_grouped_supported(grouped_gemm_args(L, m, w8, x_scale, bias, out, residual_add))) {
+      p.schedule = Schedule::kGrouped;  // the group chain in the GEMM's registers
+      return p;
+    }
+    p.schedule = Schedule::kImmaPerGroup;  // one cuBLASLt GEMM per weight group, the chain through memory
+    return p;
+  }
+
+  kernels::GemmW4A16Args w4a16_args(const DeviceLinear& L, int64_t m, float* out) const {
+    kernels::GemmW4A16Args mixed;
+    mixed.m = m;
+    mixed.n = L.n;
+    mixed.k = L.k;
+    mixed.x = work.x16;
+    mixed.ldx = L.k;
+    mixed.w = L.values.at<void>(0);
+    mixed.w_scales = L.scales.at<float>(0);
+    mixed.group_size = L.group_size;
+    mixed.out = out;
+    mixed.ldout = L.n;
+    mixed.workspace = work.expanded;
+    return mixed;
+  }
+
+  // Runs a projection as its plan says: out[m, n] = x · wᵀ (+ bias[n] on the integer paths), x as
+  // enqueue_format left it; with plan.residual_add out is the fp32 residual and out += x · wᵀ +
+  // bias; with plan.norm_prologue in_proj's input is the RMSNorm of the residual, built inside
+  // the GEMV from `norm_weight`.
+  void enqueue_linear(const LinearPlan& plan, const DeviceLinear& L, int64_t m, float x_scale, const float* bias,
+                      float* out, const char* what, const float* norm_weight = nullptr,
+                      const kernels::L2Prefetch* prefetch = nullptr) const {
+    using Schedule = LinearPlan::Schedule;
+    const bool residual_add = plan.residual_add;
+    if (plan.schedule == Schedule::kQgemv) {
+      kernels::QgemvArgs q = qgemv_args(L, m, x_scale);
       if (prefetch) std::copy(prefetch, prefetch + kernels::kL2PrefetchRanges, q.l2_prefetch);
       q.bias = L.folds_bias() || residual_add ? bias : nullptr;
       q.out = out;
       q.ldout = L.n;
       q.accumulate = residual_add;
-      if (norm_weight) {
+      if (plan.norm_prologue) {
         q.norm_residual = work.residual;
         q.norm_weight = norm_weight;
         q.norm_eps = static_cast<float>(config.norm_eps);
@@ -674,37 +856,17 @@ struct QuantizedCudaBackend::Impl {
       cuda_ok(kernels::launch_qgemv(q, stream), what);
       return;
     }
-    if (norm_weight || (residual_add && L.path == Path::kFloat))
-      fail("internal: {} cannot fuse the norm or the residual add here", what);
+    if (plan.schedule == Schedule::kW4A16Mixed) {
+      cuda_ok(kernels::launch_gemm_w4a16(w4a16_args(L, m, out), stream), what);
+      return;
+    }
     kernels::GemmArgs g;
     g.m = m;
     g.n = L.n;
     g.ldout = L.n;
-    if (L.path == Path::kFloat) {
+    if (plan.schedule == Schedule::kFp16Gemm) {
       const void* w16 = L.dense16.bytes() ? L.dense16.at<void>(0) : nullptr;
-      // W4A16: the int4 weights dequantized in the GEMM's registers, except where expanding them
-      // for cuBLASLt measured faster (kW4A16ExpandBelowColumns, kW4A16ExpandAboveRows).
-      const bool expand_first =
-          m > kW4A16ExpandAboveRows || (m > kernels::kGemmW4A16FewRows && L.n < kW4A16ExpandBelowColumns);
-      if (!w16 && L.bits == 4 && !expand_first) {
-        kernels::GemmW4A16Args mixed;
-        mixed.m = m;
-        mixed.n = L.n;
-        mixed.k = L.k;
-        mixed.x = work.x16;
-        mixed.ldx = L.k;
-        mixed.w = L.values.at<void>(0);
-        mixed.w_scales = L.scales.at<float>(0);
-        mixed.group_size = L.group_size;
-        mixed.out = out;
-        mixed.ldout = L.n;
-        mixed.workspace = work.expanded;
-        if (kernels::gemm_w4a16_workspace_bytes(mixed) <= expand_bytes && kernels::gemm_w4a16_supported(mixed)) {
-          cuda_ok(kernels::launch_gemm_w4a16(mixed, stream), what);
-          return;
-        }
-      }
-      if (!w16) {
+      if (plan.unpack_first) {
         kernels::WeightUnpackArgs u;
         u.rows = L.n;
         u.cols = static_cast<int>(L.k);
@@ -728,15 +890,13 @@ struct QuantizedCudaBackend::Impl {
       return;
     }
     const int8_t* w8 = L.values.at<int8_t>(0);
-    if (L.bits == 4 && L.groups > 1 && m <= kGroupedInt4MaxRows) {  // int4 read packed, no unpack pass
+    if (plan.schedule == Schedule::kGroupedInt4Packed) {
       kernels::GemmS8GroupedArgs packed = grouped_gemm_args(L, m, w8, x_scale, bias, out, residual_add);
       packed.w_bits = 4;
-      if (kernels::gemm_s8_grouped_supported(packed)) {
-        cuda_ok(kernels::launch_gemm_s8_grouped(packed, stream), what);
-        return;
-      }
+      cuda_ok(kernels::launch_gemm_s8_grouped(packed, stream), what);
+      return;
     }
-    if (L.bits == 4) {
+    if (plan.unpack_first) {
       kernels::WeightUnpackArgs u;
       u.rows = L.n;
       u.cols = static_cast<int>(L.k);
@@ -747,21 +907,17 @@ struct QuantizedCudaBackend::Impl {
       cuda_ok(kernels::launch_weight_unpack(u, stream), what);
       w8 = static_cast<const int8_t*>(work.expanded);
     }
-    if (L.groups == 1 && m >= kFusedS8GemmMinRows) {  // sm_90: the scaling in the GEMM's epilogue
-      const auto f = integer_gemm_args<kernels::GemmS8ScaledArgs>(L, m, w8, x_scale, bias, out, residual_add);
-      if (kernels::gemm_s8_scaled_supported(f)) {
-        cuda_ok(kernels::launch_gemm_s8_scaled(f, stream), what);
-        return;
-      }
+    if (plan.schedule == Schedule::kS8Scaled) {
+      cuda_ok(kernels::launch_gemm_s8_scaled(
+                  integer_gemm_args<kernels::GemmS8ScaledArgs>(L, m, w8, x_scale, bias, out, residual_add), stream),
+              what);
+      return;
     }
-    if (L.groups > 1) {  // the group chain in the GEMM's registers (kernels/gemm_s8_grouped.h)
-      const kernels::GemmS8GroupedArgs f = grouped_gemm_args(L, m, w8, x_scale, bias, out, residual_add);
-      if (kernels::gemm_s8_grouped_supported(f)) {
-        cuda_ok(kernels::launch_gemm_s8_grouped(f, stream), what);
-        return;
-      }
+    if (plan.schedule == Schedule::kGrouped) {
+      cuda_ok(kernels::launch_gemm_s8_grouped(grouped_gemm_args(L, m, w8, x_scale, bias, out, residual_add), stream),
+              what);
+      return;
     }
-    // Otherwise one cuBLASLt GEMM per weight group, the chain carried through memory.
     g.in_type = ElementType::kS8;
     g.out_type = ElementType::kS32;
     g.k = L.group_size;
@@ -812,11 +968,16 @@ struct QuantizedCudaBackend::Impl {
     return {z_dt, xbc};
   }
 
-  // `ssd_tables`: the SSDi8 scan's ChunkCumsum, run on the second stream right after dt is written.
-  bool enqueue_split_in_proj(const DeviceLayer& d, int64_t m, const kernels::Ssdi8ChunkScanArgs* ssd_tables) const {
+  // Whether a layer's in_proj runs split at m prefill rows (both fused GEMMs take it here).
+  bool runs_split_in_proj(const DeviceLayer& d, int64_t m) const {
     if (!d.split_in_proj || m < kFusedS8GemmMinRows) return false;
     const auto [z_dt, xbc] = split_in_proj_args(d, m);
-    if (!kernels::gemm_s8_scaled_supported(z_dt) || !kernels::gemm_s8_scaled_supported(xbc)) return false;
+    return kernels::gemm_s8_scaled_supported(z_dt) && kernels::gemm_s8_scaled_supported(xbc);
+  }
+
+  // `ssd_tables`: the SSDi8 scan's ChunkCumsum, run on the second stream right after dt is written.
+  void enqueue_split_in_proj(const DeviceLayer& d, int64_t m, const kernels::Ssdi8ChunkScanArgs* ssd_tables) const {
+    const auto [z_dt, xbc] = split_in_proj_args(d, m);
     cuda_ok(cudaEventRecord(fork_event, stream), "cudaEventRecord");
     cuda_ok(cudaStreamWaitEvent(side_stream, fork_event, 0), "cudaStreamWaitEvent");
     // z|dt first: ChunkCumsum then fills the SMs that the x|B|C GEMM's last round of tiles leaves idle.
@@ -824,7 +985,6 @@ struct QuantizedCudaBackend::Impl {
     if (ssd_tables) cuda_ok(kernels::launch_ssdi8_chunk_tables(*ssd_tables, side_stream), "ssdi8 ChunkCumsum");
     cuda_ok(kernels::launch_gemm_s8_scaled(xbc, stream), "in_proj (x|B|C as int8)");
     cuda_ok(cudaEventRecord(join_event, side_stream), "cudaEventRecord");
-    return true;
   }
 
   kernels::Ssdi8ChunkScanArgs ssdi8_args(const DeviceLayer& d, int64_t batch, int64_t length, void* ssm_state) const {
@@ -918,30 +1078,136 @@ struct QuantizedCudaBackend::Impl {
     to[1] = range(next.in_proj.scales, next.in_proj.scales.bytes());
   }
 
-  void enqueue_layer(const DeviceLayer& d, int64_t batch, int64_t length, QuantizedCudaState& state, int64_t l,
-                     const DeviceLayer* previous) const {
+  // The conv's arguments for layer l (its x|B|C input as in_proj left it, its fp32 output), before
+  // the plan routes the output to the SSD kernel's operand buffers.
+  kernels::CausalConv1dArgs conv_args(const DeviceLayer& d, int64_t batch, int64_t length, float* conv_state,
+                                      bool xbc_int8) const {
+    const Mamba2Config& c = config;
+    kernels::CausalConv1dArgs conv;
+    conv.batch = static_cast<int>(batch);
+    conv.seqlen = static_cast<int>(length);
+    conv.channels = static_cast<int>(c.conv_dim());
+    conv.width = static_cast<int>(c.d_conv);
+    conv.in = work.zxbcdt + d.xbc_at;
+    conv.in_stride = c.d_in_proj();
+    if (xbc_int8) {  // x|B|C as conv.in's int8 codes
+      conv.in = work.xbc8;
+      conv.in_stride = c.conv_dim();
+    }
+    conv.weight = d.conv_weight.at<float>(0);
+    conv.bias = d.conv_bias.at<float>(0);
+    conv.state = conv_state;
+    conv.out = work.xbc;
+    conv.in_type = xbc_int8 ? ElementType::kS8 : ElementType::kF32;
+    conv.out_type = ElementType::kF32;
+    conv.in_formats = d.conv_in_codes.bytes() ? d.conv_in_codes.at<float>(0) : nullptr;
+    conv.out_formats = d.conv_out_codes.bytes() ? d.conv_out_codes.at<float>(0) : nullptr;
+    return conv;
+  }
+
+  // Decides everything layer l runs for (batch, length) rows. `previous`: the plan of layer l - 1.
+  // The capability checks read the state's buffers of layer l; every state's buffers are 256-byte
+  // aligned device memory, so the plan holds for any state of this batch.
+  LayerPlan plan_layer(const DeviceLayer& d, int64_t batch, int64_t length, QuantizedCudaState& state, int64_t l,
+                       const LayerPlan* previous) const {
+    const Mamba2Config& c = config;
+    const int64_t M = batch * length, H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state;
+    LayerPlan p;
+    p.pending_delta = previous && !previous->out_proj.residual_add;
+    const bool ssdi8_prefill = d.ssdi8 && length > 1;
+    if (!p.pending_delta && norm_in_gemv(d, M)) {
+      p.in_proj = plan_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, false, d.norm.at<float>(0));
+    } else {
+      // Prefill only: in a decode step the two streams cost more than the conv saves (2.7b W8A8
+      // TPOT at batch 64: 12.84 → 13.64 ms; docs/kernels/gemm.md).
+      p.split_in_proj = length > 1 && runs_split_in_proj(d, M);
+      // With dt's format applied in the SSDi8 kernels, its ChunkCumsum follows dt on the second stream.
+      p.tables_early = p.split_in_proj && ssdi8_prefill && d.dt_format_in_kernel();
+      if (!p.split_in_proj) p.in_proj = plan_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, false, nullptr);
+    }
+    if (ssdi8_prefill) ssdi8_args(d, batch, length, state.ssm(l));  // fails when the kernel does not take the shape
+    const kernels::SsdChunkScanArgs chunked = float_ssd_args(d, batch, length, state.ssm(l));
+    const bool float_chunked = d.fp16_chunked_ssd && length > 1 && kernels::ssd_chunk_scan_supported(chunked);
+    // Decode, and shapes the chunked scans do not take: the recurrence over every token, exact for
+    // any length; one decode token a sequence runs the conv inside the state update's launch where
+    // that kernel takes the shape.
+    const bool recurrence = !ssdi8_prefill && !float_chunked;
+    kernels::SsdConvStepArgs conv_step;
+    conv_step.conv = conv_args(d, batch, length, state.conv(l), p.split_in_proj);
+    if (recurrence) conv_step.step = state_update_args(d, batch, length, state.ssm(l));
+    conv_step.arrivals = work.arrivals;
+    if (ssdi8_prefill) {
+      p.ssd = LayerPlan::Ssd::kSsdi8Chunked;
+    } else if (float_chunked) {
+      p.ssd = LayerPlan::Ssd::kFloatChunked;
+    } else if (length == 1 && batch <= kConvStepMaxBatch && kernels::ssd_conv_step_supported(conv_step)) {
+      p.ssd = LayerPlan::Ssd::kConvStep;
+    } else {
+      if (!kernels::ssd_state_update_supported(conv_step.step))
+        fail("CUDA: no SSD kernel supports heads {} × headdim {}, ngroups {}, d_state {}", H, P, G, N);
+      p.ssd = LayerPlan::Ssd::kRecurrence;
+    }
+    p.dt_format_pass = !d.dt_format_in_kernel();
+    // A float state takes its point's format (fp16 rounding, if any) once the SSD has written it: the
+    // recurrence's kernels store it rounded to fp16 themselves, the chunked scans leave it to a pass
+    // over the state; an int8 state (every SSDi8 layer's) is stored quantized by the kernel.
+    p.state_format_pass = !d.int8_state && !(recurrence && conv_step.step.state_fp16_values) &&
+                          d.state_format.format != Format::kFloat32;
+    // The rotated input goes straight to the type its projection multiplies: int8 for an integer
+    // GEMM (the point's per-tensor scale), fp16 for an fp16 one (an fp16 or fp32 point). Only an
+    // int8 point before float weights takes the fp32 detour through the format kernel.
+    p.gated_out = reader_of(d.out_proj) == Reader::kInt8        ? LayerPlan::GatedOut::kInt8
+                  : d.out_proj_in.format != Format::kInt8 ? LayerPlan::GatedOut::kFp16
+                                                          : LayerPlan::GatedOut::kFp32ThenFormat;
+    const bool residual_add = adds_into_residual(d.out_proj, M);
+    const float* bias = d.out_bias.bytes() ? d.out_bias.at<float>(0) : nullptr;
+    p.out_proj = plan_linear(d.out_proj, M, d.out_proj_in.scale0, bias, residual_add ? work.residual : work.proj,
+                             residual_add, nullptr);
+    p.prefetch_next_in_proj = M == 1 && l + 1 < static_cast<int64_t>(layers.size()) &&
+                              p.out_proj.schedule == LinearPlan::Schedule::kQgemv;
+    return p;
+  }
+
+  // The plan of a forward of (batch, length), made on first use and kept; a resized workspace
+  // (new buffer addresses) makes them again.
+  const ForwardPlan& forward_plan(int64_t batch, int64_t length, QuantizedCudaState& state) const {
+    if (plans_generation != work_generation) {
+      plans.clear();
+      plans_generation = work_generation;
+    }
+    auto found = plans.find({batch, length});
+    if (found != plans.end()) return found->second;
+    ForwardPlan plan;
+    plan.batch = batch;
+    plan.length = length;
+    plan.work_generation = work_generation;
+    for (int64_t l = 0; l < config.n_layer; ++l)
+      plan.layers.push_back(plan_layer(layers[l], batch, length, state, l, l > 0 ? &plan.layers[l - 1] : nullptr));
+    plan.final_pending_delta = !plan.layers.back().out_proj.residual_add;
+    return plans.emplace(std::make_pair(batch, length), std::move(plan)).first->second;
+  }
+
+  void enqueue_layer(const DeviceLayer& d, const LayerPlan& p, int64_t batch, int64_t length,
+                     QuantizedCudaState& state, int64_t l, const DeviceLayer* previous) const {
     const Mamba2Config& c = config;
     const int64_t M = batch * length, D = c.d_model, E = c.d_inner(), in_dim = c.d_in_proj(), conv_dim = c.conv_dim();
     const int64_t H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state, GN = G * N;
     const float eps = static_cast<float>(c.norm_eps);
+    using Ssd = LayerPlan::Ssd;
 
-    // The previous out_proj either added its output into the residual itself or left it in proj.
-    const bool pending_delta = previous && !adds_into_residual(previous->out_proj, M);
-    const bool ssdi8_prefill = d.ssdi8 && length > 1;
     kernels::Ssdi8ChunkScanArgs ssd;
-    if (ssdi8_prefill) ssd = ssdi8_args(d, batch, length, state.ssm(l));
-    bool xbc_int8 = false;  // in_proj split: x|B|C in work.xbc8 as int8 codes, z|dt in work.zxbcdt
-    if (!pending_delta && norm_in_gemv(d, M)) {
-      enqueue_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj (with the RMSNorm)",
-                     /*residual_add=*/false, d.norm.at<float>(0));
+    if (p.ssd == Ssd::kSsdi8Chunked) ssd = ssdi8_args(d, batch, length, state.ssm(l));
+    if (p.in_proj.norm_prologue) {
+      enqueue_linear(p.in_proj, d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj (with the RMSNorm)",
+                     d.norm.at<float>(0));
     } else {
       kernels::AddRmsNormArgs norm;
       norm.rows = M;
       norm.dim = static_cast<int>(D);
       norm.eps = eps;
       norm.residual = work.residual;
-      norm.delta = pending_delta ? work.proj : nullptr;
-      norm.delta_bias = pending_delta && previous->out_bias.bytes() ? previous->out_bias.at<float>(0) : nullptr;
+      norm.delta = p.pending_delta ? work.proj : nullptr;
+      norm.delta_bias = p.pending_delta && previous->out_bias.bytes() ? previous->out_bias.at<float>(0) : nullptr;
       norm.weight = d.norm.at<float>(0);
       const bool int8_input = d.in_proj.int8_input();  // then the norm quantizes for the GEMM itself
       norm.out = int8_input ? static_cast<void*>(work.x8) : work.normed;
@@ -949,79 +1215,52 @@ struct QuantizedCudaBackend::Impl {
       norm.out_scale = d.in_proj_in.scale0;
       cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
       if (!int8_input) enqueue_format(d.in_proj_in, work.normed, M, D, D, Reader::kFloat16, "in_proj input");
-      // Prefill only: in a decode step the two streams cost more than the conv saves (2.7b W8A8
-      // TPOT at batch 64: 12.84 → 13.64 ms; docs/kernels/gemm.md).
-      // With dt's format applied in the SSDi8 kernels, its ChunkCumsum follows dt on the second stream.
-      const bool tables_early = ssdi8_prefill && d.dt_format_in_kernel();
-      xbc_int8 = length > 1 && enqueue_split_in_proj(d, M, tables_early ? &ssd : nullptr);
-      ssd.tables_ready = xbc_int8 && tables_early;
-      if (!xbc_int8) enqueue_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj");
+      if (p.split_in_proj) {
+        enqueue_split_in_proj(d, M, p.tables_early ? &ssd : nullptr);
+        ssd.tables_ready = p.tables_early;
+      } else {
+        enqueue_linear(p.in_proj, d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj");
+      }
     }
 
-    kernels::CausalConv1dArgs conv;
-    conv.batch = static_cast<int>(batch);
-    conv.seqlen = static_cast<int>(length);
-    conv.channels = static_cast<int>(conv_dim);
-    conv.width = static_cast<int>(c.d_conv);
-    conv.in = work.zxbcdt + d.xbc_at;
-    conv.in_stride = in_dim;
-    if (xbc_int8) {  // x|B|C as conv.in's int8 codes
-      conv.in = work.xbc8;
-      conv.in_stride = conv_dim;
-    }
-    conv.weight = d.conv_weight.at<float>(0);
-    conv.bias = d.conv_bias.at<float>(0);
-    conv.state = state.conv(l);
-    conv.out = work.xbc;
-    conv.in_type = xbc_int8 ? ElementType::kS8 : ElementType::kF32;
-    conv.out_type = ElementType::kF32;
-    conv.in_formats = d.conv_in_codes.bytes() ? d.conv_in_codes.at<float>(0) : nullptr;
-    conv.out_formats = d.conv_out_codes.bytes() ? d.conv_out_codes.at<float>(0) : nullptr;
-    const kernels::SsdChunkScanArgs chunked = float_ssd_args(d, batch, length, state.ssm(l));
-    const bool float_chunked = d.fp16_chunked_ssd && length > 1 && kernels::ssd_chunk_scan_supported(chunked);
-    if (ssdi8_prefill) {  // the SSDi8 kernel's operands: fp16 x (ssd.x's format), int8 B|C rows
+    kernels::CausalConv1dArgs conv = conv_args(d, batch, length, state.conv(l), p.split_in_proj);
+    if (p.ssd == Ssd::kSsdi8Chunked) {  // the SSDi8 kernel's operands: fp16 x (ssd.x's format), int8 B|C rows
       conv.out = nullptr;
       conv.part_count = 2;
       conv.parts[0] = {work.x16, 0, E, ElementType::kF16};
       conv.parts[1] = {work.ssd_bc, static_cast<int>(E), 2 * GN, ElementType::kS8};
-    } else if (float_chunked) {  // the chunked scan's operands: x|B|C formatted, then rounded to fp16
+    } else if (p.ssd == Ssd::kFloatChunked) {  // the chunked scan's operands: x|B|C formatted, then rounded to fp16
       conv.out = nullptr;
       conv.part_count = 1;
       conv.parts[0] = {work.xbc, 0, conv_dim, ElementType::kF16};
     }
-    // Decode, and shapes the chunked scans do not take: the recurrence over every token, exact for
-    // any length, the float SSD of the CPU up to rounding; an int8 state is dequantized in registers
-    // and stored once at the end, as the CPU rounds it after each forward call. One decode token a
-    // sequence runs the conv inside the state update's launch where that kernel takes the shape.
-    const bool recurrence = !ssdi8_prefill && !float_chunked;
-    kernels::SsdConvStepArgs conv_step;
-    conv_step.conv = conv;
-    if (recurrence) conv_step.step = state_update_args(d, batch, length, state.ssm(l));
-    conv_step.arrivals = work.arrivals;
-    const bool conv_in_step =
-        recurrence && length == 1 && batch <= kConvStepMaxBatch && kernels::ssd_conv_step_supported(conv_step);
-    if (!conv_in_step)
+    if (p.ssd != Ssd::kConvStep)
       cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d (with the x|B|C formats)");
-    if (xbc_int8) cuda_ok(cudaStreamWaitEvent(stream, join_event, 0), "cudaStreamWaitEvent");  // z|dt written
-    float* dt_raw = work.zxbcdt + d.dt_at;
-    const bool dt_in_kernel = d.dt_format_in_kernel();
-    if (!dt_in_kernel) enqueue_format(d.ssd_dt, dt_raw, M, H, in_dim, Reader::kFloat32, "ssd dt");
+    if (p.split_in_proj) cuda_ok(cudaStreamWaitEvent(stream, join_event, 0), "cudaStreamWaitEvent");  // z|dt written
+    if (p.dt_format_pass) enqueue_format(d.ssd_dt, work.zxbcdt + d.dt_at, M, H, in_dim, Reader::kFloat32, "ssd dt");
 
-    if (ssdi8_prefill) {
-      cuda_ok(kernels::launch_ssdi8_chunk_scan(ssd, stream), "ssdi8_chunk_scan");
-    } else if (float_chunked) {
-      cuda_ok(kernels::launch_ssd_chunk_scan(chunked, stream), "ssd_chunk_scan (float SSD)");
-    } else if (conv_in_step) {
-      cuda_ok(kernels::launch_ssd_conv_step(conv_step, stream), "causal_conv1d + ssd_state_update");
-    } else {
-      if (!kernels::ssd_state_update_supported(conv_step.step))
-        fail("CUDA: no SSD kernel supports heads {} × headdim {}, ngroups {}, d_state {}", H, P, G, N);
-      cuda_ok(kernels::launch_ssd_state_update(conv_step.step, stream), "ssd_state_update");
+    switch (p.ssd) {
+      case Ssd::kSsdi8Chunked:
+        cuda_ok(kernels::launch_ssdi8_chunk_scan(ssd, stream), "ssdi8_chunk_scan");
+        break;
+      case Ssd::kFloatChunked:
+        cuda_ok(kernels::launch_ssd_chunk_scan(float_ssd_args(d, batch, length, state.ssm(l)), stream),
+                "ssd_chunk_scan (float SSD)");
+        break;
+      case Ssd::kConvStep: {
+        kernels::SsdConvStepArgs conv_step;
+        conv_step.conv = conv;
+        conv_step.step = state_update_args(d, batch, length, state.ssm(l));
+        conv_step.arrivals = work.arrivals;
+        cuda_ok(kernels::launch_ssd_conv_step(conv_step, stream), "causal_conv1d + ssd_state_update");
+        break;
+      }
+      case Ssd::kRecurrence:
+        cuda_ok(kernels::launch_ssd_state_update(state_update_args(d, batch, length, state.ssm(l)), stream),
+                "ssd_state_update");
+        break;
     }
-    // A float state takes its point's format (fp16 rounding, if any) once the SSD has written it: the
-    // recurrence's kernels store it rounded to fp16 themselves, the chunked scans leave it to a pass
-    // over the state; an int8 state (every SSDi8 layer's) was stored quantized by the kernel.
-    if (!d.int8_state && !(recurrence && conv_step.step.state_fp16_values))
+    if (p.state_format_pass)
       enqueue_format(d.state_format, static_cast<float*>(state.ssm(l)), batch * H * P, N, N, Reader::kFloat32, "ssd state");
 
     kernels::HadamardQuantArgs gated;
@@ -1042,36 +1281,36 @@ struct QuantizedCudaBackend::Impl {
       gated.base_matrix_host = hadamard_order > 1 ? hadamard_base_host.data() : nullptr;
       gated.normalize = static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)));
     }
-    // The rotated input goes straight to the type its projection multiplies: int8 for an integer
-    // GEMM (the point's per-tensor scale), fp16 for an fp16 one (an fp16 or fp32 point). Only an
-    // int8 point before float weights takes the fp32 detour through the format kernel.
-    const Reader reader = reader_of(d.out_proj);
-    if (reader == Reader::kInt8) {
-      gated.out = work.x8;
-      gated.out_type = ElementType::kS8;
-      gated.out_scale = d.out_proj_in.scale0;
-      cuda_ok(kernels::launch_hadamard_quant(gated, stream), "gated norm + Hadamard + int8");
-    } else if (d.out_proj_in.format != Format::kInt8) {
-      gated.out = work.x16;
-      gated.out_type = ElementType::kF16;
-      cuda_ok(kernels::launch_hadamard_quant(gated, stream), "gated norm + Hadamard");
-    } else {
-      gated.out = work.gated;
-      gated.out_type = ElementType::kF32;
-      cuda_ok(kernels::launch_hadamard_quant(gated, stream), "gated norm + Hadamard");
-      enqueue_format(d.out_proj_in, work.gated, M, E, E, reader, "out_proj input");
+    switch (p.gated_out) {
+      case LayerPlan::GatedOut::kInt8:
+        gated.out = work.x8;
+        gated.out_type = ElementType::kS8;
+        gated.out_scale = d.out_proj_in.scale0;
+        cuda_ok(kernels::launch_hadamard_quant(gated, stream), "gated norm + Hadamard + int8");
+        break;
+      case LayerPlan::GatedOut::kFp16:
+        gated.out = work.x16;
+        gated.out_type = ElementType::kF16;
+        cuda_ok(kernels::launch_hadamard_quant(gated, stream), "gated norm + Hadamard");
+        break;
+      case LayerPlan::GatedOut::kFp32ThenFormat:
+        gated.out = work.gated;
+        gated.out_type = ElementType::kF32;
+        cuda_ok(kernels::launch_hadamard_quant(gated, stream), "gated norm + Hadamard");
+        enqueue_format(d.out_proj_in, work.gated, M, E, E, reader_of(d.out_proj), "out_proj input");
+        break;
     }
-    const bool residual_add = adds_into_residual(d.out_proj, M);
     kernels::L2Prefetch next_weights[kernels::kL2PrefetchRanges];
-    if (M == 1 && l + 1 < static_cast<int64_t>(layers.size())) next_in_proj_prefetch(layers[l + 1], next_weights);
-    enqueue_linear(d.out_proj, M, d.out_proj_in.scale0, d.out_bias.bytes() ? d.out_bias.at<float>(0) : nullptr,
-                   residual_add ? work.residual : work.proj, "out_proj", residual_add, nullptr,
-                   next_weights);
+    if (p.prefetch_next_in_proj) next_in_proj_prefetch(layers[l + 1], next_weights);
+    enqueue_linear(p.out_proj, d.out_proj, M, d.out_proj_in.scale0, d.out_bias.bytes() ? d.out_bias.at<float>(0) : nullptr,
+                   p.out_proj.residual_add ? work.residual : work.proj, "out_proj", nullptr,
+                   p.prefetch_next_in_proj ? next_weights : nullptr);
   }
 
   void enqueue_body(int64_t batch, int64_t length, QuantizedCudaState& state) const {
     const Mamba2Config& c = config;
     const int64_t M = batch * length, D = c.d_model;
+    const ForwardPlan& plan = forward_plan(batch, length, state);
     kernels::EmbeddingArgs e;
     e.rows = M;
     e.dim = static_cast<int>(D);
@@ -1082,16 +1321,15 @@ struct QuantizedCudaBackend::Impl {
     e.out = work.residual;
     cuda_ok(kernels::launch_embedding(e, stream), "embedding");
     for (int64_t l = 0; l < c.n_layer; ++l)
-      enqueue_layer(layers[l], batch, length, state, l, l > 0 ? &layers[l - 1] : nullptr);
+      enqueue_layer(layers[l], plan.layers[l], batch, length, state, l, l > 0 ? &layers[l - 1] : nullptr);
     const DeviceLayer& last = layers.back();
     kernels::AddRmsNormArgs norm;
     norm.rows = M;
     norm.dim = static_cast<int>(D);
     norm.eps = static_cast<float>(c.norm_eps);
     norm.residual = work.residual;
-    const bool pending_delta = !adds_into_residual(last.out_proj, M);
-    norm.delta = pending_delta ? work.proj : nullptr;
-    norm.delta_bias = pending_delta && last.out_bias.bytes() ? last.out_bias.at<float>(0) : nullptr;
+    norm.delta = plan.final_pending_delta ? work.proj : nullptr;
+    norm.delta_bias = plan.final_pending_delta && last.out_bias.bytes() ? last.out_bias.at<float>(0) : nullptr;
     norm.weight = norm_f.at<float>(0);
     norm.out = work.normed;
     norm.out_type = ElementType::kF32;
@@ -1203,7 +1441,7 @@ const Mamba2Config& QuantizedCudaBackend::config() const { return impl_->config;
 
 std::unique_ptr<InferenceState> QuantizedCudaBackend::new_state(int64_t batch) const {
   if (batch <= 0) fail("batch size must be positive, got {}", batch);
-  auto state = std::make_unique<QuantizedCudaState>(*impl_->model, batch, &impl_->counter, impl_.get());
+  auto state = std::make_unique<QuantizedCudaState>(*impl_->model, batch, impl_->stream, &impl_->counter, impl_.get());
   impl_->reserve(batch, 1);
   return state;
 }
@@ -1219,8 +1457,15 @@ void QuantizedCudaBackend::forward(const int32_t* tokens, int64_t length, Infere
 
 void QuantizedCudaBackend::reserve(int64_t batch, int64_t length) const { impl_->reserve(batch, length); }
 
-CudaMemoryReport QuantizedCudaBackend::memory() const {
-  CudaMemoryReport report;
+std::string QuantizedCudaBackend::describe_plan(int64_t batch, int64_t length) const {
+  if (batch <= 0 || length <= 0) fail("plan: batch and length must be positive, got {} x {}", batch, length);
+  auto state = std::make_unique<QuantizedCudaState>(*impl_->model, batch, impl_->stream, &impl_->counter, impl_.get());
+  impl_->reserve(batch, length);
+  return impl_->forward_plan(batch, length, *state).describe();
+}
+
+MemoryReport QuantizedCudaBackend::memory() const {
+  MemoryReport report;
   report.weight_bytes = impl_->weight_bytes;
   report.workspace_bytes = impl_->work_block.bytes() + impl_->gemm_workspace.bytes();
   report.state_bytes = impl_->counter.live - report.weight_bytes - report.workspace_bytes;
@@ -1229,10 +1474,8 @@ CudaMemoryReport QuantizedCudaBackend::memory() const {
 }
 
 size_t QuantizedCudaBackend::state_bytes_per_sequence() const {
-  const Mamba2Config& c = impl_->config;
   size_t bytes = 0;
-  for (const DeviceLayer& layer : impl_->layers)
-    bytes += c.conv_dim() * (c.d_conv - 1) * 4 + c.nheads() * c.headdim * c.d_state * (layer.int8_state ? 1 : 4);
+  for (size_t b : QuantizedCudaState::buffer_bytes(*impl_->model)) bytes += b;
   return bytes;
 }
 

@@ -14,7 +14,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/cuda_backend.h"
-#include "runtime/quantized_model.h"
+#include "model/quantized_model.h"
 
 namespace ssdq {
 
@@ -31,11 +31,12 @@ class QuantizedCudaBackend : public Backend {
   void forward(const int32_t* tokens, int64_t length, InferenceState& state,
                const ForwardOutputs& outputs) const override;
 
-  void reserve(int64_t batch, int64_t length) const;
-  CudaMemoryReport memory() const;
-  // Bytes of one sequence's decode state (conv + SSM, every layer) in the formats stored.
-  size_t state_bytes_per_sequence() const;
-  std::string device_name() const;
+  void reserve(int64_t batch, int64_t length) const override;
+  MemoryReport memory() const override;
+  bool on_device() const override { return true; }
+  size_t state_bytes_per_sequence() const override;
+  std::string device_name() const override;
+  std::string describe_plan(int64_t batch, int64_t length) const override;
 
   struct Impl;
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "runtime/quantized_model.h"
+#include "model/quantized_model.h"
 
 namespace ssdq {
 

@@ -33,7 +33,7 @@
 #include <cstdint>
 
 #include "runtime/cpu_ops.h"
-#include "runtime/quantized_model.h"
+#include "model/quantized_model.h"
 
 namespace ssdq {
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `ssdq bench` on the CPU with the bundled model: several prompt lengths in one invocation give a
 # table each under its own header and every (prompt, batch) row in the JSON; a bad length is
-# refused before any timing, with no JSON written.
+# refused before any timing, with no JSON written; --show-plan prints what each shape runs; a
+# numeric flag out of range names its range in words.
 set -euo pipefail
 ssdq=tools/ssdq
 model=examples/mamba2-tiny
@@ -24,4 +25,14 @@ rm -f "$json"
 if "$ssdq" bench --device cpu --model "$model" --prompt 8,0 --gen 2 --json "$json" 2>"$TEST_TMPDIR/err"; then exit 1; fi
 grep -qF "bench: --prompt 0: every prompt length must be at least 1" "$TEST_TMPDIR/err"
 [ ! -e "$json" ]
+
+out=$("$ssdq" bench --device cpu --model "$model" --batch 2 --prompt 8 --gen 2 --repeats 1 --show-plan)
+grep -q "^plan for batch 2 x 8 tokens, CPU specification" <<<"$out"
+grep -q "^plan for batch 2 x 1 token, CPU specification" <<<"$out"
+grep -q "ssd_step (the recurrence)" <<<"$out"
+
+if "$ssdq" bench --device cpu --model "$model" --batch 0 2>"$TEST_TMPDIR/err"; then exit 1; fi
+grep -qF "must be 1 or more, got 0" "$TEST_TMPDIR/err"
+if "$ssdq" eval-ppl --model "$model" --data /dev/null --ctx 0 2>"$TEST_TMPDIR/err"; then exit 1; fi
+grep -qF "must be 1 or more, got 0" "$TEST_TMPDIR/err"
 echo "bench_cli_test: ok"

@@ -6,7 +6,7 @@
 #include "formats/tokenizer.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/eval_ppl.h"
-#include "runtime/model_loader.h"
+#include "model/model_loader.h"
 
 namespace ssdq {
 namespace {

@@ -11,7 +11,7 @@
 #include "formats/tokenizer.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/eval_ppl.h"
-#include "runtime/model_loader.h"
+#include "model/model_loader.h"
 #include "tests/compare.h"
 
 namespace ssdq {

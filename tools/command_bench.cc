@@ -15,12 +15,13 @@
 #include "calib/synthetic_quantized.h"
 #include "quant/recipe.h"
 #include "runtime/cuda_measure.h"
-#include "runtime/quantized_artifact.h"
+#include "model/quantized_artifact.h"
 #include "runtime/quantized_cuda_backend.h"
-#include "runtime/model_loader.h"
+#include "model/model_loader.h"
 #include "runtime/progress.h"
-#include "runtime/synthetic_configs.h"
+#include "model/synthetic_configs.h"
 #include "tools/commands.h"
+#include "tools/flag_checks.h"
 
 namespace ssdq::cli {
 namespace {
@@ -36,6 +37,7 @@ struct BenchFlags {
   int repeats = 3;
   uint64_t seed = 0;
   bool head_to_toe = false;
+  bool show_plan = false;
 };
 
 void write_json(const std::string& path, const json& report) {
@@ -89,17 +91,6 @@ std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec
   return make_backend(flags.device, load_model(flags.model).weights);
 }
 
-// Device name and memory of either CUDA backend (nothing for the CPU).
-struct CudaView {
-  const CudaBackend* fp = nullptr;
-  const QuantizedCudaBackend* quantized = nullptr;
-  explicit CudaView(const Backend& b)
-      : fp(dynamic_cast<const CudaBackend*>(&b)), quantized(dynamic_cast<const QuantizedCudaBackend*>(&b)) {}
-  bool any() const { return fp || quantized; }
-  CudaMemoryReport memory() const { return fp ? fp->memory() : quantized ? quantized->memory() : CudaMemoryReport{}; }
-  std::string device_name() const { return fp ? fp->device_name() : quantized ? quantized->device_name() : "cpu"; }
-};
-
 void run_ssd_module(const BenchFlags& flags, const DeviceSpec& device) {
   const Mamba2Config config = config_of(flags);
   const DeviceCeilings ceilings = measure_device_ceilings(device.index);
@@ -137,18 +128,20 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
   if (device.cuda) ceilings = measure_device_ceilings(device.index);
   const std::unique_ptr<Backend> backend = bench_backend(flags, device);
   const Mamba2Config& config = backend->config();
-  const CudaView view(*backend);
-  const bool cuda = view.any();
+  const bool cuda = backend->on_device();
   fmt::print("model   {}\n        {}\n", model_label(flags), config.summary());
   if (cuda)
-    fmt::print("device  {} · copy {:.0f} GB/s · bf16 GEMM {:.0f} TFLOP/s (measured)\n", view.device_name(),
+    fmt::print("device  {} · copy {:.0f} GB/s · bf16 GEMM {:.0f} TFLOP/s (measured)\n", backend->device_name(),
                ceilings.copy_gb_per_s, ceilings.bf16_tflop_per_s);
-  const size_t weight_bytes = cuda ? view.memory().weight_bytes : 0;
+  const size_t weight_bytes = cuda ? backend->memory().weight_bytes : 0;
   if (cuda) fmt::print("weights {:.3f} GiB on the device\n", weight_bytes / double(1 << 30));
-  // Per sequence: the FP backend keeps an fp32 SSM state and a bf16 conv state.
-  const double state_bytes = view.quantized ? static_cast<double>(view.quantized->state_bytes_per_sequence())
-                                            : config.n_layer * (config.nheads() * config.headdim * config.d_state * 4.0 +
-                                                                config.conv_dim() * (config.d_conv - 1) * 2.0);
+  const double state_bytes = static_cast<double>(backend->state_bytes_per_sequence());
+  if (flags.show_plan) {  // what each timed shape runs: the prefill of each prompt length, then decode
+    for (const int64_t batch : flags.batches) {
+      for (const int64_t prompt : flags.prompts) fmt::print("{}", backend->describe_plan(batch, prompt));
+      fmt::print("{}", backend->describe_plan(batch, 1));
+    }
+  }
   ModelBenchOptions options;
   options.batches = flags.batches;
   options.gen = flags.gen;
@@ -161,7 +154,7 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
   for (const int64_t prompt : flags.prompts) {
     options.prompt = prompt;
     runs.emplace_back(prompt, bench_model(*backend, options, [&](ModelBenchRow& row) {
-                        if (cuda) row.peak_bytes = view.memory().peak_bytes;
+                        if (cuda) row.peak_bytes = backend->memory().peak_bytes;
                         progress.update(++done);
                       }));
   }
@@ -187,7 +180,7 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
   }
   write_json(flags.json_path, {{"module", "model"},
                                {"model", model_label(flags)},
-                               {"device", view.device_name()},
+                               {"device", backend->device_name()},
                                {"ceilings", ceilings_json(ceilings)},
                                {"weight_bytes", weight_bytes},
                                {"rows", out}});
@@ -232,21 +225,23 @@ void add_bench_command(CLI::App& app) {
                 "With --recipe: also quantize the embedding and lm_head (as export's --quantize-embedding "
                 "--quantize-lm-head)");
   cmd->add_option("--device", flags->device, "cuda, cuda:N or cpu")->capture_default_str();
-  cmd->add_option("--batch", flags->batches, "Batch sizes, comma separated")->delimiter(',')->capture_default_str();
+  cmd->add_option("--batch", flags->batches, "Batch sizes, comma separated")->delimiter(',')->capture_default_str()->check(whole_number(1));
   cmd->add_option("--prompt", flags->prompts,
                   "Prompt tokens per sequence, comma separated (each length timed with every batch size on one "
                   "model build)")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--gen", flags->gen, "Generated tokens per sequence")->capture_default_str();
+  cmd->add_option("--gen", flags->gen, "Generated tokens per sequence")->capture_default_str()->check(whole_number(1));
   cmd->add_option("--module", flags->module, "model (end to end) or ssd (the SSD prefill kernels alone)")
       ->check(CLI::IsMember({"model", "ssd"}))
       ->capture_default_str();
   cmd->add_option("--ssd-batches", flags->ssd_batches, "--module ssd: batch sizes at length 2048")->delimiter(',');
   cmd->add_option("--ssd-lengths", flags->ssd_lengths, "--module ssd: lengths at batch 32")->delimiter(',');
-  cmd->add_option("--repeats", flags->repeats, "Timed repeats (median reported)")->capture_default_str();
+  cmd->add_option("--repeats", flags->repeats, "Timed repeats (median reported)")->capture_default_str()->check(whole_number(1));
   cmd->add_option("--seed", flags->seed, "Seed of the random prompt and synthetic weights")->capture_default_str();
   cmd->add_option("--json", flags->json_path, "Also write every figure to this JSON file");
+  cmd->add_flag("--show-plan", flags->show_plan,
+                "Print what each timed shape runs (prefill and decode of every batch size), layer by layer");
   cmd->callback([flags] { flags->model = flags->model.empty() ? "" : resolve_model_dir(flags->model), run_bench(*flags); });
 }
 

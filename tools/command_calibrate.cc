@@ -8,6 +8,7 @@
 #include "runtime/parallel.h"
 #include "runtime/progress.h"
 #include "tools/commands.h"
+#include "tools/flag_checks.h"
 
 namespace ssdq::cli {
 namespace {
@@ -56,13 +57,13 @@ void add_calibrate_command(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--tokenizer", r.tokenizer_path, "tokenizer.json (default: the one in the model folder)");
-  cmd->add_option("--samples", r.samples, "Number of windows")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--seqlen", r.seqlen, "Tokens per window")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  cmd->add_option("--samples", r.samples, "Number of windows")->capture_default_str()->check(whole_number(1));
+  cmd->add_option("--seqlen", r.seqlen, "Tokens per window")->capture_default_str()->check(whole_number(2, 1 << 20));
   cmd->add_option("--seed", r.seed, "Seed of the window sampler")->capture_default_str();
   cmd->add_option("--out", flags->out, "Statistics file to write (safetensors; written atomically)")->required();
   cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores, or SSDQ_THREADS)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   cmd->add_flag("--quiet", flags->quiet, "No progress bar");
   cmd->callback([flags] { flags->request.model_dir = resolve_model_dir(flags->request.model_dir), run_calibrate(*flags); });
 }

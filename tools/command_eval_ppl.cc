@@ -8,11 +8,12 @@
 #include "formats/tokenizer.h"
 #include "runtime/backend_factory.h"
 #include "runtime/eval_ppl.h"
-#include "runtime/model_loader.h"
+#include "model/model_loader.h"
 #include "runtime/parallel.h"
 #include "runtime/progress.h"
-#include "runtime/quantized_artifact.h"
+#include "model/quantized_artifact.h"
 #include "tools/commands.h"
+#include "tools/flag_checks.h"
 
 namespace ssdq::cli {
 namespace {
@@ -89,17 +90,17 @@ void add_eval_ppl_command(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--tokenizer", flags->tokenizer, "tokenizer.json (default: the one in the model folder)");
-  cmd->add_option("--ctx", flags->ctx, "Window length in tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--ctx", flags->ctx, "Window length in tokens")->capture_default_str()->check(whole_number(1));
   cmd->add_option("--max-tokens", flags->max_tokens, "Use only the first N tokens (0: all)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   cmd->add_option("--device", flags->device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--batch", flags->batch, "Windows run together (0: one per CPU thread, 16 on a GPU)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores, or SSDQ_THREADS)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   cmd->add_flag("--quiet", flags->quiet, "No progress bar");
   cmd->callback([flags] { flags->model = flags->model.empty() ? "" : resolve_model_dir(flags->model), run_eval_ppl(*flags); });
 }

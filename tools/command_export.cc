@@ -8,6 +8,7 @@
 #include "runtime/parallel.h"
 #include "runtime/progress.h"
 #include "tools/commands.h"
+#include "tools/flag_checks.h"
 
 namespace ssdq::cli {
 namespace {
@@ -89,12 +90,13 @@ void add_export_command(CLI::App& app) {
                 "Head-to-toe: quantize the lm_head per group (--group-size) at the weight bit width (weight-only)");
   cmd->add_flag("--gptq", flags->gptq, "Use GPTQ for the projections (default: on for 4-bit weights, not for rtn)");
   cmd->add_flag("--no-gptq", flags->no_gptq, "Round projections to nearest even at 4 bits too");
-  cmd->add_option("--group-size", r.group_size, "Input columns per int4 weight scale")->capture_default_str();
+  cmd->add_option("--group-size", r.group_size, "Input columns per int4 weight scale")->capture_default_str()->check(whole_number(1));
   cmd->add_flag("--act-order", r.act_order, "GPTQ columns by decreasing Hessian diagonal (static groups)");
   cmd->add_option("--damp", r.damp, "GPTQ damping as a fraction of the mean Hessian diagonal")->capture_default_str();
-  cmd->add_option("--head-clusters", r.head_clusters, "quamba2: head clusters m per B/C group")->capture_default_str();
+  cmd->add_option("--head-clusters", r.head_clusters, "quamba2: head clusters m per B/C group")->capture_default_str()->check(whole_number(1));
   cmd->add_option("--channel-clusters", r.channel_clusters, "quamba2: headdim clusters n per head cluster")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(1));
   cmd->add_option("--eta", flags->eta, "ssdi8: mean-correction factor η (default 0.15; 0 turns it off)");
   cmd->add_option("--x-scaled-clip", flags->options.recipe.x_scaled_clip,
                   "ssdi8 (ablation): X_scaled's int8 scale is this fraction of its calibrated absmax / 127; values "
@@ -111,10 +113,10 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--calib-samples", flags->options.max_samples,
                   "Use the first N calibration samples for the layer-by-layer passes (0: all)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores, or SSDQ_THREADS)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   cmd->add_flag("--quiet", flags->quiet, "No progress bars");
   cmd->callback([flags] { flags->request.model_dir = resolve_model_dir(flags->request.model_dir), run_export(*flags); });
 }

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "kernels/activation_format.h"
-#include "runtime/quantized_model.h"
+#include "model/quantized_model.h"
 #include "runtime/quantized_ops.h"
 #include "tests/gpu/gpu_test_util.h"
 

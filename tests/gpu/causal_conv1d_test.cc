@@ -10,7 +10,7 @@
 #include <string>
 
 #include "formats/dtype.h"
-#include "quant/quantizer.h"
+#include "model/quantizer.h"
 #include "runtime/cpu_ops.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/int8_check.h"

@@ -12,7 +12,7 @@
 #include "formats/error.h"
 #include "formats/safetensors.h"
 #include "runtime/cpu_backend.h"
-#include "runtime/model_loader.h"
+#include "model/model_loader.h"
 #include "tests/compare.h"
 
 namespace ssdq {

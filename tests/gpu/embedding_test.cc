@@ -3,9 +3,9 @@
 
 #include <gtest/gtest.h>
 
-#include "quant/quantizer.h"
+#include "model/quantizer.h"
 #include "quant/weight_formats.h"
-#include "runtime/quantized_model.h"
+#include "model/quantized_model.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace ssdq {

@@ -9,7 +9,7 @@
 
 #include "kernels/gemm_s8_grouped.h"
 #include "kernels/weight_unpack.h"
-#include "quant/quantizer.h"
+#include "model/quantizer.h"
 #include "quant/weight_formats.h"
 #include "runtime/quantized_ops.h"
 #include "tests/gpu/gpu_test_util.h"

@@ -15,7 +15,7 @@
 #include "kernels/gemm_s8_scaled.h"
 #include "kernels/scale_int32.h"
 #include "kernels/weight_unpack.h"
-#include "quant/quantizer.h"
+#include "model/quantizer.h"
 #include "quant/weight_formats.h"
 #include "runtime/quantized_ops.h"
 #include "tests/gpu/gpu_test_util.h"

@@ -1,5 +1,5 @@
 // The W4A16 prefill GEMM (kernels/gemm_w4a16.h, CUTLASS's mixed-input kernel) against the CPU:
-// int4 weights with group scales dequantized to fp16 as quant/quantizer.h's dequantize rounds them
+// int4 weights with group scales dequantized to fp16 as model/quantizer.h's dequantize rounds them
 // (weight_unpack's kF16), fp16 rows, the products summed in double. The GPU sums in fp32 in its own
 // order, so each output is compared within 2e-5 of Σ|x·w| over its row: a wrong group's scale or
 // a misplaced nibble moves an output by a large part of that sum.
@@ -9,7 +9,7 @@
 
 #include "formats/dtype.h"
 #include "kernels/gemm_w4a16.h"
-#include "quant/quantizer.h"
+#include "model/quantizer.h"
 #include "quant/weight_formats.h"
 #include "tests/gpu/gpu_test_util.h"
 

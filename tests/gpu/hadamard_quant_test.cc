@@ -10,8 +10,8 @@
 
 #include <cstring>
 
-#include "quant/hadamard.h"
-#include "quant/quantizer.h"
+#include "model/hadamard.h"
+#include "model/quantizer.h"
 #include "runtime/cpu_ops.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/int8_check.h"

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "quant/quantizer.h"
+#include "model/quantizer.h"
 
 namespace ssdq::testing {
 

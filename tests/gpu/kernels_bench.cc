@@ -26,7 +26,7 @@
 #include "kernels/weight_unpack.h"
 #include "kernels/ssd_conv_step.h"
 #include "kernels/ssd_state_update.h"
-#include "quant/hadamard_base.h"
+#include "model/hadamard_base.h"
 
 namespace ssdq {
 namespace {

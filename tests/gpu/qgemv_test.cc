@@ -11,7 +11,7 @@
 
 #include <cstring>
 
-#include "quant/quantizer.h"
+#include "model/quantizer.h"
 #include "quant/weight_formats.h"
 #include "runtime/quantized_ops.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -97,7 +97,7 @@ TEST_P(Qgemv, MatchesTheCpuSpecification) {
   linear_forward(wm, input, x.data(), c.m, expected.data());
   auto bias = testing::random_vector(c.n, -0.5f, 0.5f, rng);
   auto base = testing::random_vector(size_t(c.m) * c.n, -2.f, 2.f, rng);
-  if (c.bias_and_accumulate)  // quantized_layer_forward: out += bias, then residual += out
+  if (c.bias_and_accumulate)  // cpu_block_forward: out += bias, then residual += out
     for (int r = 0; r < c.m; ++r)
       for (int j = 0; j < c.n; ++j) {
         float v = expected[r * c.n + j];

@@ -20,7 +20,7 @@
 
 #include "formats/dtype.h"
 #include "kernels/ssd_chunk_stages.cuh"
-#include "quant/quantizer.h"
+#include "model/quantizer.h"
 #include "runtime/cpu_ops.h"
 #include "tests/gpu/gpu_test_util.h"
 

@@ -15,7 +15,7 @@
 
 #include "formats/error.h"
 #include "runtime/cuda_measure.h"
-#include "runtime/synthetic_configs.h"
+#include "model/synthetic_configs.h"
 
 namespace ssdq {
 namespace {

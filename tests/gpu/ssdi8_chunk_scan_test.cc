@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "formats/dtype.h"
-#include "quant/quantizer.h"
+#include "model/quantizer.h"
 #include "runtime/cpu_ops.h"
-#include "runtime/quantized_model.h"
+#include "model/quantized_model.h"
 #include "runtime/quantized_ssd.h"
 #include "tests/gpu/gpu_test_util.h"
 

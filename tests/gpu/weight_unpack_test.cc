@@ -1,9 +1,9 @@
-// Weight expansion for the prefill GEMMs (kernels/weight_unpack.h) against quant/quantizer.h:
+// Weight expansion for the prefill GEMMs (kernels/weight_unpack.h) against model/quantizer.h:
 // int4 → int8 values, and int4 / int8 → fp16 of the dequantized values q·s.
 #include <gtest/gtest.h>
 
 #include "kernels/weight_unpack.h"
-#include "quant/quantizer.h"
+#include "model/quantizer.h"
 #include "quant/weight_formats.h"
 #include "tests/gpu/gpu_test_util.h"
 

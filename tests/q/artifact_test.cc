@@ -16,8 +16,8 @@
 #include "formats/error.h"
 #include "formats/file_io.h"
 #include "formats/safetensors.h"
-#include "runtime/quantized_artifact.h"
-#include "runtime/quantized_backend.h"
+#include "model/quantized_artifact.h"
+#include "runtime/cpu_backend.h"
 #include "tests/q/quantized_fixtures.h"
 
 namespace ssdq {
@@ -68,8 +68,8 @@ TEST(Artifact, RoundTripsEveryKindOfModelBitForBit) {
     EXPECT_EQ(loaded.description.recipe, kDescription.recipe);
     EXPECT_EQ(loaded.description.calibration, kDescription.calibration);
     EXPECT_EQ(loaded.tokenizer_json, "{\"model\": {}}");
-    EXPECT_EQ(mean_nll(QuantizedBackend(loaded.model), tokens),
-              mean_nll(QuantizedBackend(std::make_shared<QuantizedModel>(model)), tokens));
+    EXPECT_EQ(mean_nll(CpuBackend(loaded.model), tokens),
+              mean_nll(CpuBackend(std::make_shared<QuantizedModel>(model)), tokens));
     const ArtifactFile file = read_artifact(path);
     EXPECT_EQ(file.metadata.at("format"), "ssdq");
     EXPECT_EQ(file.metadata.at("format_version"), "1.0");

@@ -11,7 +11,7 @@
 #include "calib/calibration_file.h"
 #include "calib/quantize_model.h"
 #include "runtime/backend.h"
-#include "runtime/quantized_model.h"
+#include "model/quantized_model.h"
 #include "tests/q/test_models.h"
 
 namespace ssdq::testing_models {

@@ -14,12 +14,12 @@
 #include "calib/ssd_internals.h"
 #include "formats/dtype.h"
 #include "quant/activation_scales.h"
-#include "quant/hadamard.h"
+#include "model/hadamard.h"
 #include "quant/sort_cluster.h"
 #include "quant/transforms.h"
 #include "quant/weight_formats.h"
 #include "runtime/cpu_backend.h"
-#include "runtime/quantized_backend.h"
+#include "runtime/cpu_backend.h"
 #include "runtime/quantized_ops.h"
 #include "runtime/quantized_ssd.h"
 #include "tests/q/test_models.h"
@@ -135,16 +135,6 @@ std::vector<float> logits_of(const Backend& backend, const std::vector<int32_t>&
   return logits;
 }
 
-TEST(QuantizedBackend, AllFloat32ModelIsTheFpModel) {
-  for (int64_t groups : {2, 4}) {
-    const ModelWeights w = random_weights(synthetic_config(groups), 7);
-    const std::vector<int32_t> tokens = random_tokens(75, 256, 1);
-    const std::vector<float> fp = logits_of(CpuBackend(std::make_shared<ModelWeights>(w)), tokens);
-    const auto q = std::make_shared<QuantizedModel>(float_quantized_model(w));
-    EXPECT_LT(max_relative(logits_of(QuantizedBackend(q), tokens), fp), 1e-6) << groups << " groups";
-  }
-}
-
 // The bundled model, 300 WikiText-2-like tokens (two chunks of 256), on the FP backend and on the
 // quantized runtime with transformed fp32 weights.
 class TinyModelTransforms : public ::testing::Test {
@@ -162,7 +152,7 @@ class TinyModelTransforms : public ::testing::Test {
   static double relative_error(const ModelWeights& transformed, bool online_hadamard) {
     QuantizedModel q = float_quantized_model(transformed);
     for (QuantizedLayer& layer : q.layers) layer.online_hadamard = online_hadamard;
-    const double rel = max_relative(logits_of(QuantizedBackend(std::make_shared<QuantizedModel>(q)), *tokens_), *reference_);
+    const double rel = max_relative(logits_of(CpuBackend(std::make_shared<QuantizedModel>(q)), *tokens_), *reference_);
     std::printf("max |Δlogit| / max |logit| = %.3g\n", rel);
     return rel;
   }
@@ -391,12 +381,12 @@ TEST(Ssdi8, IntegerPathMatchesItsSpecificationAndApproximatesTheFpSsd) {
   EXPECT_LT(max_relative(float_state, fp_state), 1e-5);
 }
 
-TEST(QuantizedBackend, DecodeContinuesPrefill) {
+TEST(CpuBackend, DecodeContinuesPrefill) {
   const ModelWeights w = random_weights(synthetic_config(2), 5);
   const std::vector<int32_t> tokens = random_tokens(70, 256, 3);
   auto model = std::make_shared<QuantizedModel>(float_quantized_model(w));
   for (QuantizedLayer& layer : model->layers) layer.ssm_state = layer.conv_in = ActQuant::float16();
-  const QuantizedBackend backend(model);
+  const CpuBackend backend(model);
   const std::vector<float> all = logits_of(backend, tokens);
   const int64_t V = 256, prefix = 65;
   auto state = backend.new_state(1);

@@ -13,14 +13,14 @@
 #include "formats/error.h"
 #include "formats/safetensors.h"
 #include "quant/activation_scales.h"
-#include "quant/hadamard.h"
+#include "model/hadamard.h"
 #include "quant/mean_correction.h"
 #include "quant/transforms.h"
 #include "quant/weight_formats.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/parallel.h"
-#include "runtime/quantized_backend.h"
-#include "runtime/quantized_layer.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/cpu_block.h"
 #include "tests/q/quantized_fixtures.h"
 
 namespace ssdq {
@@ -52,7 +52,7 @@ TEST_P(EveryRecipe, CalibratesExportsAndRunsAtEveryBitWidth) {
     for (BitWidth bits : kBits) {
       const std::string name = std::string(recipe_name(recipe)) + " " + bit_width_name(bits);
       const QuantizedModel m = quantize_model(w, calib, synthetic_model_options(recipe, bits));
-      const QuantizedBackend backend(std::make_shared<QuantizedModel>(m));
+      const CpuBackend backend(std::make_shared<QuantizedModel>(m));
       std::vector<float> logits(96 * 256);
       auto state = backend.new_state(1);
       ForwardOutputs out;
@@ -141,7 +141,7 @@ TEST(Export, BundledModelStaysCloseToFp) {
       ExportOptions o = synthetic_model_options(recipe, bits);
       o.recipe.group_size = 128;
       o.recipe.head_clusters = 4;
-      const double nll = mean_nll(QuantizedBackend(std::make_shared<QuantizedModel>(quantize_model(w, calib, o))), tokens);
+      const double nll = mean_nll(CpuBackend(std::make_shared<QuantizedModel>(quantize_model(w, calib, o))), tokens);
       const double ratio = std::exp(nll - fp);
       std::printf("%-8s %s: perplexity %.2f × FP\n", recipe_name(recipe), bit_width_name(bits), ratio);
       EXPECT_LT(ratio, bits == BitWidth::kW8A8 ? 1.04 : 1.2) << recipe_name(recipe) << " " << bit_width_name(bits);
@@ -267,7 +267,7 @@ TEST(Gptq, BeatsRtnOnARealOutProjBehindTheOnlineHadamard) {
     layer.online_hadamard = true;
     CaptureOutProjInput capture;
     std::vector<float> conv(c.conv_dim() * (c.d_conv - 1), 0.0f), ssm(c.nheads() * c.headdim * c.d_state, 0.0f);
-    quantized_layer_forward(c, layer, l, residual.data(), T, conv.data(), ssm.data(), &capture);
+    cpu_block_forward(c, layer, l, residual.data(), T, conv.data(), ssm.data(), &capture);
     InputGram gram(E);
     gram.add_rows(capture.rows_.data(), T, E);
     const std::vector<float>& W = w.layers[l].out_proj;
@@ -316,7 +316,7 @@ std::vector<std::vector<float>> output_means(const QuantizedModel& m, const Cali
     for (int64_t t = 0; t < T; ++t) m.embedding.row_to_float(calib.tokens[s * T + t], residual.data() + t * D);
     for (int64_t l = 0; l < c.n_layer; ++l) {
       std::vector<float> conv(c.conv_dim() * (c.d_conv - 1), 0.0f), ssm(c.nheads() * c.headdim * c.d_state, 0.0f);
-      quantized_layer_forward(c, m.layers[l], l, residual.data(), T, conv.data(), ssm.data(), &means);
+      cpu_block_forward(c, m.layers[l], l, residual.data(), T, conv.data(), ssm.data(), &means);
     }
   }
   std::vector<std::vector<float>> out;

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "calib/synthetic_quantized.h"
-#include "runtime/quantized_backend.h"
+#include "runtime/cpu_backend.h"
 #include "tests/q/quantized_fixtures.h"
 
 namespace ssdq {
@@ -37,7 +37,7 @@ TEST(SyntheticQuantized, EveryRecipeRunsWithItsFormats) {
       EXPECT_EQ(layer.ssd_mode == SsdMode::kSsdi8, int8 && recipe == RecipeName::kSsdi8) << name;
       EXPECT_EQ(layer.ssm_state.is_int8(), int8 && (recipe == RecipeName::kQuamba2 || recipe == RecipeName::kSsdi8))
           << name;
-      const QuantizedBackend backend(m);
+      const CpuBackend backend(m);
       std::vector<float> logits(tokens.size() * c.vocab_size);
       auto state = backend.new_state(1);
       ForwardOutputs out;

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "formats/checkpoint.h"
-#include "runtime/checkpoint_weights.h"
-#include "runtime/model_weights.h"
+#include "model/checkpoint_weights.h"
+#include "model/model_weights.h"
 
 namespace ssdq::testing_models {
 

@@ -14,7 +14,7 @@
 #include "formats/checkpoint.h"
 #include "formats/error.h"
 #include "formats/safetensors.h"
-#include "runtime/checkpoint_weights.h"
+#include "model/checkpoint_weights.h"
 #include "runtime/cpu_ops.h"
 
 namespace ssdq {

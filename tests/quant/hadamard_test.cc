@@ -1,6 +1,6 @@
 // Hadamard matrices K·2^m: orthogonality for every order the real models use, the Kronecker
 // convention, and the fast transform against the dense product.
-#include "quant/hadamard.h"
+#include "model/hadamard.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // Symmetric RTN quantizers and int4 packing: exact values, round-trip bounds, clamping, layouts.
-#include "quant/quantizer.h"
+#include "model/quantizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -10,7 +10,7 @@
 #include <random>
 
 #include "formats/error.h"
-#include "quant/quantizer.h"
+#include "model/quantizer.h"
 
 namespace ssdq {
 namespace {

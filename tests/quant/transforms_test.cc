@@ -12,7 +12,7 @@
 #include <random>
 
 #include "formats/error.h"
-#include "quant/hadamard.h"
+#include "model/hadamard.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/cpu_ops.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/quantized_model.h"
+#include "model/quantized_model.h"
 
 #include <cmath>
 

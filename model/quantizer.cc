@@ -1,4 +1,4 @@
-#include "quant/quantizer.h"
+#include "model/quantizer.h"
 
 #include <algorithm>
 

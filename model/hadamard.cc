@@ -1,10 +1,10 @@
-#include "quant/hadamard.h"
+#include "model/hadamard.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "formats/error.h"
-#include "quant/hadamard_base.h"
+#include "model/hadamard_base.h"
 
 namespace ssdq {
 namespace {

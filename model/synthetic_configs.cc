@@ -1,4 +1,4 @@
-#include "runtime/synthetic_configs.h"
+#include "model/synthetic_configs.h"
 
 #include "formats/error.h"
 

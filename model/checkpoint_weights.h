@@ -2,7 +2,7 @@
 #pragma once
 
 #include "formats/checkpoint.h"
-#include "runtime/model_weights.h"
+#include "model/model_weights.h"
 
 namespace ssdq {
 

@@ -1,4 +1,4 @@
-// The base matrices H_K (K 1, 12, 20, 28) of quant/hadamard.h, entry by entry and constexpr, so
+// The base matrices H_K (K 1, 12, 20, 28) of model/hadamard.h, entry by entry and constexpr, so
 // host code builds them from the same definition that CUDA kernels unroll at compile time.
 //   H_12, H_20: Paley I for q = 11, 19: H = I + [[0, 1ᵀ], [-1, Q]], Q[i][j] = χ(j - i).
 //   H_28: Paley II for q = 13: C = [[0, 1ᵀ], [1, Q]], H = I_14 ⊗ [[1, -1], [-1, -1]] + C ⊗ [[1, 1], [1, -1]].

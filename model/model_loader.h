@@ -6,7 +6,7 @@
 
 #include "formats/checkpoint.h"
 #include "formats/tokenizer.h"
-#include "runtime/model_weights.h"
+#include "model/model_weights.h"
 
 namespace ssdq {
 

@@ -1,4 +1,4 @@
-#include "runtime/checkpoint_weights.h"
+#include "model/checkpoint_weights.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "runtime/model_weights.h"
+#include "model/model_weights.h"
 
 #include <cmath>
 #include <random>

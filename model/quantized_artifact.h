@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/quantized_model.h"
+#include "model/quantized_model.h"
 
 namespace ssdq {
 

@@ -1,11 +1,12 @@
-// One Mamba-2 block of a QuantizedModel, for one sequence: the specification of the quantized
-// forward that the CUDA backend reproduces.
+// One Mamba-2 block on the CPU, for one sequence: the specification every backend reproduces.
+// The FP32 model is the case where every point of the QuantizedModel is fp32
+// (float_quantized_model), so this one function runs the float model and every artifact.
 #pragma once
 
 #include <cstdint>
 
 #include "runtime/forward_observer.h"
-#include "runtime/quantized_model.h"
+#include "model/quantized_model.h"
 
 namespace ssdq {
 
@@ -22,7 +23,7 @@ namespace ssdq {
 //   g = gated_rmsnorm(y, z)·gated_norm (groups E/G); g ← g·H_E/√E when online_hadamard; g in format out_proj_in
 //   o = linear_forward(out_proj, g) + out_bias;  r += o
 // The observer, if any, sees each point's values as the next op consumes them (after its format).
-void quantized_layer_forward(const Mamba2Config& config, const QuantizedLayer& q, int64_t layer, float* residual,
+void cpu_block_forward(const Mamba2Config& config, const QuantizedLayer& q, int64_t layer, float* residual,
                              int64_t T, float* conv_state, float* ssm_state, ForwardObserver* observer = nullptr);
 
 }  // namespace ssdq

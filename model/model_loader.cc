@@ -1,8 +1,8 @@
-#include "runtime/model_loader.h"
+#include "model/model_loader.h"
 
 #include "formats/error.h"
 #include "formats/file_io.h"
-#include "runtime/checkpoint_weights.h"
+#include "model/checkpoint_weights.h"
 
 namespace ssdq {
 

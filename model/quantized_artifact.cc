@@ -1,4 +1,4 @@
-#include "runtime/quantized_artifact.h"
+#include "model/quantized_artifact.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "formats/config.h"
-#include "quant/quantizer.h"
-#include "runtime/model_weights.h"
+#include "model/quantizer.h"
+#include "model/model_weights.h"
 
 namespace ssdq {
 

@@ -1,16 +1,16 @@
-#include "runtime/quantized_layer.h"
+#include "runtime/cpu_block.h"
 
 #include <algorithm>
 #include <vector>
 
-#include "quant/hadamard.h"
+#include "model/hadamard.h"
 #include "runtime/cpu_ops.h"
 #include "runtime/quantized_ops.h"
 #include "runtime/quantized_ssd.h"
 
 namespace ssdq {
 
-void quantized_layer_forward(const Mamba2Config& c, const QuantizedLayer& q, int64_t layer, float* residual,
+void cpu_block_forward(const Mamba2Config& c, const QuantizedLayer& q, int64_t layer, float* residual,
                              int64_t T, float* conv_state, float* ssm_state, ForwardObserver* observer) {
   const int64_t D = c.d_model, E = c.d_inner(), H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state;
   const int64_t conv_dim = c.conv_dim(), in_dim = c.d_in_proj();

@@ -1,0 +1,145 @@
+// The decode session's contract on the CPU specification, for the FP model and every recipe ×
+// bit width: verify(K) returns, bit for bit, the logits K plain steps give, and accept(n) leaves
+// each sequence's state (and what follows) bit for bit as n plain steps would. Also the state
+// API it is built on: row copies, zeroing, and the errors for rows that do not exist.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "calib/synthetic_quantized.h"
+#include "formats/error.h"
+#include "model/model_weights.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/decode_session.h"
+#include "tests/q/test_models.h"
+
+namespace ssdq {
+namespace {
+
+using namespace testing_models;
+
+std::vector<char> row_bytes(const InferenceState& state, int64_t row) {
+  std::vector<char> out;
+  for (const StateTensor& t : state.tensors()) {
+    const char* begin = static_cast<const char*>(t.data) + row * t.bytes_per_sequence;
+    out.insert(out.end(), begin, begin + t.bytes_per_sequence);
+  }
+  return out;
+}
+
+bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+// Three sequences with prompts of different lengths (one long enough for the chunked SSD), one
+// plain step, then verify K = 4 drafts and accept 0, 2 and 4 of them, then one more step.
+void expect_verify_accept_is_plain_decode(const Backend& backend, const std::string& name) {
+  const int64_t V = backend.config().vocab_size, B = 3, K = 4;
+  const std::vector<int64_t> prompt_lengths = {70, 9, 1}, counts = {0, 2, 4};
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t b = 0; b < B; ++b) prompts.push_back(random_tokens(prompt_lengths[b], V, 10 + b));
+  const std::vector<int32_t> first = random_tokens(B, V, 20), drafts = random_tokens(B * K, V, 21),
+                             next = random_tokens(B, V, 22);
+
+  DecodeSession session(backend, B);
+  for (int64_t b = 0; b < B; ++b) session.prefill(b, prompts[b].data(), prompt_lengths[b], nullptr);
+  session.step(first.data(), nullptr);
+  std::vector<float> verified(B * K * V), after(B * V);
+  session.verify(drafts.data(), K, verified.data());
+  session.accept(counts);
+  std::vector<std::vector<char>> accepted;
+  for (int64_t b = 0; b < B; ++b) accepted.push_back(row_bytes(session.state(), b));
+  session.step(next.data(), after.data());
+
+  for (int64_t b = 0; b < B; ++b) {
+    // The plain decode of sequence b alone: prompt, first token, then the drafts one at a time.
+    DecodeSession plain(backend, 1);
+    std::vector<float> logits(V), prompt_logits(V);
+    plain.prefill(0, prompts[b].data(), prompt_lengths[b], prompt_logits.data());
+    plain.step(&first[b], nullptr);
+    for (int64_t k = 0; k < K; ++k) {
+      plain.step(&drafts[b * K + k], logits.data());
+      EXPECT_TRUE(same_bits(logits.data(), &verified[(b * K + k) * V], V))
+          << name << ": sequence " << b << ", verified position " << k;
+    }
+    DecodeSession kept(backend, 1);
+    kept.prefill(0, prompts[b].data(), prompt_lengths[b], nullptr);
+    kept.step(&first[b], nullptr);
+    for (int64_t k = 0; k < counts[b]; ++k) kept.step(&drafts[b * K + k], nullptr);
+    EXPECT_EQ(accepted[b], row_bytes(kept.state(), 0))
+        << name << ": sequence " << b << " state after accept(" << counts[b] << ")";
+    kept.step(&next[b], logits.data());
+    EXPECT_TRUE(same_bits(logits.data(), &after[b * V], V)) << name << ": sequence " << b << ", step after accept";
+  }
+}
+
+TEST(DecodeSession, VerifyAcceptIsPlainDecodeForTheFloatModel) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  expect_verify_accept_is_plain_decode(backend, "fp32");
+}
+
+TEST(DecodeSession, VerifyAcceptIsPlainDecodeForEveryRecipeAndBits) {
+  const Mamba2Config c = synthetic_config(2);
+  for (RecipeName recipe : {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8})
+    for (BitWidth bits : {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16}) {
+      RecipeOptions o;
+      o.recipe = recipe;
+      o.bits = bits;
+      o.group_size = 64;
+      o.head_clusters = 2;
+      const CpuBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)));
+      expect_verify_accept_is_plain_decode(backend, std::string(recipe_name(recipe)) + " " + bit_width_name(bits));
+    }
+}
+
+TEST(DecodeSession, RefusesAcceptWithoutVerifyAndCountsOutOfRange) {
+  const CpuBackend backend(random_weights(synthetic_config(2, 1), 3));
+  DecodeSession session(backend, 2);
+  const std::vector<int32_t> tokens = {1, 2, 3, 4};
+  EXPECT_THROW(session.accept({0, 0}), Error);
+  session.verify(tokens.data(), 2, nullptr);
+  EXPECT_THROW(session.accept({0, 3}), Error);
+  EXPECT_THROW(session.accept({0}), Error);
+  session.accept({1, 2});
+  EXPECT_THROW(session.accept({1, 2}), Error);  // each verify is accepted once
+  EXPECT_THROW(session.verify(tokens.data(), 0, nullptr), Error);
+  EXPECT_THROW(session.prefill(2, tokens.data(), 2, nullptr), Error);
+  EXPECT_THROW(session.prefill(0, tokens.data(), 0, nullptr), Error);
+}
+
+TEST(StateApi, CopiesAndZeroesRows) {
+  const CpuBackend backend(random_weights(synthetic_config(2, 2), 3));
+  const int64_t V = backend.config().vocab_size;
+  auto state = backend.new_state(3);
+  const std::vector<int32_t> tokens = random_tokens(3 * 40, V, 4);
+  backend.forward(tokens.data(), 40, *state, {});
+  EXPECT_EQ(state->bytes_per_sequence(), backend.state_bytes_per_sequence());
+  const std::vector<char> row0 = row_bytes(*state, 0), row1 = row_bytes(*state, 1), row2 = row_bytes(*state, 2);
+  ASSERT_NE(row0, row1);
+
+  auto snapshot = backend.new_state(2);
+  snapshot->copy_rows(*state, {2, 0}, {0, 1});
+  EXPECT_EQ(row_bytes(*snapshot, 0), row2);
+  EXPECT_EQ(row_bytes(*snapshot, 1), row0);
+
+  state->copy_rows(*state, {0}, {1});  // one sequence's state into another of the same batch
+  EXPECT_EQ(row_bytes(*state, 1), row0);
+  state->zero_rows({0});
+  EXPECT_EQ(row_bytes(*state, 0), std::vector<char>(row0.size(), 0));
+  state->copy_rows(*snapshot, {1, 0}, {0, 2});  // restore
+  EXPECT_EQ(row_bytes(*state, 0), row0);
+  EXPECT_EQ(row_bytes(*state, 2), row2);
+
+  EXPECT_THROW(state->copy_rows(*snapshot, {2}, {0}), Error);       // no source row 2
+  EXPECT_THROW(state->copy_rows(*snapshot, {0}, {3}), Error);       // no destination row 3
+  EXPECT_THROW(state->copy_rows(*snapshot, {0, 1}, {1, 1}), Error);  // a destination twice
+  EXPECT_THROW(state->copy_rows(*state, {0, 1}, {1, 2}), Error);     // row 1 read and overwritten
+  EXPECT_THROW(state->copy_all(*snapshot), Error);                   // batches differ
+  EXPECT_THROW(state->zero_rows({-1}), Error);
+  const CpuBackend other(random_weights(synthetic_config(2, 1), 3));  // one layer: other buffers
+  EXPECT_THROW(state->copy_rows(*other.new_state(1), {0}, {0}), Error);
+}
+
+}  // namespace
+}  // namespace ssdq

@@ -1,0 +1,28 @@
+// Checks for numeric flags whose errors say the valid range in words ("must be 1 or more"),
+// instead of CLI11's numeric bounds of the type.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace ssdq::cli {
+
+// A whole number in [low, high]; `high` left at its default means no upper bound.
+inline CLI::Validator whole_number(int64_t low, int64_t high = std::numeric_limits<int64_t>::max()) {
+  const bool bounded = high != std::numeric_limits<int64_t>::max();
+  const std::string range = bounded ? fmt::format("{} to {}", low, high) : fmt::format("{} or more", low);
+  return CLI::Validator(
+      [low, high, range](std::string& text) -> std::string {
+        int64_t value = 0;
+        if (!CLI::detail::lexical_cast(text, value)) return fmt::format("expected a whole number ({}), got '{}'", range, text);
+        if (value < low || value > high) return fmt::format("must be {}, got {}", range, text);
+        return "";
+      },
+      bounded ? fmt::format("INT in {}..{}", low, high) : fmt::format("INT >= {}", low));
+}
+
+}  // namespace ssdq::cli
