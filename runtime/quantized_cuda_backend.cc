@@ -294,7 +294,9 @@ struct LinearPlan {
                                         "cuBLASLt int8 per group + scale_int32"};
     std::string weights = weight_bits == 0 ? "fp16 weights" : fmt::format("int{} weights", weight_bits);
     if (groups > 1) weights += fmt::format(" in {} groups", groups);
-    std::string text = fmt::format("{} ({}, {} input)", names[static_cast<int>(schedule)], weights,
+    const std::string name = schedule == Schedule::kImmaPerGroup && groups == 1 ? "cuBLASLt int8 + scale_int32"
+                                                                                : names[static_cast<int>(schedule)];
+    std::string text = fmt::format("{} ({}, {} input)", name, weights,
                                    int8_input ? "int8" : "fp16");
     if (unpack_first) text += ", unpacked first";
     if (norm_prologue) text += ", RMSNorm in its prologue";
