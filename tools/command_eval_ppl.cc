@@ -14,6 +14,7 @@
 #include "model/quantized_artifact.h"
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
+#include "tools/model_source.h"
 
 namespace ssdq::cli {
 namespace {
@@ -25,35 +26,12 @@ struct EvalPplFlags {
   bool quiet = false;
 };
 
-// The backend and tokenizer of a quantized artifact.
-std::unique_ptr<Backend> artifact_backend(const EvalPplFlags& flags, std::unique_ptr<Tokenizer>& tokenizer) {
-  const LoadedArtifact loaded = read_quantized_artifact(flags.artifact);
-  if (!flags.tokenizer.empty()) {
-    tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(flags.tokenizer));
-  } else if (!loaded.tokenizer_json.empty()) {
-    tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_json(loaded.tokenizer_json, flags.artifact + " (tokenizer)"));
-  } else {
-    fail("{}: the artifact embeds no tokenizer; pass --tokenizer PATH", flags.artifact);
-  }
-  fmt::print("artifact {}\n        recipe {}\n        {}\n", flags.artifact, loaded.description.recipe,
-             loaded.model->config.summary());
-  return make_quantized_backend(flags.device, loaded.model);
-}
-
 void run_eval_ppl(const EvalPplFlags& flags) {
   if (flags.threads > 0) set_thread_count(flags.threads);
-  if (flags.model.empty() == flags.artifact.empty()) fail("eval-ppl needs exactly one of --model and --artifact");
-  std::unique_ptr<Tokenizer> tokenizer_owner;
-  std::unique_ptr<Backend> backend;
-  if (!flags.artifact.empty()) {
-    backend = artifact_backend(flags, tokenizer_owner);
-  } else {
-    const LoadedModel model = load_model(flags.model);
-    tokenizer_owner = std::make_unique<Tokenizer>(Tokenizer::from_file(find_tokenizer(flags.model, flags.tokenizer)));
-    fmt::print("model   {} ({})\n        {}\n", flags.model, model.weights_path, model.weights->config.summary());
-    backend = make_backend(flags.device, model.weights);
-  }
-  const Tokenizer& tokenizer = *tokenizer_owner;
+  const ModelSource source = load_model_source("eval-ppl", flags.model, flags.artifact, flags.tokenizer, flags.device);
+  fmt::print("{}", source.description);
+  const std::unique_ptr<Backend>& backend = source.backend;
+  const Tokenizer& tokenizer = *source.tokenizer;
   const std::vector<int32_t> tokens = tokenize_data_file(flags.data, tokenizer);
   const int64_t used = flags.max_tokens > 0 ? std::min<int64_t>(flags.max_tokens, tokens.size()) : tokens.size();
   fmt::print("data    {}: {} tokens, evaluating {} at ctx {}\n", flags.data, tokens.size(), used, flags.ctx);

@@ -14,5 +14,6 @@ void add_doctor_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
 void add_export_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
 
 }  // namespace ssdq::cli

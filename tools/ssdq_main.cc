@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   ssdq::cli::add_calibrate_command(app);
   ssdq::cli::add_export_command(app);
   ssdq::cli::add_eval_ppl_command(app);
+  ssdq::cli::add_generate_command(app);
   ssdq::cli::add_info_command(app);
   ssdq::cli::add_bench_command(app);
   ssdq::cli::add_doctor_command(app);

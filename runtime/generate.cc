@@ -1,0 +1,206 @@
+#include "runtime/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "formats/error.h"
+#include "runtime/decode_session.h"
+
+namespace ssdq {
+
+Drafter ngram_drafter(const NgramDraftOptions& options) {
+  return [options](int64_t, const std::vector<int32_t>& context) { return ngram_draft(context, options); };
+}
+
+size_t complete_utf8_prefix(const std::string& text) {
+  const size_t n = text.size();
+  // Look back at most 3 bytes for the lead byte of the last character.
+  for (size_t back = 1; back <= std::min<size_t>(4, n); ++back) {
+    const unsigned char c = static_cast<unsigned char>(text[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte
+    const size_t need = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+    return back < need ? n - back : n;
+  }
+  return n;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// One sequence's progress: what it generated, what was handed out, and when.
+struct Progress {
+  std::vector<int32_t> context;  // prompt + generated
+  GeneratedText out;
+  bool done = false;
+  size_t emitted = 0;
+  Clock::time_point first, last;
+};
+
+class Generator {
+ public:
+  Generator(const Tokenizer& tokenizer, const GenerateOptions& options, const TextCallback& on_text)
+      : tokenizer_(tokenizer), options_(options), on_text_(on_text) {}
+
+  // Appends a chosen token to sequence b and decides whether it is done.
+  void append(int64_t b, Progress& p, int32_t token) {
+    const auto now = Clock::now();
+    if (p.out.tokens.empty()) p.first = now;
+    p.last = now;
+    if (std::find(options_.stop_tokens.begin(), options_.stop_tokens.end(), token) != options_.stop_tokens.end()) {
+      finish(b, p, "stop token");
+      return;
+    }
+    p.out.tokens.push_back(token);
+    p.context.push_back(token);
+    p.out.text = tokenizer_.decode(p.out.tokens);
+    size_t stop_at = std::string::npos;
+    for (const std::string& stop : options_.stop_strings) stop_at = std::min(stop_at, p.out.text.find(stop));
+    if (stop_at != std::string::npos) {
+      p.out.text.resize(stop_at);
+      finish(b, p, "stop string");
+      return;
+    }
+    if (static_cast<int64_t>(p.out.tokens.size()) >= options_.max_new_tokens) {
+      finish(b, p, "length");
+      return;
+    }
+    emit(b, p, visible_length(p.out.text));
+  }
+
+ private:
+  // Text that cannot change any more: whole characters, and not a tail that may begin a stop string.
+  size_t visible_length(const std::string& text) const {
+    size_t held = 0;
+    for (const std::string& stop : options_.stop_strings)
+      for (size_t k = std::min(stop.size() - 1, text.size()); k > held; --k)
+        if (text.compare(text.size() - k, k, stop, 0, k) == 0) {
+          held = k;
+          break;
+        }
+    return complete_utf8_prefix(text.substr(0, text.size() - held));
+  }
+  void emit(int64_t b, Progress& p, size_t upto) {
+    if (upto > p.emitted && on_text_) on_text_(b, p.out.text.substr(p.emitted, upto - p.emitted));
+    p.emitted = std::max(p.emitted, upto);
+  }
+  void finish(int64_t b, Progress& p, const char* reason) {
+    p.done = true;
+    p.out.finish_reason = reason;
+    emit(b, p, p.out.text.size());
+  }
+
+  const Tokenizer& tokenizer_;
+  const GenerateOptions& options_;
+  const TextCallback& on_text_;
+};
+
+}  // namespace
+
+std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tokenizer,
+                                    const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
+                                    const TextCallback& on_text) {
+  check_sampling_options(options.sampling);
+  const int64_t B = static_cast<int64_t>(prompts.size()), V = backend.config().vocab_size;
+  if (B == 0) fail("generate: no prompts");
+  if (options.max_new_tokens < 1) fail("--max-new-tokens must be 1 or more, got {}", options.max_new_tokens);
+  if (options.drafter && options.max_draft < 1) fail("--draft must be 1 or more, got {}", options.max_draft);
+  if (!options.sequence_ids.empty() && static_cast<int64_t>(options.sequence_ids.size()) != B)
+    fail("internal: {} sequence ids for {} prompts", options.sequence_ids.size(), B);
+  for (int64_t b = 0; b < B; ++b) {
+    if (prompts[b].empty()) fail("prompt {} is empty (after tokenization)", b);
+    for (int32_t id : prompts[b])
+      if (id < 0 || id >= V) fail("prompt {}: token id {} is outside the model's vocabulary (0..{})", b, id, V - 1);
+  }
+  auto sequence_id = [&](int64_t b) { return options.sequence_ids.empty() ? uint64_t(b) : options.sequence_ids[b]; };
+  auto choose = [&](int64_t b, const Progress& p, const float* logits) {
+    const double u = counter_uniform(options.sampling.seed, sequence_id(b), p.out.tokens.size());
+    return choose_token(logits, V, options.sampling, u);
+  };
+
+  Generator generator(tokenizer, options, on_text);
+  const auto start = Clock::now();
+  std::vector<Progress> seq(B);
+  DecodeSession session(backend, B);
+  std::vector<float> logits(V);
+  std::vector<int32_t> pending(B);  // the chosen token each sequence feeds next
+  for (int64_t b = 0; b < B; ++b) {
+    seq[b].context = prompts[b];
+    session.prefill(b, prompts[b].data(), static_cast<int64_t>(prompts[b].size()), logits.data());
+    pending[b] = choose(b, seq[b], logits.data());
+    generator.append(b, seq[b], pending[b]);
+  }
+  auto all_done = [&] { return std::all_of(seq.begin(), seq.end(), [](const Progress& p) { return p.done; }); };
+  std::vector<float> window_logits;
+  while (!all_done()) {
+    // Drafts: at most max_draft tokens, and no more than a sequence may still generate.
+    std::vector<std::vector<int32_t>> drafts(B);
+    int64_t K = 0;
+    if (options.drafter)
+      for (int64_t b = 0; b < B; ++b) {
+        if (seq[b].done) continue;
+        drafts[b] = options.drafter(b, seq[b].context);
+        const int64_t room = options.max_new_tokens - static_cast<int64_t>(seq[b].out.tokens.size()) - 1;
+        drafts[b].resize(std::max<int64_t>(0, std::min<int64_t>({static_cast<int64_t>(drafts[b].size()), options.max_draft, room})));
+        for (int32_t& t : drafts[b]) t = std::clamp<int32_t>(t, 0, static_cast<int32_t>(V - 1));
+        K = std::max<int64_t>(K, static_cast<int64_t>(drafts[b].size()));
+      }
+    if (K == 0) {  // nothing to verify: a plain step
+      window_logits.resize(B * V);
+      session.step(pending.data(), window_logits.data());
+      for (int64_t b = 0; b < B; ++b) {
+        if (seq[b].done) continue;
+        pending[b] = choose(b, seq[b], window_logits.data() + b * V);
+        generator.append(b, seq[b], pending[b]);
+      }
+      continue;
+    }
+    // One window of K + 1 tokens per sequence: its pending token, then its draft (padded with the
+    // pending token; a padded position is never compared, so its value does not matter).
+    const int64_t W = K + 1;
+    std::vector<int32_t> window(B * W);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < W; ++j)
+        window[b * W + j] = j == 0 || j > static_cast<int64_t>(drafts[b].size()) ? pending[b] : drafts[b][j - 1];
+    window_logits.resize(B * W * V);
+    session.verify(window.data(), W, window_logits.data());
+    std::vector<int64_t> keep(B, W);
+    for (int64_t b = 0; b < B; ++b) {
+      Progress& p = seq[b];
+      if (p.done) continue;
+      const int64_t drafted = static_cast<int64_t>(drafts[b].size());
+      int64_t j = 0;
+      for (;; ++j) {  // position j's logits follow window token j; the model's choice there
+        pending[b] = choose(b, p, window_logits.data() + (b * W + j) * V);
+        generator.append(b, p, pending[b]);
+        if (p.done || j >= drafted || pending[b] != drafts[b][j]) break;
+      }
+      keep[b] = j + 1;  // the window tokens fed: pending + the j accepted drafts
+      if (drafted > 0) {
+        ++p.out.windows;
+        p.out.drafted += drafted;
+        p.out.accepted += j;
+        if (static_cast<int64_t>(p.out.accepted_histogram.size()) < options.max_draft + 1)
+          p.out.accepted_histogram.resize(options.max_draft + 1);
+        ++p.out.accepted_histogram[j];
+      }
+    }
+    session.accept(keep);
+  }
+  for (Progress& p : seq) {
+    const int64_t n = static_cast<int64_t>(p.out.tokens.size());
+    p.out.ttft_ms = ms_between(start, p.first);
+    p.out.tpot_ms = n > 1 ? ms_between(p.first, p.last) / (n - 1) : 0;
+    const double total_ms = ms_between(start, p.last);
+    p.out.tokens_per_second = total_ms > 0 ? n / (total_ms / 1000) : 0;
+  }
+  std::vector<GeneratedText> out;
+  for (Progress& p : seq) out.push_back(std::move(p.out));
+  return out;
+}
+
+}  // namespace ssdq

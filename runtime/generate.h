@@ -1,0 +1,62 @@
+// Text generation on any backend through the decode session: prompts of different lengths in one
+// batch, sampling (sampling.h), stop tokens and strings, text handed out as whole UTF-8
+// characters as it grows, and exact speculative decoding (drafts verified in one window, each
+// sequence keeping the tokens the model itself would have chosen).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "formats/tokenizer.h"
+#include "runtime/backend.h"
+#include "runtime/ngram_drafter.h"
+#include "runtime/sampling.h"
+
+namespace ssdq {
+
+// Proposes draft tokens continuing `context` (prompt + generated so far) of sequence `sequence`.
+using Drafter = std::function<std::vector<int32_t>(int64_t sequence, const std::vector<int32_t>& context)>;
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 128;
+  SamplingOptions sampling;
+  std::vector<std::string> stop_strings;  // generation stops before the first occurrence of any
+  std::vector<int32_t> stop_tokens;       // generation stops at any of these ids (not part of the text)
+  // The id of prompt i in the random numbers that choose its tokens (default: i), so that a
+  // prompt run alone can reproduce its text from a larger batch.
+  std::vector<uint64_t> sequence_ids;
+  // Speculation: off unless a drafter is set (ngram_drafter() for prompt lookup). At most
+  // max_draft tokens are verified per window.
+  Drafter drafter;
+  int64_t max_draft = 6;
+};
+
+// A drafter by prompt lookup (ngram_drafter.h).
+Drafter ngram_drafter(const NgramDraftOptions& options);
+
+struct GeneratedText {
+  std::vector<int32_t> tokens;  // the generated ids, a stop token excluded
+  std::string text;             // their text, cut before a stop string
+  std::string finish_reason;    // "length", "stop token" or "stop string"
+  double ttft_ms = 0, tpot_ms = 0, tokens_per_second = 0;
+  // Speculation: verify windows run, draft tokens proposed and accepted, and how many windows
+  // accepted 0, 1, … max_draft of their drafts.
+  int64_t windows = 0, drafted = 0, accepted = 0;
+  std::vector<int64_t> accepted_histogram;
+};
+
+// Called as sequence `sequence`'s visible text grows by `piece` (whole UTF-8 characters, nothing
+// that might still turn out to begin a stop string).
+using TextCallback = std::function<void(int64_t sequence, const std::string& piece)>;
+
+std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tokenizer,
+                                    const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
+                                    const TextCallback& on_text = {});
+
+// The length of the longest prefix of `text` that ends on a whole UTF-8 character (an incomplete
+// multi-byte sequence at the end is held back).
+size_t complete_utf8_prefix(const std::string& text);
+
+}  // namespace ssdq

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `ssdq generate` on the CPU with the bundled model: greedy text streams to stdout and equals the
+# speculative run's; a .jsonl prompt file runs as one batch with a JSON report per prompt; bad
+# sampling values, an empty prompt, an empty prompt file and an unknown device are refused.
+set -euo pipefail
+ssdq=tools/ssdq
+model=examples/mamba2-tiny
+tmp=$TEST_TMPDIR
+
+plain=$("$ssdq" generate --model "$model" --prompt "The city of London" --max-new-tokens 24 --json "$tmp/plain.json" 2>"$tmp/err")
+grep -q "prompt 0: 24 tokens (length)" "$tmp/err"
+[ -n "$plain" ]
+spec=$("$ssdq" generate --model "$model" --prompt "The city of London" --max-new-tokens 24 --speculate ngram --draft 4 \
+  --json "$tmp/spec.json" 2>"$tmp/err")
+[ "$plain" = "$spec" ]
+grep -q '"windows"' "$tmp/spec.json"
+
+printf '{"prompt": "Once upon a time"}\n\n{"text": "The history of"}\n' >"$tmp/prompts.jsonl"
+out=$("$ssdq" generate --model "$model" --prompt-file "$tmp/prompts.jsonl" --max-new-tokens 8 --temperature 0.8 \
+  --top-k 40 --top-p 0.95 --seed 3 --json "$tmp/batch.json" 2>/dev/null)
+grep -qx -- "--- prompt 0" <<<"$out"
+grep -qx -- "--- prompt 1" <<<"$out"
+[ "$(grep -c '"finish_reason"' "$tmp/batch.json")" -eq 2 ]
+again=$("$ssdq" generate --model "$model" --prompt-file "$tmp/prompts.jsonl" --max-new-tokens 8 --temperature 0.8 \
+  --top-k 40 --top-p 0.95 --seed 3 2>/dev/null)
+[ "$out" = "$again" ]
+
+refused() {  # expected error text, then the arguments
+  local expected=$1
+  shift
+  if "$ssdq" generate --model "$model" "$@" >/dev/null 2>"$tmp/err"; then echo "accepted: $*"; exit 1; fi
+  grep -qF -- "$expected" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+}
+refused "--temperature must be 0 (greedy) or more" --prompt x --temperature -1
+refused "--top-p must be above 0 and at most 1" --prompt x --top-p 0
+refused "must be 1 or more, got 0" --prompt x --max-new-tokens 0
+refused "--prompt: the prompt is empty" --prompt ""
+: >"$tmp/empty.txt"
+refused "the prompt is empty" --prompt-file "$tmp/empty.txt"
+: >"$tmp/empty.jsonl"
+refused "no prompts in the file" --prompt-file "$tmp/empty.jsonl"
+refused "--device tpu: expected cpu, cuda or cuda:N" --prompt x --device tpu
+echo "generate_cli_test: ok"

@@ -1,0 +1,49 @@
+// Speculative decoding on both CUDA backends equals plain decoding on the same backend, token for
+// token: greedy and sampled, the bundled model in bf16 and synthetic models of every recipe ×
+// bit width, drafts accepted in every length 0…K, prompts of different lengths in one batch.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "calib/synthetic_quantized.h"
+#include "model/model_loader.h"
+#include "runtime/cuda_backend.h"
+#include "runtime/quantized_cuda_backend.h"
+#include "tests/runtime/speculation_checks.h"
+
+namespace ssdq {
+namespace {
+
+using namespace testing_models;
+
+TEST(CudaGenerate, SpeculativeIsPlainInBf16) {
+  CudaBackendOptions options;
+  const CudaBackend backend(*load_model(kTinyModel).weights, options);
+  const std::vector<int64_t> histogram = expect_speculation_exact(backend, {}, "bf16 greedy");
+  for (size_t j = 0; j < histogram.size(); ++j) EXPECT_GT(histogram[j], 0) << "no window accepted " << j << " drafts";
+  GenerateOptions sampled;
+  sampled.sampling = {0.8, 50, 0.95, 3};
+  expect_speculation_exact(backend, sampled, "bf16 sampled");
+}
+
+TEST(CudaGenerate, SpeculativeIsPlainForEveryRecipeAndBits) {
+  const Mamba2Config c = synthetic_config(2);
+  for (RecipeName recipe : {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8})
+    for (BitWidth bits : {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16}) {
+      RecipeOptions o;
+      o.recipe = recipe;
+      o.bits = bits;
+      o.group_size = 64;
+      o.head_clusters = 2;
+      const QuantizedCudaBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)), 0);
+      const std::string name = std::string(recipe_name(recipe)) + " " + bit_width_name(bits);
+      expect_speculation_exact(backend, {}, name + " greedy");
+      GenerateOptions sampled;
+      sampled.sampling = {1.0, 0, 1.0, 11};
+      expect_speculation_exact(backend, sampled, name + " sampled");
+    }
+}
+
+}  // namespace
+}  // namespace ssdq

@@ -1,0 +1,159 @@
+// Generation on the CPU specification: speculative decoding is exact (greedy and sampled, the FP
+// model and every recipe × bit width, drafts accepted in every length 0…K, a drafter that never
+// matches, a batch whose sequences accept different counts and whose prompts differ in length);
+// sampling depends only on (seed, prompt, position); stop strings, stop tokens and whole UTF-8
+// characters in the streamed text; the errors for bad options.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "calib/synthetic_quantized.h"
+#include "formats/error.h"
+#include "formats/tokenizer.h"
+#include "model/model_weights.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/generate.h"
+#include "tests/q/test_models.h"
+#include "tests/runtime/speculation_checks.h"
+
+namespace ssdq {
+namespace {
+
+using namespace testing_models;
+
+TEST(Generate, GreedySpeculativeIsPlainForTheFloatModel) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  const std::vector<int64_t> histogram = expect_speculation_exact(backend, {}, "fp32 greedy");
+  for (size_t j = 0; j < histogram.size(); ++j) EXPECT_GT(histogram[j], 0) << "no window accepted " << j << " drafts";
+}
+
+TEST(Generate, SampledSpeculativeIsPlainSampled) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  GenerateOptions options;
+  options.sampling = {0.8, 50, 0.9, 7};
+  expect_speculation_exact(backend, options, "fp32 sampled");
+}
+
+TEST(Generate, SpeculativeIsPlainForEveryRecipeAndBits) {
+  const Mamba2Config c = synthetic_config(2);
+  for (RecipeName recipe : {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8})
+    for (BitWidth bits : {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16}) {
+      RecipeOptions o;
+      o.recipe = recipe;
+      o.bits = bits;
+      o.group_size = 64;
+      o.head_clusters = 2;
+      const CpuBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)));
+      const std::string name = std::string(recipe_name(recipe)) + " " + bit_width_name(bits);
+      expect_speculation_exact(backend, {}, name + " greedy");
+      GenerateOptions sampled;
+      sampled.sampling = {1.0, 0, 1.0, 11};
+      expect_speculation_exact(backend, sampled, name + " sampled");
+    }
+}
+
+TEST(Generate, NeverMatchingDrafterChangesNothing) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  const int64_t V = backend.config().vocab_size;
+  const auto prompts = prompts_of(V);
+  GenerateOptions options;
+  options.max_new_tokens = 12;
+  const auto plain = run(backend, options, prompts);
+  options.drafter = [&](int64_t b, const std::vector<int32_t>& context) {
+    const size_t n = context.size() - prompts[b].size();
+    std::vector<int32_t> draft;
+    for (size_t k = 0; k < 3 && n + k < plain[b].tokens.size(); ++k) draft.push_back((plain[b].tokens[n + k] + 7) % V);
+    return draft;
+  };
+  options.max_draft = 3;
+  const auto speculative = run(backend, options, prompts);
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    EXPECT_EQ(speculative[b].tokens, plain[b].tokens);
+    EXPECT_EQ(speculative[b].accepted, 0);
+  }
+}
+
+TEST(Generate, SamplingDependsOnlyOnSeedPromptAndPosition) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  const auto prompts = prompts_of(backend.config().vocab_size);
+  GenerateOptions options;
+  options.max_new_tokens = 10;
+  options.sampling = {1.0, 0, 1.0, 5};
+  const auto together = run(backend, options, prompts);
+  options.sequence_ids = {1};
+  const auto alone = run(backend, options, {prompts[1]});
+  EXPECT_EQ(alone[0].tokens, together[1].tokens);
+  options.sequence_ids.clear();
+  options.sampling.seed = 6;
+  const auto other_seed = run(backend, options, prompts);
+  EXPECT_NE(other_seed[1].tokens, together[1].tokens);
+}
+
+TEST(Generate, StopsAtStopStringsAndTokensAndStreamsWholeText) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  const auto prompts = prompts_of(backend.config().vocab_size);
+  GenerateOptions options;
+  options.max_new_tokens = 16;
+  const auto plain = run(backend, options, {prompts[1]});
+  ASSERT_EQ(plain[0].finish_reason, "length");
+  ASSERT_GE(plain[0].text.size(), 6u);
+  // A stop string from the middle of the text: the output is the text before its first occurrence.
+  const std::string stop = plain[0].text.substr(plain[0].text.size() / 2, 3);
+  options.stop_strings = {stop};
+  std::string streamed;
+  const auto stopped = generate(backend, tokenizer(), {prompts[1]}, options,
+                                [&](int64_t, const std::string& piece) { streamed += piece; });
+  EXPECT_EQ(stopped[0].finish_reason, "stop string");
+  EXPECT_EQ(stopped[0].text, plain[0].text.substr(0, plain[0].text.find(stop)));
+  EXPECT_EQ(streamed, stopped[0].text);
+  // A stop token: generation ends before it, and it is not part of the output.
+  options.stop_strings.clear();
+  options.stop_tokens = {plain[0].tokens[3]};
+  const auto at_token = run(backend, options, {prompts[1]});
+  EXPECT_EQ(at_token[0].finish_reason, "stop token");
+  const size_t first = std::find(plain[0].tokens.begin(), plain[0].tokens.end(), plain[0].tokens[3]) - plain[0].tokens.begin();
+  EXPECT_EQ(at_token[0].tokens, std::vector<int32_t>(plain[0].tokens.begin(), plain[0].tokens.begin() + first));
+}
+
+TEST(Generate, HoldsBackIncompleteUtf8Characters) {
+  EXPECT_EQ(complete_utf8_prefix("abc"), 3u);
+  EXPECT_EQ(complete_utf8_prefix("a\xC3"), 1u);              // é's first byte
+  EXPECT_EQ(complete_utf8_prefix("a\xC3\xA9"), 3u);          // é whole
+  EXPECT_EQ(complete_utf8_prefix("a\xE2\x82"), 1u);          // € missing its last byte
+  EXPECT_EQ(complete_utf8_prefix("a\xE2\x82\xAC"), 4u);
+  EXPECT_EQ(complete_utf8_prefix("\xF0\x9F\x98"), 0u);       // an emoji cut short
+  EXPECT_EQ(complete_utf8_prefix("\xF0\x9F\x98\x80x"), 5u);
+}
+
+TEST(Generate, NgramDraftContinuesTheLatestEarlierMatch) {
+  NgramDraftOptions o;
+  o.draft = 3;
+  o.ngram_min = 1;
+  o.ngram_max = 3;
+  EXPECT_EQ(ngram_draft({1, 2, 3, 9, 8, 1, 2}, o), (std::vector<int32_t>{3, 9, 8}));
+  EXPECT_EQ(ngram_draft({5, 1, 2, 7, 1, 2, 4, 4, 1, 2}, o), (std::vector<int32_t>{4, 4, 1}));  // the latest
+  EXPECT_EQ(ngram_draft({1, 2, 3}, o), std::vector<int32_t>{});                              // nothing repeats
+  EXPECT_EQ(ngram_draft({4, 4, 4}, o), (std::vector<int32_t>{4}));
+}
+
+TEST(Generate, RefusesBadOptionsAndPrompts) {
+  const CpuBackend backend(random_weights(synthetic_config(2, 1), 3));
+  GenerateOptions options;
+  EXPECT_THROW(run(backend, options, {{}}), Error);
+  EXPECT_THROW(run(backend, options, {{1, 300}}), Error);  // outside the 256-token vocabulary
+  options.sampling.temperature = -1;
+  EXPECT_THROW(run(backend, options, {{1}}), Error);
+  options.sampling.temperature = 1;
+  options.sampling.top_p = 0;
+  EXPECT_THROW(run(backend, options, {{1}}), Error);
+  options.sampling.top_p = 1.5;
+  EXPECT_THROW(run(backend, options, {{1}}), Error);
+  options.sampling.top_p = 1;
+  options.sampling.top_k = -2;
+  EXPECT_THROW(run(backend, options, {{1}}), Error);
+}
+
+}  // namespace
+}  // namespace ssdq

@@ -1,0 +1,76 @@
+// Shared by the CPU and GPU generation tests: a drafter that proposes the reference continuation
+// with one wrong token at a position that cycles through the window (so every accepted length
+// 0…K occurs), and the check that speculative output equals plain output.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/tokenizer.h"
+#include "runtime/generate.h"
+#include "tests/q/test_models.h"
+
+namespace ssdq::testing_models {
+
+inline const Tokenizer& tokenizer() {
+  static const Tokenizer t = Tokenizer::from_file("examples/mamba2-tiny/tokenizer.json");
+  return t;
+}
+
+inline std::vector<std::vector<int32_t>> prompts_of(int64_t vocab) {
+  return {random_tokens(5, vocab, 1), random_tokens(40, vocab, 2), random_tokens(1, vocab, 3)};
+}
+
+// Proposes the reference continuation with one wrong token: at draft position (call count mod
+// K + 1) of the sequence (K + 1: no error), so the windows accept every length 0…K.
+struct OracleDrafter {
+  std::vector<std::vector<int32_t>> reference;
+  std::vector<size_t> prompt_lengths;
+  int64_t K, vocab;
+  std::shared_ptr<std::vector<int64_t>> calls = std::make_shared<std::vector<int64_t>>();
+  std::vector<int32_t> operator()(int64_t b, const std::vector<int32_t>& context) const {
+    if (calls->size() <= static_cast<size_t>(b)) calls->resize(b + 1);
+    const int64_t error_at = (*calls)[b]++ % (K + 1);
+    const size_t n = context.size() - prompt_lengths[b];  // tokens generated; the next draft continues them
+    std::vector<int32_t> draft;
+    for (int64_t k = 0; k < K && n + k < reference[b].size(); ++k) {
+      const int32_t token = reference[b][n + k];
+      draft.push_back(k == error_at ? (token + 1) % static_cast<int32_t>(vocab) : token);
+    }
+    return draft;
+  }
+};
+
+inline std::vector<GeneratedText> run(const Backend& backend, const GenerateOptions& options,
+                               const std::vector<std::vector<int32_t>>& prompts) {
+  return generate(backend, tokenizer(), prompts, options);
+}
+
+// Speculative output against plain output for one backend; returns the windows' histogram.
+inline std::vector<int64_t> expect_speculation_exact(const Backend& backend, GenerateOptions options, const std::string& name) {
+  const int64_t V = backend.config().vocab_size, K = 4;
+  const auto prompts = prompts_of(V);
+  options.max_new_tokens = 20;
+  const std::vector<GeneratedText> plain = run(backend, options, prompts);
+  OracleDrafter oracle{{}, {}, K, V};
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    oracle.reference.push_back(plain[b].tokens);
+    oracle.prompt_lengths.push_back(prompts[b].size());
+  }
+  options.drafter = oracle;
+  options.max_draft = K;
+  const std::vector<GeneratedText> speculative = run(backend, options, prompts);
+  std::vector<int64_t> histogram(K + 1, 0);
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    EXPECT_EQ(speculative[b].tokens, plain[b].tokens) << name << ": prompt " << b;
+    EXPECT_EQ(speculative[b].text, plain[b].text) << name << ": prompt " << b;
+    EXPECT_GT(speculative[b].windows, 0) << name;
+    for (size_t j = 0; j < speculative[b].accepted_histogram.size(); ++j) histogram[j] += speculative[b].accepted_histogram[j];
+  }
+  return histogram;
+}
+
+}  // namespace ssdq::testing_models

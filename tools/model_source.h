@@ -1,0 +1,24 @@
+// What a command runs: a checkpoint folder (--model) or an artifact (--artifact) on a device,
+// with its tokenizer (--tokenizer, else the folder's tokenizer.json or the one the artifact
+// embeds). Shared by eval-ppl and generate.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "formats/tokenizer.h"
+#include "runtime/backend.h"
+
+namespace ssdq::cli {
+
+struct ModelSource {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string description;  // what was loaded, in lines for the report
+};
+
+// `command` names the caller in the error when not exactly one of model and artifact is given.
+ModelSource load_model_source(const std::string& command, const std::string& model, const std::string& artifact,
+                              const std::string& tokenizer, const std::string& device);
+
+}  // namespace ssdq::cli
