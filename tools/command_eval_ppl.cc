@@ -3,7 +3,6 @@
 #include <memory>
 
 #include "formats/error.h"
-#include "formats/hub_cache.h"
 #include "formats/token_data.h"
 #include "formats/tokenizer.h"
 #include "runtime/backend_factory.h"
@@ -20,7 +19,8 @@ namespace ssdq::cli {
 namespace {
 
 struct EvalPplFlags {
-  std::string model, artifact, data, tokenizer, device = "cpu";
+  ModelSourceFlags source;
+  std::string data;
   int64_t ctx = 2048, max_tokens = 0, batch = 0;
   int threads = 0;
   bool quiet = false;
@@ -28,7 +28,7 @@ struct EvalPplFlags {
 
 void run_eval_ppl(const EvalPplFlags& flags) {
   if (flags.threads > 0) set_thread_count(flags.threads);
-  const ModelSource source = load_model_source("eval-ppl", flags.model, flags.artifact, flags.tokenizer, flags.device);
+  const ModelSource source = load_model_source("eval-ppl", flags.source);
   fmt::print("{}", source.description);
   const std::unique_ptr<Backend>& backend = source.backend;
   const Tokenizer& tokenizer = *source.tokenizer;
@@ -41,7 +41,7 @@ void run_eval_ppl(const EvalPplFlags& flags) {
   EvalOptions options;
   options.ctx = flags.ctx;
   options.max_tokens = flags.max_tokens;
-  options.batch = flags.batch > 0 ? flags.batch : default_eval_batch(flags.device);
+  options.batch = flags.batch > 0 ? flags.batch : default_eval_batch(flags.source.device);
   options.on_progress = [&](int64_t done, int64_t) { progress.update(done); };
   const PerplexityResult result = evaluate_perplexity(*backend, tokens, options);
   progress.finish();
@@ -59,20 +59,14 @@ void add_eval_ppl_command(CLI::App& app) {
       "eval-ppl",
       "Perplexity of a model on a text file: the file tokenized as one string, windows of --ctx tokens, each "
       "from a zero state, ppl = exp(mean NLL of the next token).");
-  CLI::Option* model =
-      cmd->add_option("--model", flags->model, "Checkpoint folder (config.json + weights), or org/name[@revision] on the hub");
-  cmd->add_option("--artifact", flags->artifact, "Quantized model written by ssdq export (.ssdq); instead of --model")
-      ->check(CLI::ExistingFile)
-      ->excludes(model);
+  add_model_source_options(cmd, flags->source);
   cmd->add_option("--data", flags->data, "Text file: plain text, or JSON lines with \"text\" (.jsonl, .jsonl.zst)")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--tokenizer", flags->tokenizer, "tokenizer.json (default: the one in the model folder)");
   cmd->add_option("--ctx", flags->ctx, "Window length in tokens")->capture_default_str()->check(whole_number(1));
   cmd->add_option("--max-tokens", flags->max_tokens, "Use only the first N tokens (0: all)")
       ->capture_default_str()
       ->check(whole_number(0));
-  cmd->add_option("--device", flags->device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--batch", flags->batch, "Windows run together (0: one per CPU thread, 16 on a GPU)")
       ->capture_default_str()
       ->check(whole_number(0));
@@ -80,7 +74,7 @@ void add_eval_ppl_command(CLI::App& app) {
       ->capture_default_str()
       ->check(whole_number(0));
   cmd->add_flag("--quiet", flags->quiet, "No progress bar");
-  cmd->callback([flags] { flags->model = flags->model.empty() ? "" : resolve_model_dir(flags->model), run_eval_ppl(*flags); });
+  cmd->callback([flags] { run_eval_ppl(*flags); });
 }
 
 }  // namespace ssdq::cli

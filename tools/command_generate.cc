@@ -8,7 +8,6 @@
 
 #include "formats/error.h"
 #include "formats/file_io.h"
-#include "formats/hub_cache.h"
 #include "runtime/generate.h"
 #include "runtime/parallel.h"
 #include "tools/commands.h"
@@ -21,7 +20,8 @@ namespace {
 using nlohmann::json;
 
 struct GenerateFlags {
-  std::string model, artifact, tokenizer, device = "cpu", prompt, prompt_file, json_path, speculate = "off";
+  ModelSourceFlags source;
+  std::string prompt, prompt_file, json_path, speculate = "off";
   std::vector<std::string> stop;
   int64_t max_new_tokens = 128, top_k = 0, draft = 6, ngram_min = 1, ngram_max = 3;
   double temperature = 0, top_p = 1;
@@ -85,7 +85,7 @@ void run_generate(const GenerateFlags& flags) {
     options.drafter = ngram_drafter({flags.draft, flags.ngram_min, flags.ngram_max});
     options.max_draft = flags.draft;
   }
-  const ModelSource source = load_model_source("generate", flags.model, flags.artifact, flags.tokenizer, flags.device);
+  const ModelSource source = load_model_source("generate", flags.source);
   std::fprintf(stderr, "%s", source.description.c_str());
   const Tokenizer& tokenizer = *source.tokenizer;
   if (const auto eos = tokenizer.token_id("<|endoftext|>")) options.stop_tokens.push_back(*eos);
@@ -145,13 +145,7 @@ void add_generate_command(CLI::App& app) {
       "generate",
       "Generate text from a prompt with a model or an artifact: greedy or sampled (temperature, top-k, top-p, "
       "seed), optional exact speculative decoding by prompt lookup. The text streams to stdout, figures to stderr.");
-  CLI::Option* model =
-      cmd->add_option("--model", flags->model, "Checkpoint folder (config.json + weights), or org/name[@revision] on the hub");
-  cmd->add_option("--artifact", flags->artifact, "Quantized model written by ssdq export (.ssdq); instead of --model")
-      ->check(CLI::ExistingFile)
-      ->excludes(model);
-  cmd->add_option("--tokenizer", flags->tokenizer, "tokenizer.json (default: the model folder's, or the artifact's)");
-  cmd->add_option("--device", flags->device, "cpu, cuda or cuda:N")->capture_default_str();
+  add_model_source_options(cmd, flags->source);
   CLI::Option* prompt = cmd->add_option("--prompt", flags->prompt, "The prompt text");
   cmd->add_option("--prompt-file", flags->prompt_file,
                   "Plain text (one prompt), or .jsonl with \"prompt\" or \"text\" per line (many, run as one batch)")
@@ -188,7 +182,7 @@ void add_generate_command(CLI::App& app) {
       ->check(whole_number(0));
   cmd->callback([flags, prompt] {
     flags->prompt_given = prompt->count() > 0;
-    flags->model = flags->model.empty() ? "" : resolve_model_dir(flags->model), run_generate(*flags);
+    run_generate(*flags);
   });
 }
 

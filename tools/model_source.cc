@@ -3,14 +3,29 @@
 #include <fmt/format.h>
 
 #include "formats/error.h"
+#include "formats/hub_cache.h"
 #include "model/model_loader.h"
 #include "model/quantized_artifact.h"
 #include "runtime/backend_factory.h"
 
 namespace ssdq::cli {
 
-ModelSource load_model_source(const std::string& command, const std::string& model, const std::string& artifact,
-                              const std::string& tokenizer, const std::string& device) {
+void add_model_source_options(CLI::App* command, ModelSourceFlags& flags) {
+  CLI::Option* model = command->add_option("--model", flags.model,
+                                           "Checkpoint folder (config.json + weights), or org/name[@revision] on the hub");
+  command->add_option("--artifact", flags.artifact, "Quantized model written by ssdq export (.ssdq); instead of --model")
+      ->check(CLI::ExistingFile)
+      ->excludes(model);
+  command->add_option("--tokenizer", flags.tokenizer,
+                      "tokenizer.json (default: the model folder's, or the one the artifact embeds)");
+  command->add_option("--device", flags.device, "cpu, cuda or cuda:N")->capture_default_str();
+}
+
+ModelSource load_model_source(const std::string& command, const ModelSourceFlags& flags) {
+  const std::string model = flags.model.empty() ? "" : resolve_model_dir(flags.model);
+  const std::string& artifact = flags.artifact;
+  const std::string& tokenizer = flags.tokenizer;
+  const std::string& device = flags.device;
   if (model.empty() == artifact.empty()) fail("{} needs exactly one of --model and --artifact", command);
   parse_device(device);  // an unknown device is refused before anything is read
   ModelSource source;

@@ -3,6 +3,8 @@
 // embeds). Shared by eval-ppl and generate.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <memory>
 #include <string>
 
@@ -17,8 +19,13 @@ struct ModelSource {
   std::string description;  // what was loaded, in lines for the report
 };
 
+// The flags naming what to run: --model, --artifact (excluding each other), --tokenizer, --device.
+struct ModelSourceFlags {
+  std::string model, artifact, tokenizer, device = "cpu";
+};
+void add_model_source_options(CLI::App* command, ModelSourceFlags& flags);
+
 // `command` names the caller in the error when not exactly one of model and artifact is given.
-ModelSource load_model_source(const std::string& command, const std::string& model, const std::string& artifact,
-                              const std::string& tokenizer, const std::string& device);
+ModelSource load_model_source(const std::string& command, const ModelSourceFlags& flags);
 
 }  // namespace ssdq::cli

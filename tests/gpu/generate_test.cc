@@ -10,6 +10,7 @@
 #include "model/model_loader.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/quantized_cuda_backend.h"
+#include "tests/q/recipe_cases.h"
 #include "tests/runtime/speculation_checks.h"
 
 namespace ssdq {
@@ -29,20 +30,15 @@ TEST(CudaGenerate, SpeculativeIsPlainInBf16) {
 
 TEST(CudaGenerate, SpeculativeIsPlainForEveryRecipeAndBits) {
   const Mamba2Config c = synthetic_config(2);
-  for (RecipeName recipe : {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8})
-    for (BitWidth bits : {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16}) {
-      RecipeOptions o;
-      o.recipe = recipe;
-      o.bits = bits;
-      o.group_size = 64;
-      o.head_clusters = 2;
-      const QuantizedCudaBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)), 0);
-      const std::string name = std::string(recipe_name(recipe)) + " " + bit_width_name(bits);
-      expect_speculation_exact(backend, {}, name + " greedy");
-      GenerateOptions sampled;
-      sampled.sampling = {1.0, 0, 1.0, 11};
-      expect_speculation_exact(backend, sampled, name + " sampled");
-    }
+  for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {
+    const RecipeOptions& o = recipe_case.options;
+    const QuantizedCudaBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)), 0);
+    const std::string name = recipe_case.name;
+    expect_speculation_exact(backend, {}, name + " greedy");
+    GenerateOptions sampled;
+    sampled.sampling = {1.0, 0, 1.0, 11};
+    expect_speculation_exact(backend, sampled, name + " sampled");
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "calib/synthetic_quantized.h"
 #include "runtime/cpu_backend.h"
 #include "tests/q/quantized_fixtures.h"
+#include "tests/q/recipe_cases.h"
 
 namespace ssdq {
 namespace {
@@ -18,33 +19,30 @@ using namespace testing_models;
 TEST(SyntheticQuantized, EveryRecipeRunsWithItsFormats) {
   const Mamba2Config c = synthetic_config(2);
   const std::vector<int32_t> tokens = random_tokens(40, c.vocab_size, 3);
-  for (RecipeName recipe : {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8})
-    for (BitWidth bits : {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16}) {
-      RecipeOptions o;
-      o.recipe = recipe;
-      o.bits = bits;
-      o.group_size = 64;
-      o.head_clusters = 2;
-      const std::string name = std::string(recipe_name(recipe)) + " " + bit_width_name(bits);
-      const auto m = std::make_shared<QuantizedModel>(synthetic_quantized_model(c, o, 5));
-      const QuantizedLayer& layer = m->layers[0];
-      const bool int8 = bits == BitWidth::kW8A8 || bits == BitWidth::kW4A8;
-      EXPECT_EQ(layer.in_proj_in.is_int8(), int8) << name;
-      EXPECT_EQ(layer.in_proj.is_quantized(), bits != BitWidth::kFp16) << name;
-      if (bits == BitWidth::kW4A8 || bits == BitWidth::kW4A16) {
-        EXPECT_EQ(layer.in_proj.quantized.bits, QuantBits::kInt4) << name;
-      }
-      EXPECT_EQ(layer.ssd_mode == SsdMode::kSsdi8, int8 && recipe == RecipeName::kSsdi8) << name;
-      EXPECT_EQ(layer.ssm_state.is_int8(), int8 && (recipe == RecipeName::kQuamba2 || recipe == RecipeName::kSsdi8))
-          << name;
-      const CpuBackend backend(m);
-      std::vector<float> logits(tokens.size() * c.vocab_size);
-      auto state = backend.new_state(1);
-      ForwardOutputs out;
-      out.logits = logits.data();
-      backend.forward(tokens.data(), static_cast<int64_t>(tokens.size()), *state, out);
-      for (float v : logits) ASSERT_TRUE(std::isfinite(v)) << name;
+  for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {
+    const RecipeOptions& o = recipe_case.options;
+    const BitWidth bits = o.bits;
+    const RecipeName recipe = o.recipe;
+    const std::string name = recipe_case.name;
+    const auto m = std::make_shared<QuantizedModel>(synthetic_quantized_model(c, o, 5));
+    const QuantizedLayer& layer = m->layers[0];
+    const bool int8 = bits == BitWidth::kW8A8 || bits == BitWidth::kW4A8;
+    EXPECT_EQ(layer.in_proj_in.is_int8(), int8) << name;
+    EXPECT_EQ(layer.in_proj.is_quantized(), bits != BitWidth::kFp16) << name;
+    if (bits == BitWidth::kW4A8 || bits == BitWidth::kW4A16) {
+      EXPECT_EQ(layer.in_proj.quantized.bits, QuantBits::kInt4) << name;
     }
+    EXPECT_EQ(layer.ssd_mode == SsdMode::kSsdi8, int8 && recipe == RecipeName::kSsdi8) << name;
+    EXPECT_EQ(layer.ssm_state.is_int8(), int8 && (recipe == RecipeName::kQuamba2 || recipe == RecipeName::kSsdi8))
+        << name;
+    const CpuBackend backend(m);
+    std::vector<float> logits(tokens.size() * c.vocab_size);
+    auto state = backend.new_state(1);
+    ForwardOutputs out;
+    out.logits = logits.data();
+    backend.forward(tokens.data(), static_cast<int64_t>(tokens.size()), *state, out);
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v)) << name;
+  }
 }
 
 TEST(SyntheticQuantized, IsDeterministicForASeed) {

@@ -14,6 +14,7 @@
 #include "model/model_weights.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/decode_session.h"
+#include "tests/q/recipe_cases.h"
 #include "tests/q/test_models.h"
 
 namespace ssdq {
@@ -81,16 +82,11 @@ TEST(DecodeSession, VerifyAcceptIsPlainDecodeForTheFloatModel) {
 
 TEST(DecodeSession, VerifyAcceptIsPlainDecodeForEveryRecipeAndBits) {
   const Mamba2Config c = synthetic_config(2);
-  for (RecipeName recipe : {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8})
-    for (BitWidth bits : {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16}) {
-      RecipeOptions o;
-      o.recipe = recipe;
-      o.bits = bits;
-      o.group_size = 64;
-      o.head_clusters = 2;
-      const CpuBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)));
-      expect_verify_accept_is_plain_decode(backend, std::string(recipe_name(recipe)) + " " + bit_width_name(bits));
-    }
+  for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {
+    const RecipeOptions& o = recipe_case.options;
+    const CpuBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)));
+    expect_verify_accept_is_plain_decode(backend, recipe_case.name);
+  }
 }
 
 TEST(DecodeSession, RefusesAcceptWithoutVerifyAndCountsOutOfRange) {

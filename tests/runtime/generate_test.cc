@@ -15,6 +15,7 @@
 #include "model/model_weights.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/generate.h"
+#include "tests/q/recipe_cases.h"
 #include "tests/q/test_models.h"
 #include "tests/runtime/speculation_checks.h"
 
@@ -38,20 +39,15 @@ TEST(Generate, SampledSpeculativeIsPlainSampled) {
 
 TEST(Generate, SpeculativeIsPlainForEveryRecipeAndBits) {
   const Mamba2Config c = synthetic_config(2);
-  for (RecipeName recipe : {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8})
-    for (BitWidth bits : {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16}) {
-      RecipeOptions o;
-      o.recipe = recipe;
-      o.bits = bits;
-      o.group_size = 64;
-      o.head_clusters = 2;
-      const CpuBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)));
-      const std::string name = std::string(recipe_name(recipe)) + " " + bit_width_name(bits);
-      expect_speculation_exact(backend, {}, name + " greedy");
-      GenerateOptions sampled;
-      sampled.sampling = {1.0, 0, 1.0, 11};
-      expect_speculation_exact(backend, sampled, name + " sampled");
-    }
+  for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {
+    const RecipeOptions& o = recipe_case.options;
+    const CpuBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)));
+    const std::string name = recipe_case.name;
+    expect_speculation_exact(backend, {}, name + " greedy");
+    GenerateOptions sampled;
+    sampled.sampling = {1.0, 0, 1.0, 11};
+    expect_speculation_exact(backend, sampled, name + " sampled");
+  }
 }
 
 TEST(Generate, NeverMatchingDrafterChangesNothing) {
