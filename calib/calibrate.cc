@@ -55,20 +55,21 @@ CalibrationStats collect_statistics(const ModelWeights& weights, const std::vect
 
 CalibrationFile run_calibration(const CalibrationRequest& request, const CollectOptions& options) {
   const LoadedModel model = load_model(request.model_dir);
-  const std::string tokenizer_path = find_tokenizer(request.model_dir, request.tokenizer_path);
-  const Tokenizer tokenizer = Tokenizer::from_file(tokenizer_path);
+  const TokenizerSource tokenizer_source =
+      find_tokenizer(request.model_dir, request.tokenizer_path, model.weights->config.vocab_size);
+  const Tokenizer tokenizer = Tokenizer::from_json(tokenizer_source.json, tokenizer_source.label);
   CalibrationFile file;
   file.config = model.weights->config;
   CalibrationProvenance& p = file.provenance;
   p.samples = request.samples;
   p.seqlen = request.seqlen;
   p.seed = request.seed;
-  p.separator = end_of_text_id(tokenizer, tokenizer_path);
+  p.separator = end_of_text_id(tokenizer, tokenizer_source.label);
   p.model_dir = request.model_dir;
   p.weights_file = model.weights_path;
   p.weights_sha256 = file_sha256_hex(model.weights_path);
-  p.tokenizer_file = tokenizer_path;
-  p.tokenizer_sha256 = file_sha256_hex(tokenizer_path);
+  p.tokenizer_file = tokenizer_source.label;
+  p.tokenizer_sha256 = tokenizer_source.sha256;
   p.ssdq_version = request.ssdq_version;
   for (const std::string& path : request.data_files)
     p.data_files.push_back({path, file_sha256_hex(path), static_cast<int64_t>(MappedFile::open(path)->size())});

@@ -22,8 +22,8 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
          "on this model",
          request.calibration_path, calib.provenance.weights_sha256, calib.provenance.weights_file, model.weights_path,
          weights_hash);
-  const std::string tokenizer_path = find_tokenizer(request.model_dir, request.tokenizer_path);
-  const std::string tokenizer_text = read_file(tokenizer_path);
+  const TokenizerSource tokenizer_source =
+      find_tokenizer(request.model_dir, request.tokenizer_path, model.weights->config.vocab_size);
 
   const auto start = std::chrono::steady_clock::now();
   const QuantizedModel quantized = quantize_model(*model.weights, calib, options);
@@ -47,7 +47,7 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
   for (const DataFileRecord& f : calib.provenance.data_files)
     calibration["provenance"]["data_files"].push_back({{"path", f.path}, {"sha256", f.sha256}, {"bytes", f.bytes}});
   const ArtifactDescription description{options.recipe.to_json(), calibration.dump(),
-                                        tokenizer_metadata(tokenizer_text, file_sha256_hex(tokenizer_path))};
+                                        tokenizer_metadata(tokenizer_source.json, tokenizer_source.sha256)};
   write_quantized_artifact(request.out_path, quantized, description);
   struct stat st {};
   if (::stat(request.out_path.c_str(), &st) == 0) summary.bytes = st.st_size;

@@ -1,22 +1,42 @@
 #include "model/model_loader.h"
 
+#include <cstdio>
+
+#include "formats/builtin_tokenizer.h"
+#include "formats/digest.h"
+
 #include "formats/error.h"
 #include "formats/file_io.h"
 #include "model/checkpoint_weights.h"
 
 namespace ssdq {
 
-std::string find_tokenizer(const std::string& model_dir, const std::string& override_path) {
-  if (!override_path.empty()) {
-    if (!file_exists(override_path)) fail("{}: tokenizer file not found", override_path);
-    return override_path;
-  }
+TokenizerSource find_tokenizer(const std::string& model_dir, const std::string& override_path, int64_t vocab_size) {
+  auto from_file = [](const std::string& path) {
+    if (!file_exists(path)) fail("{}: tokenizer file not found", path);
+    TokenizerSource source{read_file(path), path, ""};
+    source.sha256 = file_sha256_hex(path);
+    return source;
+  };
+  if (!override_path.empty()) return from_file(override_path);
   const std::string bundled = join_path(model_dir, "tokenizer.json");
-  if (!file_exists(bundled))
-    fail("{}: no tokenizer.json in the model folder; pass --tokenizer PATH (Mamba-2 uses the GPT-NeoX-20B "
-         "tokenizer.json)",
-         model_dir);
-  return bundled;
+  if (file_exists(bundled)) return from_file(bundled);
+  TokenizerSource source{std::string(builtin_gpt_neox_tokenizer_json()), "the built-in GPT-NeoX-20B tokenizer", ""};
+  const int32_t ids = Tokenizer::from_json(source.json, source.label).vocab_size();
+  if (ids > vocab_size)
+    fail("{}: no tokenizer.json in the model folder, and the built-in GPT-NeoX-20B tokenizer has {} ids, more than the "
+         "model's vocabulary of {}; pass --tokenizer PATH",
+         model_dir, ids, vocab_size);
+  static bool announced = false;
+  if (!announced) {
+    std::fprintf(stderr, "ssdq: %s has no tokenizer.json; using the GPT-NeoX-20B tokenizer built into ssdq\n",
+                 model_dir.c_str());
+    announced = true;
+  }
+  Sha256 hash;
+  hash.update(source.json.data(), source.json.size());
+  source.sha256 = hash.hex_digest();
+  return source;
 }
 
 LoadedModel load_model(const std::string& model_dir) {

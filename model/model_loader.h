@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <cstdint>
 #include <string>
 
 #include "formats/checkpoint.h"
@@ -10,9 +11,16 @@
 
 namespace ssdq {
 
-// tokenizer.json from `override` if given, else from the model folder; the error says what
-// to pass when neither exists (official mamba_ssm checkpoints ship without one).
-std::string find_tokenizer(const std::string& model_dir, const std::string& override_path);
+// A command's tokenizer: `override_path` if given, else the model folder's tokenizer.json, else
+// the GPT-NeoX-20B tokenizer built into ssdq (official mamba_ssm checkpoints ship without one),
+// which is refused when it has ids beyond the model's vocabulary and otherwise announced once
+// on stderr.
+struct TokenizerSource {
+  std::string json;    // the tokenizer.json text
+  std::string label;   // its path, or "the built-in GPT-NeoX-20B tokenizer"
+  std::string sha256;  // of the text
+};
+TokenizerSource find_tokenizer(const std::string& model_dir, const std::string& override_path, int64_t vocab_size);
 
 struct LoadedModel {
   std::string dir, weights_path;

@@ -17,7 +17,7 @@ void add_model_source_options(CLI::App* command, ModelSourceFlags& flags) {
       ->check(CLI::ExistingFile)
       ->excludes(model);
   command->add_option("--tokenizer", flags.tokenizer,
-                      "tokenizer.json (default: the model folder's, or the one the artifact embeds)");
+                      "tokenizer.json (default: the model folder's or the one the artifact embeds, else the built-in GPT-NeoX-20B)");
   command->add_option("--device", flags.device, "cpu, cuda or cuda:N")->capture_default_str();
 }
 
@@ -44,7 +44,8 @@ ModelSource load_model_source(const std::string& command, const ModelSourceFlags
     return source;
   }
   const LoadedModel loaded = load_model(model);
-  source.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(find_tokenizer(model, tokenizer)));
+  const TokenizerSource found = find_tokenizer(model, tokenizer, loaded.weights->config.vocab_size);
+  source.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_json(found.json, found.label));
   source.description =
       fmt::format("model   {} ({})\n        {}\n", model, loaded.weights_path, loaded.weights->config.summary());
   source.backend = make_backend(device, loaded.weights);
