@@ -1,5 +1,5 @@
 // What calibration records for a model: per layer, ChannelStats at every quantization point of
-// QUANT.md §2, in the model's original channel order, and the observer that fills them from a
+// docs/QUANTIZATION.md ("Quantization points"), in the model's original channel order, and the observer that fills them from a
 // forward.
 #pragma once
 

@@ -155,7 +155,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
   const int64_t S = options.max_samples > 0 ? std::min(options.max_samples, calib.provenance.samples)
                                             : calib.provenance.samples;
 
-  // Function-preserving transforms (QUANT.md §3).
+  // Function-preserving transforms (docs/QUANTIZATION.md, "Recipes").
   ModelWeights w = fp;
   std::vector<SortClusterResult> clusters(L);
   std::vector<float> signs;

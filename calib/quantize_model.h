@@ -1,5 +1,5 @@
 // `ssdq export`: a FP model and its calibration file to a QuantizedModel by one recipe of
-// QUANT.md §4 (docs/QUANTIZATION.md says what each recipe does at each point).
+// docs/QUANTIZATION.md ("Recipes") (docs/QUANTIZATION.md says what each recipe does at each point).
 //
 // rtn and fp16 need no forward: weights are rounded, activation scales come straight from the
 // calibration statistics. had, quamba2 and ssdi8 transform the weights (γ fusion, residual
@@ -41,7 +41,7 @@ struct ExportOptions {
 QuantizedModel quantize_model(const ModelWeights& weights, const CalibrationFile& calibration,
                               const ExportOptions& options);
 
-// The activation formats a recipe gives layer `l` from the layer's statistics (QUANT.md §4);
+// The activation formats a recipe gives layer `l` from the layer's statistics (docs/QUANTIZATION.md ("Recipes"));
 // `clusters` is quamba2's sort-and-cluster result for the layer (null for the other recipes).
 void assign_activation_formats(QuantizedLayer& layer, const LayerStats& stats, const RecipeOptions& options,
                                int64_t l, const Mamba2Config& config, const SortClusterResult* clusters);

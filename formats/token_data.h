@@ -1,4 +1,4 @@
-// Text data files turned into token ids: a plain file is tokenized as one string (QUANT.md §5);
+// Text data files turned into token ids: a plain file is tokenized as one string (docs/ACCURACY.md, "Protocol");
 // JSON-lines documents are tokenized one by one and joined with the end-of-text token.
 #pragma once
 

@@ -32,7 +32,7 @@ Tensor tensor_of(DType dtype, Shape shape, const T* values, size_t count) {
   return Tensor::own(dtype, std::move(shape), std::move(bytes));
 }
 
-// Named points of a layer, in the order of QUANT.md §2.
+// Named points of a layer, in the order of docs/QUANTIZATION.md, "Quantization points".
 struct PointRef {
   const char* name;
   ActQuant QuantizedLayer::*member;

@@ -1,7 +1,7 @@
 // A quantized Mamba-2 model as the quantized runtime executes it and the .ssdq artifact stores it:
-// every weight in its stored representation and, at every activation point of QUANT.md §2, how
+// every weight in its stored representation and, at every activation point of docs/QUANTIZATION.md ("Quantization points"), how
 // the values are represented between ops. A layer whose formats are all fp32 computes the FP
-// block of QUANT.md §1 (export runs such layers to measure activations).
+// FP block (runtime/cpu_block.h) (export runs such layers to measure activations).
 #pragma once
 
 #include <cmath>
@@ -26,7 +26,7 @@ enum class ActFormat : uint8_t { kFloat32, kFloat16, kInt8 };
 // Static int8 scales over the channels of a point. Channel c uses scales[index[c]]; an empty index
 // means one scale for every channel (per tensor). With inner > 1 (the SSM state, whose elements
 // are (c = h·P + p, n)), element (c, n) uses scales[index[c]·inner + n], and an empty index means
-// index[c] = c. Every granularity of QUANT.md §4 is one such map: per tensor, per segment
+// index[c] = c. Every granularity of docs/QUANTIZATION.md ("Recipes") is one such map: per tensor, per segment
 // (conv.in: x | B | C), per group g (B, C), per cluster (Quamba2's x), per (h, p) (X_scaled,
 // SSDi8's state), per (head cluster, channel cluster, n) (Quamba2's cached state).
 struct ActQuant {

@@ -1,5 +1,5 @@
 // Static int8 activation formats (model/quantized_model.h ActQuant) from calibrated per-channel
-// maxima, one builder per granularity of QUANT.md §4. Scales are scale_from_absmax(max, int8) =
+// maxima, one builder per granularity of docs/QUANTIZATION.md ("Recipes"). Scales are scale_from_absmax(max, int8) =
 // max / 127 over the channels that share them (1 when that max is 0).
 #pragma once
 

@@ -1,5 +1,5 @@
 // GPTQ (Frantar et al., 2023) weight quantization with the input Hessian of a linear layer, as
-// QUANT.md §4 specifies, producing quantizer.h's layout so the runtime dequantizes GPTQ and RTN
+// docs/QUANTIZATION.md specifies, producing quantizer.h's layout so the runtime dequantizes GPTQ and RTN
 // weights the same way.
 //
 // Algorithm (the reference implementation's fasterquant):

@@ -1,4 +1,4 @@
-// The quantization recipes of QUANT.md §4 as options, and what each one quantizes where. Pure:
+// The quantization recipes of docs/QUANTIZATION.md ("Recipes") as options, and what each one quantizes where. Pure:
 // the export driver (calib/quantize_model.h) applies them.
 #pragma once
 

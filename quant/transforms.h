@@ -1,4 +1,4 @@
-// Transformations of FP32 model weights that leave the model's function unchanged (QUANT.md §3);
+// Transformations of FP32 model weights that leave the model's function unchanged (docs/QUANTIZATION.md, "Recipes");
 // they prepare the weights for quantization. Each works in place on a runtime ModelWeights.
 #pragma once
 

@@ -14,7 +14,7 @@ namespace ssdq {
 // last conv.in values, ssm_state [H, P, N] the SSM state in the layer's ssm_state format; both are
 // read and advanced. T == 1 is a decode step (recurrent form), T > 1 a prefill (chunked form).
 //
-// Order of operations (QUANT.md §1 with the points of §2; "in format" = apply_activation_format):
+// Order of operations (the FP block with the points of docs/QUANTIZATION.md, "Quantization points"; "in format" = apply_activation_format):
 //   u = rmsnorm(r)·norm, in format in_proj_in          → zxbcdt = linear_forward(in_proj, u)
 //   xBC_pre = zxbcdt[E : E+conv_dim], in format conv_in  → xBC = SiLU(causal conv + bias)
 //   x, B, C = xBC parts, each in its format; dt_raw in format ssd_dt; dt = clamp(softplus(dt_raw + dt_bias))

@@ -1,4 +1,4 @@
-// CPU reference implementations of every op of the FP Mamba-2 block (QUANT.md §1), in fp32.
+// CPU reference implementations of every op of the FP Mamba-2 block (runtime/cpu_block.h orders them), in fp32.
 // The CPU backend is built from these, and every CUDA kernel is tested against them.
 #pragma once
 

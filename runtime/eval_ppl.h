@@ -1,4 +1,4 @@
-// Perplexity by the protocol of QUANT.md §5: windows of `ctx` tokens at s = w·ctx, targets
+// Perplexity by the protocol of docs/ACCURACY.md ("Protocol"): windows of `ctx` tokens at s = w·ctx, targets
 // shifted by one, every window from a zero state, ppl = exp(Σ NLL / Σ targets).
 #pragma once
 

@@ -1,5 +1,5 @@
 // The hook through which calibration watches a forward at the quantization points of
-// QUANT.md §2. A backend calls it only when an observer is attached to the state it runs, so
+// docs/QUANTIZATION.md ("Quantization points"). A backend calls it only when an observer is attached to the state it runs, so
 // the forward without one does no extra work.
 #pragma once
 

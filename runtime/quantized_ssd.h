@@ -1,5 +1,5 @@
 // The SSD of a quantized layer: the decay terms every SSD path shares (ChunkCumsum, LUT_state), and
-// the SSDi8 integer path (SSDi8 §4.2, QUANT.md §4 ssdi8 row) for prefill and decode.
+// the SSDi8 integer path (SSDi8 §4.2, docs/QUANTIZATION.md, "ssdi8") for prefill and decode.
 //
 // SSDi8 prefill, per chunk of L tokens (chunk boundaries at multiples of the chunk size from the
 // start of the call), head h of group g = h / (H/G), in this order:

@@ -1,6 +1,6 @@
 // The bundled trained model (examples/mamba2-tiny) on the CPU backend against the float64
 // reference: golden logits and NLL of the first 512 WikiText-2 tokens, and the reference
-// perplexities of examples/mamba2-tiny/REFERENCE.md (QUANT.md §5 protocol).
+// perplexities of examples/mamba2-tiny/REFERENCE.md (docs/ACCURACY.md "Protocol").
 #include <gtest/gtest.h>
 
 #include <cmath>
