@@ -6,7 +6,7 @@
 // The rotation and the quantization are bit-identical to the CPU (the same operations in the same
 // order); the gated norm uses __expf and a float sum, so after it results can differ in the last
 // bit and an int8 output next to a rounding boundary can move one step.
-// CPU reference: runtime/quantized_layer.cc (cpu::gated_rmsnorm, apply_hadamard_rows, quantize_value).
+// CPU reference: runtime/cpu_block.cc (cpu::gated_rmsnorm, apply_hadamard_rows, quantize_value).
 //
 // Schedules (the same bits, apart from the gated norm's summation order):
 //   kRowPerBlock: one block a row, the row in shared memory (any row count; every device);

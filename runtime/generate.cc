@@ -12,7 +12,7 @@ Drafter ngram_drafter(const NgramDraftOptions& options) {
   return [options](int64_t, const std::vector<int32_t>& context) { return ngram_draft(context, options); };
 }
 
-size_t complete_utf8_prefix(const std::string& text) {
+size_t complete_utf8_prefix(std::string_view text) {
   const size_t n = text.size();
   // Look back at most 3 bytes for the lead byte of the last character.
   for (size_t back = 1; back <= std::min<size_t>(4, n); ++back) {
@@ -57,9 +57,13 @@ class Generator {
     }
     p.out.tokens.push_back(token);
     p.context.push_back(token);
-    p.out.text = tokenizer_.decode(p.out.tokens);
+    // Byte-level BPE decodes token by token, so the text grows by this token's bytes; a stop
+    // string can only have completed in the new bytes or just before them.
+    const size_t before = p.out.text.size();
+    p.out.text += tokenizer_.decode(&token, 1);
     size_t stop_at = std::string::npos;
-    for (const std::string& stop : options_.stop_strings) stop_at = std::min(stop_at, p.out.text.find(stop));
+    for (const std::string& stop : options_.stop_strings)
+      stop_at = std::min(stop_at, p.out.text.find(stop, before >= stop.size() ? before - stop.size() + 1 : 0));
     if (stop_at != std::string::npos) {
       p.out.text.resize(stop_at);
       finish(b, p, "stop string");
@@ -82,7 +86,7 @@ class Generator {
           held = k;
           break;
         }
-    return complete_utf8_prefix(text.substr(0, text.size() - held));
+    return complete_utf8_prefix(std::string_view(text).substr(0, text.size() - held));
   }
   void emit(int64_t b, Progress& p, size_t upto) {
     if (upto > p.emitted && on_text_) on_text_(b, p.out.text.substr(p.emitted, upto - p.emitted));

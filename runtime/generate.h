@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "formats/tokenizer.h"
@@ -57,6 +58,6 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
 
 // The length of the longest prefix of `text` that ends on a whole UTF-8 character (an incomplete
 // multi-byte sequence at the end is held back).
-size_t complete_utf8_prefix(const std::string& text);
+size_t complete_utf8_prefix(std::string_view text);
 
 }  // namespace ssdq

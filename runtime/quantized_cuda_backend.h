@@ -1,5 +1,5 @@
 // The CUDA backend of a QuantizedModel (an .ssdq artifact): the CPU quantized runtime
-// (quantized_layer.h) step by step on the device. Activations between ops are fp32 holding the
+// (cpu_block.h) step by step on the device. Activations between ops are fp32 holding the
 // values their point's format gives them (fake-quantized int8, fp16-rounded), as on the CPU;
 // integer projections multiply the int8 values (qgemv for a few rows; per-channel weights: the
 // CUTLASS or cuBLASLt IMMA GEMM; weight groups: gemm_s8_grouped) with the CPU's exact scaling

@@ -23,7 +23,7 @@
 //
 // SSDi8 decode (one token) is the recurrence of cpu::ssd_step in fp32 on the dequantized int8
 // state and B, C (h = exp(dt·A)·S + dt·x·B, y = h·C + D·x with the fp32 h), after which the state
-// is stored as sat8(rne(h / s_s[h,p])) (quantized_layer.cc).
+// is stored as sat8(rne(h / s_s[h,p])) (runtime/cpu_block.cc).
 //
 // Ablations (`--keep-float`) may leave some of B, C, X_scaled, the state and CB in floating point;
 // ssdi8_chunked_simulated then runs the same steps on fake-quantized values in fp32.
