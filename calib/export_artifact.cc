@@ -46,7 +46,8 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
                                {"ssdq_version", calib.provenance.ssdq_version}};
   for (const DataFileRecord& f : calib.provenance.data_files)
     calibration["provenance"]["data_files"].push_back({{"path", f.path}, {"sha256", f.sha256}, {"bytes", f.bytes}});
-  const ArtifactDescription description{options.recipe.to_json(), calibration.dump(),
+  const Mamba2Config& c = model.weights->config;
+  const ArtifactDescription description{options.recipe.resolved(c.heads_per_group(), c.headdim).to_json(), calibration.dump(),
                                         tokenizer_metadata(tokenizer_source.json, tokenizer_source.sha256)};
   write_quantized_artifact(request.out_path, quantized, description);
   struct stat st {};

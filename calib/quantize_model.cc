@@ -146,8 +146,8 @@ void assign_activation_formats(QuantizedLayer& q, const LayerStats& s, const Rec
 }
 
 QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& calib, const ExportOptions& options) {
-  const RecipeOptions& o = options.recipe;
   const Mamba2Config& c = fp.config;
+  const RecipeOptions o = options.recipe.resolved(c.heads_per_group(), c.headdim);
   check_same_shape(c, calib.config);
   o.validate(c.n_layer, c.heads_per_group(), c.headdim);
   const int64_t D = c.d_model, E = c.d_inner(), V = c.vocab_size, H = c.nheads(), P = c.headdim, N = c.d_state;
@@ -167,8 +167,8 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     if (o.recipe == RecipeName::kQuamba2)
       for (int64_t l = 0; l < L; ++l) {
         SortClusterOptions so;
-        so.head_clusters = o.head_clusters;
-        so.channel_clusters = o.channel_clusters;
+        so.head_clusters = *o.head_clusters;
+        so.channel_clusters = *o.channel_clusters;
         clusters[l] = sort_and_cluster(calib.stats.layers[l].at(StatPoint::kSsdX).absmax(), H, P, c.ngroups, so);
         reorder_heads(w.layers[l], c, clusters[l].permutation);
       }

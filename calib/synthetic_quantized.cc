@@ -84,8 +84,9 @@ LayerStats synthetic_stats(const Mamba2Config& c, int64_t l, Random& rng) {
 
 }  // namespace
 
-QuantizedModel synthetic_quantized_model(const Mamba2Config& c, const RecipeOptions& o, uint64_t seed) {
+QuantizedModel synthetic_quantized_model(const Mamba2Config& c, const RecipeOptions& options, uint64_t seed) {
   validate_config(c, "synthetic model");
+  const RecipeOptions o = options.resolved(c.heads_per_group(), c.headdim);
   o.validate(c.n_layer, c.heads_per_group(), c.headdim);
   const int64_t D = c.d_model, E = c.d_inner(), V = c.vocab_size, H = c.nheads(), P = c.headdim;
   const QuantBits bits = o.weights_int4() ? QuantBits::kInt4 : QuantBits::kInt8;
@@ -121,8 +122,8 @@ QuantizedModel synthetic_quantized_model(const Mamba2Config& c, const RecipeOpti
       SortClusterResult clusters;
       if (o.recipe == RecipeName::kQuamba2) {
         SortClusterOptions so;
-        so.head_clusters = o.head_clusters;
-        so.channel_clusters = o.channel_clusters;
+        so.head_clusters = *o.head_clusters;
+        so.channel_clusters = *o.channel_clusters;
         clusters = sort_and_cluster(stats.at(StatPoint::kSsdX).absmax(), H, P, c.ngroups, so);
       }
       assign_activation_formats(q, stats, o, l, c, o.recipe == RecipeName::kQuamba2 ? &clusters : nullptr);

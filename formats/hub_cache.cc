@@ -535,13 +535,13 @@ std::string resolve_hub_model(const HubModelSpec& spec, const HubSettings& setti
   }
 }
 
-std::string resolve_model_dir(const std::string& model) {
+std::string resolve_model_dir(const std::string& model, const std::string& flag) {
   std::error_code ignored;
   if (fs::is_directory(model, ignored)) return model;
-  if (fs::exists(model, ignored)) fail("--model {}: is a file; give the model's folder (or org/name from the hub)", model);
+  if (fs::exists(model, ignored)) fail("{} {}: is a file; give the model's folder (or org/name from the hub)", flag, model);
   const std::optional<HubModelSpec> spec = parse_hub_model_spec(model);
   if (!spec)
-    fail("--model {}: no such folder, and not a Hugging Face model name (org/name or org/name@revision)", model);
+    fail("{} {}: no such folder, and not a Hugging Face model name (org/name or org/name@revision)", flag, model);
   return resolve_hub_model(*spec, HubSettings::from_environment());
 }
 

@@ -60,8 +60,8 @@ inline const std::vector<std::string> kHubTokenizerFiles = {"tokenizer.json", "t
 // a complete snapshot of the revision, that snapshot is used (with a note on stderr).
 std::string resolve_hub_model(const HubModelSpec& spec, const HubSettings& settings);
 
-// --model: an existing folder is returned as it is; "org/name[@revision]" is resolved with
+// --model (or `flag`, as errors name it): an existing folder is returned as it is; "org/name[@revision]" is resolved with
 // HubSettings::from_environment(); anything else fails with a message saying what was expected.
-std::string resolve_model_dir(const std::string& model);
+std::string resolve_model_dir(const std::string& model, const std::string& flag = "--model");
 
 }  // namespace ssdq

@@ -67,10 +67,13 @@ void RecipeOptions::validate(int64_t n_layer, int64_t heads_per_group, int64_t h
   if (eta && recipe != RecipeName::kSsdi8) fail("--eta applies to the ssdi8 recipe only");
   if (!(x_scaled_clip > 0 && x_scaled_clip <= 1)) fail("--x-scaled-clip must be in (0, 1], got {}", x_scaled_clip);
   if (x_scaled_clip != 1.0 && recipe != RecipeName::kSsdi8) fail("--x-scaled-clip applies to the ssdi8 recipe only");
-  if (head_clusters < 1 || head_clusters > heads_per_group)
-    fail("--head-clusters must be in 1..{} (heads per B/C group), got {}", heads_per_group, head_clusters);
-  if (channel_clusters < 1 || channel_clusters > headdim)
-    fail("--channel-clusters must be in 1..{} (headdim), got {}", headdim, channel_clusters);
+  if (recipe == RecipeName::kQuamba2 && uses_transforms()) {
+    const RecipeOptions r = resolved(heads_per_group, headdim);
+    if (*r.head_clusters < 1 || *r.head_clusters > heads_per_group)
+      fail("--head-clusters must be in 1..{} (heads per B/C group), got {}", heads_per_group, *r.head_clusters);
+    if (*r.channel_clusters < 1 || *r.channel_clusters > headdim)
+      fail("--channel-clusters must be in 1..{} (headdim), got {}", headdim, *r.channel_clusters);
+  }
   if (!w4a16_layers.empty()) {
     if (bits != BitWidth::kW4A8) fail("--w4a16-layers mixes W4A16 layers into a w4a8 model; --bits is {}", bit_width_name(bits));
     for (int64_t layer : w4a16_layers)
@@ -79,6 +82,18 @@ void RecipeOptions::validate(int64_t n_layer, int64_t heads_per_group, int64_t h
   for (const std::string& point : keep_float)
     if (std::find(keep_float_choices().begin(), keep_float_choices().end(), point) == keep_float_choices().end())
       fail("--keep-float: unknown point \"{}\"", point);
+}
+
+RecipeOptions RecipeOptions::resolved(int64_t heads_per_group, int64_t headdim) const {
+  RecipeOptions r = *this;
+  if (recipe == RecipeName::kQuamba2 && uses_transforms()) {
+    if (!r.head_clusters) r.head_clusters = std::min(kDefaultClusters, heads_per_group);
+    if (!r.channel_clusters) r.channel_clusters = std::min(kDefaultClusters, headdim);
+  } else {
+    r.head_clusters.reset();
+    r.channel_clusters.reset();
+  }
+  return r;
 }
 
 std::string RecipeOptions::to_json() const {
@@ -91,8 +106,8 @@ std::string RecipeOptions::to_json() const {
       {"group_size", group_size},
       {"act_order", act_order},
       {"damp", damp},
-      {"head_clusters", head_clusters},
-      {"channel_clusters", channel_clusters},
+      {"head_clusters", head_clusters ? nlohmann::json(*head_clusters) : nlohmann::json(nullptr)},
+      {"channel_clusters", channel_clusters ? nlohmann::json(*channel_clusters) : nlohmann::json(nullptr)},
       {"mean_correction_eta", mean_correction_eta()},
       {"x_scaled_clip", x_scaled_clip},
       {"w4a16_layers", w4a16_layers},

@@ -30,8 +30,10 @@ struct RecipeOptions {
   int64_t group_size = 128;         // int4 weight groups along the input dimension
   bool act_order = false;           // GPTQ act-order (implies static groups)
   double damp = 0.01;               // GPTQ damping, fraction of mean(diag H)
-  int64_t head_clusters = 4;        // quamba2 sort-and-cluster m
-  int64_t channel_clusters = 4;     // quamba2 sort-and-cluster n
+  // quamba2 sort-and-cluster m (per B/C group) and n (per head cluster); unset: the default
+  // clamped to the model (see resolved()). Other recipes neither use nor check them.
+  std::optional<int64_t> head_clusters, channel_clusters;
+  static constexpr int64_t kDefaultClusters = 4;
   std::optional<double> eta;        // ssdi8 mean correction factor; unset: 0.15; 0 disables
   double x_scaled_clip = 1.0;       // ssdi8: X_scaled's int8 scale = clip · absmax / 127 (clip ≤ 1 saturates outliers)
   std::vector<int64_t> w4a16_layers;  // w4a8 layers run with fp16 activations (mixed precision)
@@ -46,6 +48,11 @@ struct RecipeOptions {
   double mean_correction_eta() const { return recipe == RecipeName::kSsdi8 && quantized() ? eta.value_or(0.15) : 0.0; }
   bool int8_activations(int64_t layer) const;
   bool keeps_float(const std::string& point) const;
+
+  // These options with every default that depends on the model's shape filled in: quamba2's
+  // clusters min(4, heads per group) and min(4, headdim) unless given (so the defaults fit any
+  // model), unused options cleared. The exporters resolve before validating and record this.
+  RecipeOptions resolved(int64_t heads_per_group, int64_t headdim) const;
 
   // Fails with a message naming the flag when options contradict each other or the model
   // (layer indices beyond n_layer, clusters beyond the heads per group or headdim).

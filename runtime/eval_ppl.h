@@ -1,5 +1,6 @@
 // Perplexity by the protocol of docs/ACCURACY.md ("Protocol"): windows of `ctx` tokens at s = w·ctx, targets
-// shifted by one, every window from a zero state, ppl = exp(Σ NLL / Σ targets).
+// shifted by one, every window from a zero state, ppl = exp(Σ NLL / Σ targets). The comparison of a model
+// with a reference model (KL divergence, top-1 agreement) runs both on the same windows.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/token_statistics.h"
 
 namespace ssdq {
 
@@ -18,8 +20,8 @@ struct EvalOptions {
 };
 
 struct PerplexityResult {
-  double perplexity = 0;
-  double nll_sum = 0;
+  MeanWithError perplexity;  // exp(mean NLL) ± its standard error
+  RunningMean nll;           // per scored token
   int64_t scored_tokens = 0;
   int64_t windows = 0;
   double seconds = 0;
@@ -33,5 +35,19 @@ std::vector<EvalWindow> eval_windows(int64_t token_count, int64_t ctx);
 
 PerplexityResult evaluate_perplexity(const Backend& backend, const std::vector<int32_t>& tokens,
                                      const EvalOptions& options);
+
+struct ComparisonResult {
+  ComparisonSummary summary;
+  int64_t windows = 0;
+  int64_t batch = 0;  // windows run together (bounded by the logits both models return)
+  double seconds = 0;
+};
+
+// Runs `model` and `reference` on the same windows and compares their next-token distributions at
+// every position. Both must have the same vocabulary. Logits of a whole batch of windows are held on
+// the host for both models, so the batch is capped at what fits `logits_budget_bytes` (at least one
+// window); options.batch, when set, is an upper bound.
+ComparisonResult compare_models(const Backend& model, const Backend& reference, const std::vector<int32_t>& tokens,
+                                const EvalOptions& options, size_t logits_budget_bytes = size_t{1} << 30);
 
 }  // namespace ssdq

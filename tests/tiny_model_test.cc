@@ -96,7 +96,7 @@ double reference_perplexity(int64_t ctx, int64_t max_tokens) {
   options.ctx = ctx;
   options.max_tokens = max_tokens;
   CpuBackend backend(load_model(kModel).weights);
-  return evaluate_perplexity(backend, tokens, options).perplexity;
+  return evaluate_perplexity(backend, tokens, options).perplexity.mean;
 }
 
 // Values from examples/mamba2-tiny/REFERENCE.md (float64 forward of the same weights).

@@ -22,6 +22,7 @@
 #include "model/synthetic_configs.h"
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
+#include "tools/json_report.h"
 
 namespace ssdq::cli {
 namespace {
@@ -39,13 +40,6 @@ struct BenchFlags {
   bool head_to_toe = false;
   bool show_plan = false;
 };
-
-void write_json(const std::string& path, const json& report) {
-  if (path.empty()) return;
-  const std::string text = report.dump(2) + "\n";
-  write_file_atomic(path, [&](int fd) { write_all(fd, text.data(), text.size(), path); });
-  fmt::print("wrote {}\n", path);
-}
 
 json ceilings_json(const DeviceCeilings& c) {
   return {{"copy_gb_per_s", c.copy_gb_per_s}, {"bf16_tflop_per_s", c.bf16_tflop_per_s}};
@@ -117,7 +111,7 @@ void run_ssd_module(const BenchFlags& flags, const DeviceSpec& device) {
     rows.push_back(json{{"batch", t.batch}, {"length", t.length}, {"ms", t.ms}, {"flops", t.flops}, {"bytes", t.bytes},
                     {"floor_ms", floor_ms}});
   }
-  write_json(flags.json_path, {{"module", "ssd"},
+  write_json_report(flags.json_path, {{"module", "ssd"},
                                {"path", ssdi8 ? "ssdi8" : "fp"},
                                {"ceilings", ceilings_json(ceilings)},
                                {"rows", rows}});
@@ -179,7 +173,7 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
       fmt::print("{}", backend->describe_plan(batch, 1));
     }
   }
-  write_json(flags.json_path, {{"module", "model"},
+  write_json_report(flags.json_path, {{"module", "model"},
                                {"model", model_label(flags)},
                                {"device", backend->device_name()},
                                {"ceilings", ceilings_json(ceilings)},

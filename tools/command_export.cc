@@ -93,9 +93,11 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--group-size", r.group_size, "Input columns per int4 weight scale")->capture_default_str()->check(whole_number(1));
   cmd->add_flag("--act-order", r.act_order, "GPTQ columns by decreasing Hessian diagonal (static groups)");
   cmd->add_option("--damp", r.damp, "GPTQ damping as a fraction of the mean Hessian diagonal")->capture_default_str();
-  cmd->add_option("--head-clusters", r.head_clusters, "quamba2: head clusters m per B/C group")->capture_default_str()->check(whole_number(1));
-  cmd->add_option("--channel-clusters", r.channel_clusters, "quamba2: headdim clusters n per head cluster")
-      ->capture_default_str()
+  cmd->add_option("--head-clusters", r.head_clusters,
+                  "quamba2: head clusters m per B/C group (default: 4, or the heads per group when fewer)")
+      ->check(whole_number(1));
+  cmd->add_option("--channel-clusters", r.channel_clusters,
+                  "quamba2: headdim clusters n per head cluster (default: 4, or headdim when smaller)")
       ->check(whole_number(1));
   cmd->add_option("--eta", flags->eta, "ssdi8: mean-correction factor η (default 0.15; 0 turns it off)");
   cmd->add_option("--x-scaled-clip", flags->options.recipe.x_scaled_clip,

@@ -12,6 +12,7 @@
 #include "runtime/parallel.h"
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
+#include "tools/json_report.h"
 #include "tools/model_source.h"
 
 namespace ssdq::cli {
@@ -131,10 +132,7 @@ void run_generate(const GenerateFlags& flags) {
                           {"accepted", r.accepted},
                           {"accepted_histogram", r.accepted_histogram}}}});
   }
-  if (!flags.json_path.empty()) {
-    const std::string text = json{{"device", source.backend->device_name()}, {"results", rows}}.dump(2) + "\n";
-    write_file_atomic(flags.json_path, [&](int fd) { write_all(fd, text.data(), text.size(), flags.json_path); });
-  }
+  write_json_report(flags.json_path, json{{"device", source.backend->device_name()}, {"results", rows}});
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ void add_model_source_options(CLI::App* command, ModelSourceFlags& flags) {
 }
 
 ModelSource load_model_source(const std::string& command, const ModelSourceFlags& flags) {
-  const std::string model = flags.model.empty() ? "" : resolve_model_dir(flags.model);
+  const std::string model = flags.model.empty() ? "" : resolve_model_dir(flags.model, flags.model_flag);
   const std::string& artifact = flags.artifact;
   const std::string& tokenizer = flags.tokenizer;
   const std::string& device = flags.device;

@@ -22,6 +22,7 @@ struct ModelSource {
 // The flags naming what to run: --model, --artifact (excluding each other), --tokenizer, --device.
 struct ModelSourceFlags {
   std::string model, artifact, tokenizer, device = "cpu";
+  std::string model_flag = "--model";  // how errors name the folder's flag
 };
 void add_model_source_options(CLI::App* command, ModelSourceFlags& flags);
 

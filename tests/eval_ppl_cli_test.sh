@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# `ssdq eval-ppl` on the CPU with the bundled model: perplexity ± its error, and --reference:
+# the FP model against itself (KL 0, top-1 agreement 100 %) and an rtn W8A8 artifact against the
+# FP model (KL above 0, the same reference perplexity), with the --json report; a missing
+# reference is refused before anything runs.
+set -euo pipefail
+ssdq=tools/ssdq
+model=examples/mamba2-tiny
+data=examples/wikitext-2-raw/wiki.test.raw
+tmp=$TEST_TMPDIR
+common=(--data "$data" --max-tokens 513 --ctx 256 --quiet)
+
+out=$("$ssdq" eval-ppl --model "$model" "${common[@]}" --json "$tmp/plain.json")
+grep -qE "^perplexity [0-9.]+ ± [0-9.]+ · 512 scored tokens in 2 windows" <<<"$out"
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['perplexity']['error'] > 0, r" "$tmp/plain.json"
+
+out=$("$ssdq" eval-ppl --model "$model" --reference "$model" "${common[@]}" --json "$tmp/self.json")
+grep -qE "^KL divergence +0\.000000 ± 0\.000000 nats" <<<"$out"
+grep -qE "^top-1 agreement +100\.000 ± 0\.000 %" <<<"$out"
+
+"$ssdq" calibrate --model "$model" --data "$data" --samples 2 --seqlen 128 --out "$tmp/calib.safetensors" --quiet >/dev/null
+"$ssdq" export --model "$model" --calib "$tmp/calib.safetensors" --recipe rtn --bits w8a8 --out "$tmp/rtn.ssdq" \
+  --quiet >/dev/null
+"$ssdq" eval-ppl --artifact "$tmp/rtn.ssdq" --reference "$model" "${common[@]}" --json "$tmp/rtn.json" >/dev/null
+python3 - "$tmp/self.json" "$tmp/rtn.json" <<'PY'
+import json, sys
+same, rtn = (json.load(open(p)) for p in sys.argv[1:])
+assert same["kl_divergence"]["mean"] == 0 and same["top1_agreement"]["mean"] == 1, same
+assert rtn["kl_divergence"]["mean"] > 0 and rtn["kl_divergence"]["p999"] >= rtn["kl_divergence"]["p99"], rtn
+assert 0 < rtn["top1_agreement"]["mean"] < 1, rtn
+# The reference is the same FP model in both runs.
+assert abs(rtn["reference_perplexity"]["mean"] - same["perplexity"]["mean"]) < 1e-9 * same["perplexity"]["mean"]
+PY
+
+if "$ssdq" eval-ppl --model "$model" --reference "$tmp/absent" "${common[@]}" 2>"$tmp/err"; then exit 1; fi
+grep -qF -- "--reference $tmp/absent: no such folder" "$tmp/err"
+echo "eval_ppl_cli_test: ok"

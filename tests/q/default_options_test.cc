@@ -1,0 +1,104 @@
+// Each recipe's default options fit every model shape the readers accept: quamba2's clusters are
+// clamped to the heads per B/C group and to headdim, options a recipe does not use are neither
+// checked nor recorded, and an export with nothing but --recipe and --bits succeeds for B/C
+// groups G ∈ {1, 2, 4, 8} and heads per group from 1 to 64.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "calib/quantize_model.h"
+#include "formats/error.h"
+#include "quant/recipe.h"
+#include "runtime/cpu_backend.h"
+#include "tests/q/quantized_fixtures.h"
+
+namespace ssdq {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace testing_models;
+
+constexpr RecipeName kRecipes[] = {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8};
+constexpr BitWidth kBits[] = {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16};
+
+RecipeOptions defaults(RecipeName recipe, BitWidth bits) {
+  RecipeOptions o;
+  o.recipe = recipe;
+  o.bits = bits;
+  return o;
+}
+
+TEST(DefaultOptions, ValidForEveryGroupCountAndHeadsPerGroup) {
+  for (int64_t heads_per_group = 1; heads_per_group <= 64; ++heads_per_group)
+    for (int64_t headdim : {1, 2, 3, 16, 64, 128})
+      for (RecipeName recipe : kRecipes)
+        for (BitWidth bits : kBits) {
+          const RecipeOptions o = defaults(recipe, bits);
+          EXPECT_NO_THROW(o.validate(4, heads_per_group, headdim))
+              << recipe_name(recipe) << " " << bit_width_name(bits) << " heads/group " << heads_per_group;
+          const RecipeOptions r = o.resolved(heads_per_group, headdim);
+          if (recipe == RecipeName::kQuamba2 && bits != BitWidth::kFp16) {
+            EXPECT_EQ(*r.head_clusters, std::min<int64_t>(4, heads_per_group));
+            EXPECT_EQ(*r.channel_clusters, std::min<int64_t>(4, headdim));
+          } else {
+            EXPECT_FALSE(r.head_clusters || r.channel_clusters) << recipe_name(recipe) << " records clusters it ignores";
+          }
+        }
+}
+
+TEST(DefaultOptions, ClustersGivenExplicitlyAreStillCheckedForQuamba2Only) {
+  RecipeOptions o = defaults(RecipeName::kQuamba2, BitWidth::kW8A8);
+  o.head_clusters = 4;
+  try {
+    o.validate(4, 3, 64);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--head-clusters must be in 1..3 (heads per B/C group), got 4"));
+  }
+  o.recipe = RecipeName::kSsdi8;  // the ssdi8 recipe does not cluster: nothing to check
+  EXPECT_NO_THROW(o.validate(4, 3, 64));
+  EXPECT_EQ(nlohmann::json::parse(o.resolved(3, 64).to_json())["head_clusters"], nullptr);
+}
+
+// (groups, heads per group, headdim): d_inner = heads · headdim and d_model = d_inner / 2 are
+// Hadamard orders (K · 2^m, K ∈ {1, 12, 20, 28}).
+struct Shape {
+  int64_t groups, heads_per_group, headdim;
+};
+
+TEST(DefaultOptions, EveryRecipeExportsAndRunsOnUnusualShapes) {
+  for (const Shape& s : {Shape{1, 1, 256}, Shape{2, 3, 32}, Shape{4, 5, 16}, Shape{8, 7, 4}, Shape{8, 64, 2}}) {
+    Mamba2Config c;
+    c.ngroups = s.groups;
+    c.headdim = s.headdim;
+    c.d_model = s.groups * s.heads_per_group * s.headdim / 2;
+    c.n_layer = 2;
+    c.vocab_size = 128;
+    c.d_state = 16;
+    c.chunk_size = 16;
+    const ModelWeights w = random_weights(c, 3);
+    const CalibrationFile calib = calibration_in_memory(w, 2, 40, 4);
+    const std::vector<int32_t> tokens = random_tokens(33, c.vocab_size, 5);
+    for (RecipeName recipe : kRecipes)
+      for (BitWidth bits : kBits) {
+        const std::string name = fmt::format("G {} × {} heads × headdim {}: {} {}", s.groups, s.heads_per_group,
+                                             s.headdim, recipe_name(recipe), bit_width_name(bits));
+        ExportOptions o;
+        o.recipe = defaults(recipe, bits);
+        std::shared_ptr<QuantizedModel> m;
+        try {
+          m = std::make_shared<QuantizedModel>(quantize_model(w, calib, o));
+        } catch (const Error& e) {
+          ADD_FAILURE() << name << ": " << e.what();
+          continue;
+        }
+        EXPECT_TRUE(std::isfinite(mean_nll(CpuBackend(m), tokens))) << name;
+      }
+  }
+}
+
+}  // namespace
+}  // namespace ssdq
