@@ -127,6 +127,11 @@ void write_calibration_file(const std::string& path, const CalibrationFile& file
       tensors[point_key(l, point, "absmax")] = Tensor::from_f32({stats.channels()}, stats.absmax());
       if (stats.tracks_sums()) tensors[point_key(l, point, "sums")] = Tensor::from_f64({stats.channels()}, stats.sums());
       tensors[point_key(l, point, "rows")] = i64_scalar(stats.rows());
+      if (stats.tracks_histogram())
+        tensors[point_key(l, point, "histogram")] = Tensor::from_i64({ChannelStats::kHistogramBins}, stats.histogram());
+      if (stats.tracks_top_values())
+        tensors[point_key(l, point, "top")] =
+            Tensor::from_f32({stats.channels(), ChannelStats::kTopValues}, stats.top_values_table());
     }
   const std::map<std::string, std::string> metadata = {
       {"format", kCalibrationFormat},
@@ -174,7 +179,39 @@ CalibrationFile read_calibration_file(const std::string& path) {
       const std::string rows_key = point_key(l, point, "rows");
       const int64_t rows = read_i64_scalar(require_tensor(st.tensors, rows_key, DType::I64, {1}, path));
       if (rows < 0) fail("{}: tensor '{}' is {}, expected a count >= 0", path, rows_key, rows);
-      file.stats.layers[l].at(point) = ChannelStats::from_parts(std::move(maxima), std::move(sums), rows);
+      // Clipping data (absent from files of ssdq before --act-clip: export then offers absmax only).
+      std::vector<int64_t> histogram;
+      const std::string histogram_key = point_key(l, point, "histogram");
+      if (st.tensors.count(histogram_key)) {
+        const Tensor& tensor =
+            require_tensor(st.tensors, histogram_key, DType::I64, {ChannelStats::kHistogramBins}, path);
+        histogram.assign(tensor.as<int64_t>(), tensor.as<int64_t>() + ChannelStats::kHistogramBins);
+        int64_t total = 0;
+        for (int64_t count : histogram) {
+          if (count < 0) fail("{}: tensor '{}' has the negative count {}", path, histogram_key, count);
+          total += count;
+        }
+        if (total != rows * width)
+          fail("{}: tensor '{}' counts {} values, but the point saw {} rows of {} channels", path, histogram_key,
+               total, rows, width);
+      }
+      std::vector<float> top;
+      const std::string top_key = point_key(l, point, "top");
+      if (st.tensors.count(top_key)) {
+        const Tensor& tensor = require_tensor(st.tensors, top_key, DType::F32, {width, ChannelStats::kTopValues}, path);
+        top.assign(tensor.as<float>(), tensor.as<float>() + tensor.numel());
+        for (int64_t k = 0; k < width; ++k)
+          for (int64_t j = 0; j < ChannelStats::kTopValues; ++j) {
+            const float v = top[k * ChannelStats::kTopValues + j];
+            const float before = j ? top[k * ChannelStats::kTopValues + j - 1] : maxima[k];
+            if (!(v >= 0 && v <= before))
+              fail("{}: tensor '{}' channel {} entry {} is {}; expected values >= 0, largest first, none above the "
+                   "channel's absmax",
+                   path, top_key, k, j, v);
+          }
+      }
+      file.stats.layers[l].at(point) = ChannelStats::from_parts(std::move(maxima), std::move(sums), rows,
+                                                                std::move(histogram), std::move(top));
     }
   return file;
 }

@@ -37,6 +37,18 @@ int64_t stat_point_width(const Mamba2Config& c, StatPoint point) {
 
 bool stat_point_tracks_mean(StatPoint point) { return point != StatPoint::kSsdState && point != StatPoint::kSsdCb; }
 
+ClipTracking stat_point_clip_tracking(StatPoint point) {
+  switch (point) {
+    case StatPoint::kSsdY:
+    case StatPoint::kOutProjOut:
+    case StatPoint::kSsdState: return {false, false};
+    case StatPoint::kInProjIn:
+    case StatPoint::kSsdDt:
+    case StatPoint::kOutProjIn: return {true, false};
+    default: return {true, true};
+  }
+}
+
 CalibrationStats CalibrationStats::empty_for(const Mamba2Config& config, int64_t only_layer) {
   CalibrationStats stats;
   stats.layers.resize(config.n_layer);
@@ -45,7 +57,8 @@ CalibrationStats CalibrationStats::empty_for(const Mamba2Config& config, int64_t
       if (only_layer >= 0 && l != only_layer) continue;
       LayerStats& layer = stats.layers[l];
       const auto point = static_cast<StatPoint>(p);
-      layer.points[p] = ChannelStats(stat_point_width(config, point), stat_point_tracks_mean(point));
+      layer.points[p] =
+          ChannelStats(stat_point_width(config, point), stat_point_tracks_mean(point), stat_point_clip_tracking(point));
     }
   return stats;
 }

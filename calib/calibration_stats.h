@@ -31,6 +31,10 @@ const char* stat_point_name(StatPoint point);
 int64_t stat_point_width(const Mamba2Config& config, StatPoint point);
 // Means are tracked everywhere but at ssd.state (H·P·N wide, and no recipe needs its mean).
 bool stat_point_tracks_mean(StatPoint point);
+// What the clipping search (export --act-clip) keeps of a point: a histogram where a static int8
+// scale is set from it, top values per channel where scales are per segment, group, cluster or
+// channel. Nothing at ssd.y / out_proj.out (no scale) or ssd.state (H·P·N wide; absmax only).
+ClipTracking stat_point_clip_tracking(StatPoint point);
 
 struct LayerStats {
   std::array<ChannelStats, kStatPointCount> points;

@@ -9,11 +9,24 @@
 
 namespace ssdq {
 
+// What an activation-clipping search needs (export --act-clip): a histogram of |x| over every
+// channel, and each channel's largest values. Bounded in size whatever the token count.
+struct ClipTracking {
+  bool histogram = false;   // kHistogramBins counts of |x| (all channels pooled)
+  bool top_values = false;  // the kTopValues largest |x| of every channel
+};
+
 class ChannelStats {
  public:
+  // |x| binned by its float bits: 8 bins per octave over the whole float range (bin b holds
+  // |x| in [edge(b), edge(b + 1)), edge(b) the float with bits b << 20).
+  static constexpr int64_t kHistogramBins = 2048;
+  static constexpr int64_t kTopValues = 32;
+  static float histogram_edge(int64_t bin);
+
   ChannelStats() = default;
   // `track_sums`: also keep per-channel sums (means); off for very wide points like the SSM state.
-  ChannelStats(int64_t channels, bool track_sums);
+  ChannelStats(int64_t channels, bool track_sums, ClipTracking clip = {});
 
   int64_t channels() const { return static_cast<int64_t>(absmax_.size()); }
   bool tracks_sums() const { return sums_.size() == absmax_.size(); }
@@ -31,13 +44,27 @@ class ChannelStats {
   std::vector<float> mean() const;
   const std::vector<double>& sums() const { return sums_; }
 
-  // For the statistics file reader.
-  static ChannelStats from_parts(std::vector<float> absmax, std::vector<double> sums, int64_t rows);
+  bool tracks_histogram() const { return !histogram_.empty(); }
+  bool tracks_top_values() const { return !top_.empty(); }
+  // Counts of |x| per bin (empty when not tracked).
+  const std::vector<int64_t>& histogram() const { return histogram_; }
+  // Channel c's kTopValues largest |x|, largest first (zeros where fewer values were seen).
+  std::vector<float> top_values(int64_t channel) const;
+  // Every channel's top values, [channels, kTopValues], each row largest first (the file layout).
+  std::vector<float> top_values_table() const;
+
+  // For the statistics file reader (histogram and top table may be empty: not tracked).
+  static ChannelStats from_parts(std::vector<float> absmax, std::vector<double> sums, int64_t rows,
+                                 std::vector<int64_t> histogram = {}, std::vector<float> top_table = {});
 
  private:
+  void offer_top(int64_t channel, float value);
+
   std::vector<float> absmax_;
   std::vector<double> sums_;
   int64_t rows_ = 0;
+  std::vector<int64_t> histogram_;
+  std::vector<float> top_;  // per channel a min-heap of kTopValues values (smallest at the front)
 };
 
 }  // namespace ssdq

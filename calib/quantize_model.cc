@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 
 #include "calib/calibrate.h"
@@ -10,6 +11,7 @@
 #include "calib/input_gram.h"
 #include "calib/ordered_parallel.h"
 #include "formats/error.h"
+#include "quant/activation_clipping.h"
 #include "quant/activation_scales.h"
 #include "model/hadamard.h"
 #include "quant/mean_correction.h"
@@ -72,6 +74,59 @@ std::vector<float> clipped(std::vector<float> absmax, double clip) {
   return absmax;
 }
 
+std::vector<float> histogram_edges() {
+  std::vector<float> edges(ChannelStats::kHistogramBins + 1);
+  for (int64_t b = 0; b <= ChannelStats::kHistogramBins; ++b)
+    edges[b] = b < ChannelStats::kHistogramBins ? ChannelStats::histogram_edge(b) : std::numeric_limits<float>::max();
+  return edges;
+}
+
+// Per-channel maxima for the scale builders of quant/activation_scales.h after clipping: channel c
+// of set set_of_channel[c] (every channel in set 0 when empty) becomes min(absmax_c, clip of its
+// set), so the maximum over a set is its clip. A point calibrated without clipping data (an
+// older statistics file) can only use absmax.
+std::vector<float> clipped_maxima(const ChannelStats& stats, const std::vector<int32_t>& set_of_channel, int64_t sets,
+                                  const ActClip& clip, const char* point) {
+  std::vector<float> maxima = stats.absmax();
+  if (clip.mode == ActClip::Mode::kAbsmax) return maxima;
+  const int64_t channels = stats.channels();
+  const auto set = [&](int64_t c) { return set_of_channel.empty() ? 0 : set_of_channel[c]; };
+  std::vector<float> set_absmax(sets, 0.0f);
+  std::vector<int64_t> set_channels(sets, 0);
+  for (int64_t c = 0; c < channels; ++c) {
+    set_absmax[set(c)] = std::max(set_absmax[set(c)], maxima[c]);
+    ++set_channels[set(c)];
+  }
+  std::vector<double> set_clip(sets);
+  if (sets == 1 && stats.tracks_histogram()) {
+    static const std::vector<float> edges = histogram_edges();
+    set_clip[0] = clip_from_histogram(stats.histogram(), edges, set_absmax[0], clip);
+  } else if (stats.tracks_top_values()) {
+    std::vector<std::vector<float>> values(sets);
+    std::vector<double> floor(sets, 0.0);
+    for (int64_t c = 0; c < channels; ++c) {
+      const std::vector<float> top = stats.top_values(c);
+      values[set(c)].insert(values[set(c)].end(), top.begin(), top.end());
+      floor[set(c)] = std::max<double>(floor[set(c)], top.back());
+    }
+    for (int64_t k = 0; k < sets; ++k)
+      set_clip[k] = clip_from_top_values(std::move(values[k]), stats.rows() * set_channels[k], floor[k], set_absmax[k],
+                                         clip);
+  } else {
+    fail("--act-clip {}: the statistics file has no clipping data for {} (written by an older ssdq); run ssdq "
+         "calibrate again",
+         clip.name(), point);
+  }
+  for (int64_t c = 0; c < channels; ++c) maxima[c] = std::min<float>(maxima[c], static_cast<float>(set_clip[set(c)]));
+  return maxima;
+}
+
+std::vector<int32_t> consecutive_sets(int64_t channels, int64_t width) {
+  std::vector<int32_t> out(channels);
+  for (int64_t c = 0; c < channels; ++c) out[c] = static_cast<int32_t>(c / width);
+  return out;
+}
+
 // Runs a pass over the samples: work(sample, slot) on the threads, fold in sample order.
 void run_pass(const std::string& stage, int64_t samples, const std::function<std::unique_ptr<PassSlot>()>& make,
               const std::function<void(int64_t, PassSlot&)>& work, const std::function<void(PassSlot&)>& fold,
@@ -95,6 +150,16 @@ void assign_activation_formats(QuantizedLayer& q, const LayerStats& s, const Rec
   const int64_t E = c.d_inner(), GN = c.ngroups * c.d_state, N = c.d_state;
   const ActQuant fp16 = ActQuant::float16();
   auto absmax = [&](StatPoint p) { return s.at(p).absmax(); };
+  // Maxima after --act-clip for one scale per tensor, per `width` consecutive channels, per channel,
+  // or per set of a map.
+  auto tensor_max = [&](StatPoint p) { return clipped_maxima(s.at(p), {}, 1, o.act_clip, stat_point_name(p)); };
+  auto map_max = [&](StatPoint p, const std::vector<int32_t>& map, int64_t sets) {
+    return clipped_maxima(s.at(p), map, sets, o.act_clip, stat_point_name(p));
+  };
+  auto width_max = [&](StatPoint p, int64_t width) {
+    const int64_t channels = s.at(p).channels();
+    return map_max(p, consecutive_sets(channels, width), (channels + width - 1) / width);
+  };
   q.ssd_mode = SsdMode::kFloat;
   q.x_scaled = q.cb = ActQuant::float32();
   if (!o.int8_activations(l)) {
@@ -102,25 +167,30 @@ void assign_activation_formats(QuantizedLayer& q, const LayerStats& s, const Rec
       *a = fp16;
     return;
   }
-  q.in_proj_in = int8_per_tensor(absmax(StatPoint::kInProjIn));
-  q.conv_in = int8_per_segment(absmax(StatPoint::kConvIn), {E, GN, GN});
-  q.out_proj_in = int8_per_tensor(absmax(StatPoint::kOutProjIn));
+  q.in_proj_in = int8_per_tensor(tensor_max(StatPoint::kInProjIn));
+  {
+    std::vector<int32_t> segment(E + 2 * GN, 0);
+    std::fill(segment.begin() + E, segment.begin() + E + GN, 1);
+    std::fill(segment.begin() + E + GN, segment.end(), 2);
+    q.conv_in = int8_per_segment(map_max(StatPoint::kConvIn, segment, 3), {E, GN, GN});
+  }
+  q.out_proj_in = int8_per_tensor(tensor_max(StatPoint::kOutProjIn));
   switch (o.recipe) {
     case RecipeName::kRtn:
     case RecipeName::kHad:
-      q.ssd_x = int8_per_tensor(absmax(StatPoint::kSsdX));
-      q.ssd_B = int8_per_tensor(absmax(StatPoint::kSsdB));
-      q.ssd_C = int8_per_tensor(absmax(StatPoint::kSsdC));
-      q.ssd_dt = int8_per_tensor(absmax(StatPoint::kSsdDt));
+      q.ssd_x = int8_per_tensor(tensor_max(StatPoint::kSsdX));
+      q.ssd_B = int8_per_tensor(tensor_max(StatPoint::kSsdB));
+      q.ssd_C = int8_per_tensor(tensor_max(StatPoint::kSsdC));
+      q.ssd_dt = int8_per_tensor(tensor_max(StatPoint::kSsdDt));
       q.ssm_state = fp16;
       break;
     case RecipeName::kQuamba2: {
       const std::vector<int32_t>& map = clusters->cluster_of_channel;
       const int64_t count = static_cast<int64_t>(clusters->scales.size());
-      q.ssd_x = int8_per_cluster(absmax(StatPoint::kSsdX), map, count);
-      q.ssd_B = int8_per_group(absmax(StatPoint::kSsdB), N);
-      q.ssd_C = int8_per_group(absmax(StatPoint::kSsdC), N);
-      q.ssd_dt = int8_per_tensor(absmax(StatPoint::kSsdDt));
+      q.ssd_x = int8_per_cluster(map_max(StatPoint::kSsdX, map, count), map, count);
+      q.ssd_B = int8_per_group(width_max(StatPoint::kSsdB, N), N);
+      q.ssd_C = int8_per_group(width_max(StatPoint::kSsdC, N), N);
+      q.ssd_dt = int8_per_tensor(tensor_max(StatPoint::kSsdDt));
       q.ssm_state = int8_state_per_cluster(absmax(StatPoint::kSsdState), map, count, N);
       break;
     }
@@ -128,11 +198,11 @@ void assign_activation_formats(QuantizedLayer& q, const LayerStats& s, const Rec
       q.ssd_mode = SsdMode::kSsdi8;
       q.ssd_x = fp16;
       q.ssd_dt = fp16;
-      q.ssd_B = int8_per_group(absmax(StatPoint::kSsdB), N);
-      q.ssd_C = int8_per_group(absmax(StatPoint::kSsdC), N);
-      q.x_scaled = int8_per_channel(clipped(absmax(StatPoint::kSsdXScaled), o.x_scaled_clip));
+      q.ssd_B = int8_per_group(width_max(StatPoint::kSsdB, N), N);
+      q.ssd_C = int8_per_group(width_max(StatPoint::kSsdC, N), N);
+      q.x_scaled = int8_per_channel(clipped(width_max(StatPoint::kSsdXScaled, 1), o.x_scaled_clip));
       q.ssm_state = int8_state_per_channel(absmax(StatPoint::kSsdState), E, N);
-      q.cb = int8_per_channel(absmax(StatPoint::kSsdCb));
+      q.cb = int8_per_channel(width_max(StatPoint::kSsdCb, 1));
       break;
   }
   // Ablations: points left in fp16 (SSDi8 operands left in float run ssdi8_chunked_simulated).

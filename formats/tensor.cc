@@ -81,5 +81,6 @@ Tensor own_values(DType dtype, Shape shape, const std::vector<T>& values) {
 Tensor Tensor::from_f32(Shape shape, const std::vector<float>& values) { return own_values(DType::F32, std::move(shape), values); }
 Tensor Tensor::from_i32(Shape shape, const std::vector<int32_t>& values) { return own_values(DType::I32, std::move(shape), values); }
 Tensor Tensor::from_f64(Shape shape, const std::vector<double>& values) { return own_values(DType::F64, std::move(shape), values); }
+Tensor Tensor::from_i64(Shape shape, const std::vector<int64_t>& values) { return own_values(DType::I64, std::move(shape), values); }
 
 }  // namespace ssdq

@@ -35,6 +35,7 @@ struct Tensor {
   static Tensor from_f32(Shape shape, const std::vector<float>& values);
   static Tensor from_i32(Shape shape, const std::vector<int32_t>& values);
   static Tensor from_f64(Shape shape, const std::vector<double>& values);
+  static Tensor from_i64(Shape shape, const std::vector<int64_t>& values);
 };
 
 using TensorMap = std::map<std::string, Tensor>;

@@ -109,6 +109,7 @@ std::string RecipeOptions::to_json() const {
       {"head_clusters", head_clusters ? nlohmann::json(*head_clusters) : nlohmann::json(nullptr)},
       {"channel_clusters", channel_clusters ? nlohmann::json(*channel_clusters) : nlohmann::json(nullptr)},
       {"mean_correction_eta", mean_correction_eta()},
+      {"act_clip", act_clip.name()},
       {"x_scaled_clip", x_scaled_clip},
       {"w4a16_layers", w4a16_layers},
       {"residual_rotation", uses_transforms()},

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "quant/activation_clipping.h"
+
 namespace ssdq {
 
 enum class RecipeName { kRtn, kHad, kQuamba2, kSsdi8 };
@@ -35,6 +37,7 @@ struct RecipeOptions {
   std::optional<int64_t> head_clusters, channel_clusters;
   static constexpr int64_t kDefaultClusters = 4;
   std::optional<double> eta;        // ssdi8 mean correction factor; unset: 0.15; 0 disables
+  ActClip act_clip;                 // how each static int8 activation scale's clip is chosen
   double x_scaled_clip = 1.0;       // ssdi8: X_scaled's int8 scale = clip · absmax / 127 (clip ≤ 1 saturates outliers)
   std::vector<int64_t> w4a16_layers;  // w4a8 layers run with fp16 activations (mixed precision)
   std::optional<uint64_t> rotation_seed;  // residual rotation Q = diag(±1)·H/√D with signs from this seed

@@ -16,7 +16,7 @@ namespace {
 struct ExportFlags {
   ExportRequest request;
   ExportOptions options;
-  std::string recipe, bits;
+  std::string recipe, bits, act_clip = "absmax";
   bool gptq = false, no_gptq = false;
   double eta = -1;
   int64_t rotation_seed = -1;
@@ -34,6 +34,7 @@ void run_export(ExportFlags& flags) {
   if (flags.no_gptq) r.gptq = false;
   if (flags.eta >= 0) r.eta = flags.eta;
   if (flags.rotation_seed >= 0) r.rotation_seed = static_cast<uint64_t>(flags.rotation_seed);
+  r.act_clip = ActClip::parse(flags.act_clip);
 
   std::unique_ptr<ProgressBar> progress;
   std::string current_stage;
@@ -99,6 +100,11 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--channel-clusters", r.channel_clusters,
                   "quamba2: headdim clusters n per head cluster (default: 4, or headdim when smaller)")
       ->check(whole_number(1));
+  cmd->add_option("--act-clip", flags->act_clip,
+                  "How each static int8 activation scale is set: absmax (the calibrated maximum), percentile:P (the "
+                  "P-th percentile of |x|), or mse (the clip minimising the int8 error on the calibration data); "
+                  "docs/ACCURACY.md")
+      ->capture_default_str();
   cmd->add_option("--eta", flags->eta, "ssdi8: mean-correction factor η (default 0.15; 0 turns it off)");
   cmd->add_option("--x-scaled-clip", flags->options.recipe.x_scaled_clip,
                   "ssdi8 (ablation): X_scaled's int8 scale is this fraction of its calibrated absmax / 127; values "

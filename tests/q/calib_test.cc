@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <random>
 
 #include "calib/calibrate.h"
 #include "calib/calibration_file.h"
@@ -40,6 +41,9 @@ void expect_same_stats(const CalibrationStats& a, const CalibrationStats& b) {
       EXPECT_EQ(x.absmax(), y.absmax()) << "layer " << l << " " << stat_point_name(static_cast<StatPoint>(p));
       EXPECT_EQ(x.sums(), y.sums()) << "layer " << l << " " << stat_point_name(static_cast<StatPoint>(p));
       EXPECT_EQ(x.rows(), y.rows());
+      EXPECT_EQ(x.histogram(), y.histogram()) << "layer " << l << " " << stat_point_name(static_cast<StatPoint>(p));
+      EXPECT_EQ(x.top_values_table(), y.top_values_table())
+          << "layer " << l << " " << stat_point_name(static_cast<StatPoint>(p));
     }
 }
 
@@ -209,6 +213,58 @@ TEST(CalibrationFile, RefusesBadFilesWithAClearMessage) {
       },
       "tensor 'layers.0.ssd.dt.absmax' has -1 at channel 3, expected a finite value >= 0");
   expect_refused([](TensorMap&, auto& m) { m["provenance"] = "{\"seed\": 1}"; }, "provenance lacks");
+  expect_refused(
+      [](TensorMap& t, auto&) {
+        std::vector<int64_t> counts(ChannelStats::kHistogramBins, 0);
+        counts[5] = 1;
+        t["layers.0.ssd.x.histogram"] = Tensor::from_i64({ChannelStats::kHistogramBins}, counts);
+      },
+      "tensor 'layers.0.ssd.x.histogram' counts 1 values, but the point saw 80 rows of 256 channels");
+  expect_refused(
+      [](TensorMap& t, auto&) {
+        const Tensor& top = t.at("layers.1.ssd.B.top");
+        std::vector<float> values(top.as<float>(), top.as<float>() + top.numel());
+        std::swap(values[0], values[1]);  // no longer largest first
+        t["layers.1.ssd.B.top"] = Tensor::from_f32(top.shape, values);
+      },
+      "tensor 'layers.1.ssd.B.top' channel 0 entry 1");
+}
+
+TEST(ChannelStats, TopValuesAndHistogramAreExactAndIndependentOfMergeOrder) {
+  const int64_t channels = 3, rows = 500;
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal;
+  std::vector<float> data(rows * channels);
+  for (float& v : data) v = normal(rng);
+  data[7 * channels + 1] = -40.0f;  // a planted outlier in channel 1
+  const ClipTracking both{true, true};
+  ChannelStats whole(channels, false, both), first(channels, false, both), second(channels, false, both);
+  whole.add_rows(data.data(), rows, channels, "x");
+  first.add_rows(data.data(), 200, channels, "x");
+  second.add_rows(data.data() + 200 * channels, rows - 200, channels, "x");
+  ChannelStats forward = first, backward = second;
+  forward.merge(second);
+  backward.merge(first);
+  EXPECT_EQ(forward.top_values_table(), whole.top_values_table());
+  EXPECT_EQ(backward.top_values_table(), whole.top_values_table());
+  EXPECT_EQ(forward.histogram(), whole.histogram());
+  for (int64_t c = 0; c < channels; ++c) {
+    std::vector<float> column;
+    for (int64_t r = 0; r < rows; ++r) column.push_back(std::abs(data[r * channels + c]));
+    std::sort(column.begin(), column.end(), std::greater<float>());
+    column.resize(ChannelStats::kTopValues);
+    EXPECT_EQ(whole.top_values(c), column) << "channel " << c;
+  }
+  EXPECT_EQ(whole.top_values(1)[0], 40.0f);
+  int64_t total = 0, at_least_one = 0;
+  for (int64_t b = 0; b < ChannelStats::kHistogramBins; ++b) {
+    total += whole.histogram()[b];
+    if (ChannelStats::histogram_edge(b) >= 1.0f) at_least_one += whole.histogram()[b];
+  }
+  EXPECT_EQ(total, rows * channels);
+  int64_t expected_at_least_one = 0;
+  for (float v : data) expected_at_least_one += std::abs(v) >= 1.0f;
+  EXPECT_EQ(at_least_one, expected_at_least_one);  // 1.0 is a bin edge
 }
 
 TEST(CalibrationFile, WritesNothingWhenTheContentsAreInconsistent) {

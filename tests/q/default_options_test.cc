@@ -100,5 +100,43 @@ TEST(DefaultOptions, EveryRecipeExportsAndRunsOnUnusualShapes) {
   }
 }
 
+// A clip never widens a scale: every static int8 scale of an --act-clip percentile / mse export
+// is at most the absmax export's where both see the same statistics (rtn: all of the calibration
+// file's; the others: layer 0's input, the later layers being calibrated on the quantized layers
+// before them), some are smaller, and the model runs.
+TEST(ActClipExport, ClipsNeverWidenAScaleAndTheModelRuns) {
+  const Mamba2Config c = synthetic_config(2);
+  const ModelWeights w = random_weights(c, 3);
+  const CalibrationFile calib = calibration_in_memory(w, 2, 64, 4);
+  const std::vector<int32_t> tokens = random_tokens(65, c.vocab_size, 5);
+  for (RecipeName recipe : kRecipes) {
+    ExportOptions o;
+    o.recipe = defaults(recipe, BitWidth::kW8A8);
+    const QuantizedModel absmax = quantize_model(w, calib, o);
+    for (const char* mode : {"percentile:99.9", "mse"}) {
+      const std::string name = std::string(recipe_name(recipe)) + " " + mode;
+      o.recipe.act_clip = ActClip::parse(mode);
+      const auto clipped = std::make_shared<QuantizedModel>(quantize_model(w, calib, o));
+      EXPECT_LE(clipped->layers[0].in_proj_in.scales[0], absmax.layers[0].in_proj_in.scales[0]) << name;
+      if (recipe == RecipeName::kRtn) {
+        int64_t smaller = 0;
+        for (int64_t l = 0; l < c.n_layer; ++l) {
+          const QuantizedLayer &a = absmax.layers[l], &b = clipped->layers[l];
+          for (const auto& [x, y] : {std::pair{&a.in_proj_in, &b.in_proj_in}, {&a.conv_in, &b.conv_in},
+                                     {&a.ssd_x, &b.ssd_x}, {&a.ssd_B, &b.ssd_B}, {&a.out_proj_in, &b.out_proj_in}}) {
+            ASSERT_EQ(x->scales.size(), y->scales.size());
+            for (size_t k = 0; k < x->scales.size(); ++k) {
+              EXPECT_LE(y->scales[k], x->scales[k]) << name << " layer " << l;
+              smaller += y->scales[k] < x->scales[k];
+            }
+          }
+        }
+        EXPECT_GT(smaller, 0) << name;
+      }
+      EXPECT_TRUE(std::isfinite(mean_nll(CpuBackend(clipped), tokens))) << name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ssdq
