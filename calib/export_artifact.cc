@@ -26,8 +26,10 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
       find_tokenizer(request.model_dir, request.tokenizer_path, model.weights->config.vocab_size);
 
   const auto start = std::chrono::steady_clock::now();
-  const QuantizedModel quantized = quantize_model(*model.weights, calib, options);
   ExportSummary summary;
+  const ExportOptions resolved = resolve_auto_w4a16_layers(
+      *model.weights, calib, options, [&](const MixedPrecisionChoice& choice) { summary.mixed_precision = choice; });
+  const QuantizedModel quantized = quantize_model(*model.weights, calib, resolved);
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   summary.seqlen = calib.provenance.seqlen;
   summary.samples = options.max_samples > 0 ? std::min(options.max_samples, calib.provenance.samples)
@@ -47,7 +49,9 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
   for (const DataFileRecord& f : calib.provenance.data_files)
     calibration["provenance"]["data_files"].push_back({{"path", f.path}, {"sha256", f.sha256}, {"bytes", f.bytes}});
   const Mamba2Config& c = model.weights->config;
-  const ArtifactDescription description{options.recipe.resolved(c.heads_per_group(), c.headdim).to_json(), calibration.dump(),
+  RecipeOptions recorded = resolved.recipe.resolved(c.heads_per_group(), c.headdim);
+  recorded.auto_w4a16_layers = options.recipe.auto_w4a16_layers;  // the layers above were chosen by measurement
+  const ArtifactDescription description{recorded.to_json(), calibration.dump(),
                                         tokenizer_metadata(tokenizer_source.json, tokenizer_source.sha256)};
   write_quantized_artifact(request.out_path, quantized, description);
   struct stat st {};

@@ -4,6 +4,9 @@
 
 #include <string>
 
+#include <optional>
+
+#include "calib/mixed_precision.h"
 #include "calib/quantize_model.h"
 
 namespace ssdq {
@@ -16,6 +19,7 @@ struct ExportSummary {
   double seconds = 0;  // quantization (not loading or writing)
   int64_t samples = 0, seqlen = 0;
   int64_t bytes = 0;   // artifact size
+  std::optional<MixedPrecisionChoice> mixed_precision;  // --w4a16-layers auto:K: what was measured
 };
 
 // Fails before any work when the calibration file's model hash differs from the model folder's

@@ -143,6 +143,13 @@ void run_pass(const std::string& stage, int64_t samples, const std::function<std
 
 }  // namespace
 
+void use_fp16_activations(QuantizedLayer& q) {
+  q.ssd_mode = SsdMode::kFloat;
+  q.x_scaled = q.cb = ActQuant::float32();
+  for (ActQuant* a : {&q.in_proj_in, &q.conv_in, &q.ssd_x, &q.ssd_B, &q.ssd_C, &q.ssd_dt, &q.out_proj_in, &q.ssm_state})
+    *a = ActQuant::float16();
+}
+
 // The activation formats of layer `l` from its statistics (the calibration file's for rtn, pass
 // A's otherwise); `clusters` is quamba2's sort-and-cluster result for the layer.
 void assign_activation_formats(QuantizedLayer& q, const LayerStats& s, const RecipeOptions& o, int64_t l,
@@ -160,13 +167,12 @@ void assign_activation_formats(QuantizedLayer& q, const LayerStats& s, const Rec
     const int64_t channels = s.at(p).channels();
     return map_max(p, consecutive_sets(channels, width), (channels + width - 1) / width);
   };
-  q.ssd_mode = SsdMode::kFloat;
-  q.x_scaled = q.cb = ActQuant::float32();
   if (!o.int8_activations(l)) {
-    for (ActQuant* a : {&q.in_proj_in, &q.conv_in, &q.ssd_x, &q.ssd_B, &q.ssd_C, &q.ssd_dt, &q.out_proj_in, &q.ssm_state})
-      *a = fp16;
+    use_fp16_activations(q);
     return;
   }
+  q.ssd_mode = SsdMode::kFloat;
+  q.x_scaled = q.cb = ActQuant::float32();
   q.in_proj_in = int8_per_tensor(tensor_max(StatPoint::kInProjIn));
   {
     std::vector<int32_t> segment(E + 2 * GN, 0);
@@ -218,6 +224,8 @@ void assign_activation_formats(QuantizedLayer& q, const LayerStats& s, const Rec
 QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& calib, const ExportOptions& options) {
   const Mamba2Config& c = fp.config;
   const RecipeOptions o = options.recipe.resolved(c.heads_per_group(), c.headdim);
+  if (o.auto_w4a16_layers != 0)
+    fail("internal: --w4a16-layers auto:K is resolved by choose_w4a16_layers before quantize_model");
   check_same_shape(c, calib.config);
   o.validate(c.n_layer, c.heads_per_group(), c.headdim);
   const int64_t D = c.d_model, E = c.d_inner(), V = c.vocab_size, H = c.nheads(), P = c.headdim, N = c.d_state;

@@ -41,6 +41,9 @@ struct ExportOptions {
 QuantizedModel quantize_model(const ModelWeights& weights, const CalibrationFile& calibration,
                               const ExportOptions& options);
 
+// A layer's activations all in fp16 (a W4A16 layer of a mixed-precision model: no int8 SSD).
+void use_fp16_activations(QuantizedLayer& layer);
+
 // The activation formats a recipe gives layer `l` from the layer's statistics (docs/QUANTIZATION.md ("Recipes"));
 // `clusters` is quamba2's sort-and-cluster result for the layer (null for the other recipes).
 void assign_activation_formats(QuantizedLayer& layer, const LayerStats& stats, const RecipeOptions& options,

@@ -86,7 +86,8 @@ LayerStats synthetic_stats(const Mamba2Config& c, int64_t l, Random& rng) {
 
 QuantizedModel synthetic_quantized_model(const Mamba2Config& c, const RecipeOptions& options, uint64_t seed) {
   validate_config(c, "synthetic model");
-  const RecipeOptions o = options.resolved(c.heads_per_group(), c.headdim);
+  RecipeOptions o = options.resolved(c.heads_per_group(), c.headdim);
+  o.act_clip = ActClip{};  // the synthetic statistics are ranges, with nothing for a clipping search
   o.validate(c.n_layer, c.heads_per_group(), c.headdim);
   const int64_t D = c.d_model, E = c.d_inner(), V = c.vocab_size, H = c.nheads(), P = c.headdim;
   const QuantBits bits = o.weights_int4() ? QuantBits::kInt4 : QuantBits::kInt8;

@@ -74,6 +74,12 @@ void RecipeOptions::validate(int64_t n_layer, int64_t heads_per_group, int64_t h
     if (*r.channel_clusters < 1 || *r.channel_clusters > headdim)
       fail("--channel-clusters must be in 1..{} (headdim), got {}", headdim, *r.channel_clusters);
   }
+  if (auto_w4a16_layers != 0) {
+    if (bits != BitWidth::kW4A8) fail("--w4a16-layers auto:K mixes W4A16 layers into a w4a8 model; --bits is {}", bit_width_name(bits));
+    if (!w4a16_layers.empty()) fail("--w4a16-layers: give layers or auto:K, not both");
+    if (auto_w4a16_layers < 1 || auto_w4a16_layers > n_layer)
+      fail("--w4a16-layers auto:K: K must be in 1..{} (the model's layers), got {}", n_layer, auto_w4a16_layers);
+  }
   if (!w4a16_layers.empty()) {
     if (bits != BitWidth::kW4A8) fail("--w4a16-layers mixes W4A16 layers into a w4a8 model; --bits is {}", bit_width_name(bits));
     for (int64_t layer : w4a16_layers)
@@ -112,6 +118,7 @@ std::string RecipeOptions::to_json() const {
       {"act_clip", act_clip.name()},
       {"x_scaled_clip", x_scaled_clip},
       {"w4a16_layers", w4a16_layers},
+      {"w4a16_layers_auto", auto_w4a16_layers},
       {"residual_rotation", uses_transforms()},
       {"rotation_seed", rotation_seed ? nlohmann::json(*rotation_seed) : nlohmann::json(nullptr)},
       {"keep_float", keep_float},

@@ -37,9 +37,15 @@ struct RecipeOptions {
   std::optional<int64_t> head_clusters, channel_clusters;
   static constexpr int64_t kDefaultClusters = 4;
   std::optional<double> eta;        // ssdi8 mean correction factor; unset: 0.15; 0 disables
-  ActClip act_clip;                 // how each static int8 activation scale's clip is chosen
+  // How each static int8 activation scale's clip is chosen: the 99.99th percentile of |x| by
+  // default, the best of absmax / percentile / mse by KL divergence on held-out calibration text
+  // for every recipe at W8A8 (docs/ACCURACY.md, "Activation clipping").
+  ActClip act_clip = ActClip{ActClip::Mode::kPercentile, 99.99};
   double x_scaled_clip = 1.0;       // ssdi8: X_scaled's int8 scale = clip · absmax / 127 (clip ≤ 1 saturates outliers)
   std::vector<int64_t> w4a16_layers;  // w4a8 layers run with fp16 activations (mixed precision)
+  // w4a8: choose w4a16_layers automatically, the K layers whose int8 activations cost the most
+  // KL divergence on calibration samples (calib/mixed_precision.h); 0: off.
+  int64_t auto_w4a16_layers = 0;
   std::optional<uint64_t> rotation_seed;  // residual rotation Q = diag(±1)·H/√D with signs from this seed
   std::vector<std::string> keep_float;    // ablation: points (or "weights") left in fp16
 

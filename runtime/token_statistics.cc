@@ -48,19 +48,26 @@ PositionComparison compare_position(const float* logits, const float* reference_
   if (vocab < 1) fail("comparing distributions over an empty vocabulary");
   if (target < 0 || target >= vocab) fail("target token {} is outside the vocabulary of {}", target, vocab);
   const LogSumExp model = log_sum_exp(logits, vocab);
-  const LogSumExp reference = log_sum_exp(reference_logits, vocab);
-  // KL = Σ p_ref (x_ref − x) − (L_ref − L), with p_ref = exp(x_ref − L_ref): one exp per entry.
-  double weighted = 0;
+  // One pass over the reference: with e_i = exp(x_ref_i − max_ref) and Z = Σ e_i,
+  // KL = Σ (e_i / Z)(x_ref_i − x_i) − (L_ref − L), L_ref = max_ref + log Z. The exponentials are
+  // taken in float (every e_i ≤ 1) and summed in double.
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab; ++i)
+    if (reference_logits[i] > reference_logits[best]) best = i;
+  const float top = reference_logits[best];
+  double z = 0, weighted = 0;
   for (int64_t i = 0; i < vocab; ++i) {
-    const double p = std::exp(reference_logits[i] - reference.value);
-    weighted += p * (static_cast<double>(reference_logits[i]) - logits[i]);
+    const float e = std::exp(reference_logits[i] - top);
+    z += e;
+    weighted += static_cast<double>(e) * (reference_logits[i] - logits[i]);
   }
+  const double reference_lse = top + std::log(z);
   PositionComparison out;
   // Rounding can leave a tiny negative value where the distributions agree; KL is never negative.
-  out.kl = std::max(0.0, weighted - (reference.value - model.value));
-  out.top1_agrees = model.argmax == reference.argmax;
+  out.kl = std::max(0.0, weighted / z - (reference_lse - model.value));
+  out.top1_agrees = model.argmax == best;
   out.nll = model.value - logits[target];
-  out.reference_nll = reference.value - reference_logits[target];
+  out.reference_nll = reference_lse - reference_logits[target];
   out.p_target = std::exp(-out.nll);
   out.reference_p_target = std::exp(-out.reference_nll);
   return out;

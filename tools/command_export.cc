@@ -16,7 +16,8 @@ namespace {
 struct ExportFlags {
   ExportRequest request;
   ExportOptions options;
-  std::string recipe, bits, act_clip = "absmax";
+  std::string recipe, bits, act_clip = "percentile:99.99";
+  std::vector<std::string> w4a16_layers;
   bool gptq = false, no_gptq = false;
   double eta = -1;
   int64_t rotation_seed = -1;
@@ -35,6 +36,14 @@ void run_export(ExportFlags& flags) {
   if (flags.eta >= 0) r.eta = flags.eta;
   if (flags.rotation_seed >= 0) r.rotation_seed = static_cast<uint64_t>(flags.rotation_seed);
   r.act_clip = ActClip::parse(flags.act_clip);
+  for (const std::string& item : flags.w4a16_layers) {
+    if (item.rfind("auto:", 0) == 0) {
+      if (flags.w4a16_layers.size() != 1) fail("--w4a16-layers: give layers or auto:K, not both");
+      r.auto_w4a16_layers = parse_whole_number("--w4a16-layers auto:K", item.substr(5));
+    } else {
+      r.w4a16_layers.push_back(parse_whole_number("--w4a16-layers", item));
+    }
+  }
 
   std::unique_ptr<ProgressBar> progress;
   std::string current_stage;
@@ -51,6 +60,14 @@ void run_export(ExportFlags& flags) {
   std::fflush(stdout);
   const ExportSummary summary = export_artifact(flags.request, flags.options);
   if (progress) progress->finish();
+  if (summary.mixed_precision) {
+    const MixedPrecisionChoice& m = *summary.mixed_precision;
+    fmt::print("mixed precision: KL divergence on calibration samples, all layers W4A8 {:.5f}; with one layer's "
+               "activations in fp16:",
+               m.w4a8_kl);
+    for (const LayerSensitivity& s : m.layers) fmt::print(" {}: {:.5f}", s.layer, s.kl);
+    fmt::print("\n                 W4A16 layers chosen: {}\n", fmt::join(m.w4a16_layers, ", "));
+  }
   fmt::print("wrote {} ({:.1f} MB): quantized in {:.1f} s over {} calibration samples of {} tokens\n",
              flags.request.out_path, summary.bytes / 1e6, summary.seconds, summary.samples, summary.seqlen);
 }
@@ -109,8 +126,10 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--x-scaled-clip", flags->options.recipe.x_scaled_clip,
                   "ssdi8 (ablation): X_scaled's int8 scale is this fraction of its calibrated absmax / 127; values "
                   "beyond it saturate (default 1: no clipping; docs/ACCURACY.md)");
-  cmd->add_option("--w4a16-layers", r.w4a16_layers,
-                  "w4a8 only: layers (0-based) that keep fp16 activations (Quamba2's mixed precision W4A{8,16})")
+  cmd->add_option("--w4a16-layers", flags->w4a16_layers,
+                  "w4a8 only: layers (0-based, comma-separated) that keep fp16 activations (Quamba2's mixed precision "
+                  "W4A{8,16}), or auto:K for the K layers whose int8 activations cost the most KL divergence on "
+                  "calibration samples")
       ->delimiter(',');
   cmd->add_option("--rotation-seed", flags->rotation_seed,
                   "Residual rotation Q = diag(±1)·H/√D with random signs from this seed (default: plain Hadamard)");

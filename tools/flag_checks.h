@@ -9,6 +9,8 @@
 #include <limits>
 #include <string>
 
+#include "formats/error.h"
+
 namespace ssdq::cli {
 
 // A whole number in [low, high]; `high` left at its default means no upper bound.
@@ -23,6 +25,14 @@ inline CLI::Validator whole_number(int64_t low, int64_t high = std::numeric_limi
         return "";
       },
       bounded ? fmt::format("INT in {}..{}", low, high) : fmt::format("INT >= {}", low));
+}
+
+// A whole number written in a flag's value (e.g. the K of "auto:K"); fails naming the flag.
+inline int64_t parse_whole_number(const std::string& flag, const std::string& text) {
+  int64_t value = 0;
+  if (text.empty() || !CLI::detail::lexical_cast(text, value))
+    fail("{}: expected a whole number, got '{}'", flag, text);
+  return value;
 }
 
 }  // namespace ssdq::cli

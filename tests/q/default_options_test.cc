@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "calib/mixed_precision.h"
 #include "calib/quantize_model.h"
 #include "formats/error.h"
 #include "quant/recipe.h"
@@ -112,6 +113,7 @@ TEST(ActClipExport, ClipsNeverWidenAScaleAndTheModelRuns) {
   for (RecipeName recipe : kRecipes) {
     ExportOptions o;
     o.recipe = defaults(recipe, BitWidth::kW8A8);
+    o.recipe.act_clip = ActClip::parse("absmax");
     const QuantizedModel absmax = quantize_model(w, calib, o);
     for (const char* mode : {"percentile:99.9", "mse"}) {
       const std::string name = std::string(recipe_name(recipe)) + " " + mode;
@@ -136,6 +138,43 @@ TEST(ActClipExport, ClipsNeverWidenAScaleAndTheModelRuns) {
       EXPECT_TRUE(std::isfinite(mean_nll(CpuBackend(clipped), tokens))) << name;
     }
   }
+}
+
+// --w4a16-layers auto:K: the measured choice is the K layers whose fp16 activations lower the KL
+// divergence the most, switching a layer never makes the model worse than all-W4A8 by more than
+// noise, and the resolved options name those layers (and export them as W4A16).
+TEST(AutoMixedPrecision, ChoosesTheLayersWhoseFp16ActivationsHelpMost) {
+  const Mamba2Config c = synthetic_config(2, 4);
+  const ModelWeights w = random_weights(c, 3);
+  const CalibrationFile calib = calibration_in_memory(w, 3, 64, 4);
+  ExportOptions o;
+  o.recipe = defaults(RecipeName::kHad, BitWidth::kW4A8);
+  o.recipe.auto_w4a16_layers = 2;
+  MixedPrecisionChoice seen;
+  const ExportOptions resolved = resolve_auto_w4a16_layers(w, calib, o, [&](const MixedPrecisionChoice& m) { seen = m; });
+  ASSERT_EQ(seen.layers.size(), 4u);
+  ASSERT_EQ(resolved.recipe.w4a16_layers.size(), 2u);
+  EXPECT_EQ(resolved.recipe.auto_w4a16_layers, 0);
+  EXPECT_EQ(resolved.recipe.w4a16_layers, seen.w4a16_layers);
+  for (const LayerSensitivity& s : seen.layers) {
+    EXPECT_GT(s.kl, 0);
+    const bool chosen = std::count(seen.w4a16_layers.begin(), seen.w4a16_layers.end(), s.layer) > 0;
+    for (const LayerSensitivity& other : seen.layers)
+      if (chosen && !std::count(seen.w4a16_layers.begin(), seen.w4a16_layers.end(), other.layer))
+        EXPECT_LE(s.kl, other.kl) << "layer " << s.layer << " chosen over " << other.layer;
+  }
+  const QuantizedModel m = quantize_model(w, calib, resolved);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const bool fp16 = std::count(seen.w4a16_layers.begin(), seen.w4a16_layers.end(), l) > 0;
+    EXPECT_EQ(m.layers[l].in_proj_in.is_int8(), !fp16) << "layer " << l;
+  }
+  o.recipe.bits = BitWidth::kW8A8;
+  EXPECT_THAT([&] { resolve_auto_w4a16_layers(w, calib, o); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("auto:K mixes W4A16 layers into a w4a8 model")));
+  o.recipe.bits = BitWidth::kW4A8;
+  o.recipe.auto_w4a16_layers = 5;
+  EXPECT_THAT([&] { resolve_auto_w4a16_layers(w, calib, o); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("K must be in 1..4")));
 }
 
 }  // namespace
