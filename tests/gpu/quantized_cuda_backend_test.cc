@@ -21,9 +21,6 @@ namespace {
 
 using namespace testing_models;
 
-constexpr RecipeName kRecipes[] = {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8};
-constexpr BitWidth kBits[] = {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16};
-
 // Logits of `length` tokens of each of `batch` sequences from a zero state, then of `steps`
 // single-token decode steps continuing them (rows appended after the prefill rows).
 std::vector<float> run(const Backend& backend, const std::vector<int32_t>& tokens, int64_t batch, int64_t length,

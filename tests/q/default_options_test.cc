@@ -22,8 +22,6 @@ namespace {
 using ::testing::HasSubstr;
 using namespace testing_models;
 
-constexpr RecipeName kRecipes[] = {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8};
-constexpr BitWidth kBits[] = {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16};
 
 RecipeOptions defaults(RecipeName recipe, BitWidth bits) {
   RecipeOptions o;

@@ -16,6 +16,9 @@
 
 namespace ssdq::testing_models {
 
+inline constexpr RecipeName kRecipes[] = {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8};
+inline constexpr BitWidth kBits[] = {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16};
+
 // Statistics of `tokens` ([samples, seqlen]; random tokens when empty).
 inline CalibrationFile calibration_in_memory(const ModelWeights& w, int64_t samples, int64_t seqlen, uint32_t seed,
                                              std::vector<int32_t> tokens = {}) {

@@ -29,8 +29,6 @@ namespace {
 using ::testing::HasSubstr;
 using namespace testing_models;
 
-constexpr RecipeName kRecipes[] = {RecipeName::kRtn, RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8};
-constexpr BitWidth kBits[] = {BitWidth::kW8A8, BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16};
 
 class EveryRecipe : public ::testing::TestWithParam<int64_t> {};
 
