@@ -57,7 +57,7 @@ CalibrationFile run_calibration(const CalibrationRequest& request, const Collect
   const LoadedModel model = load_model(request.model_dir);
   const TokenizerSource tokenizer_source =
       find_tokenizer(request.model_dir, request.tokenizer_path, model.weights->config.vocab_size);
-  const Tokenizer tokenizer = Tokenizer::from_json(tokenizer_source.json, tokenizer_source.label);
+  const Tokenizer tokenizer = Tokenizer::from_bytes(tokenizer_source.bytes, tokenizer_source.label);
   CalibrationFile file;
   file.config = model.weights->config;
   CalibrationProvenance& p = file.provenance;

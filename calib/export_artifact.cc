@@ -52,7 +52,7 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
   RecipeOptions recorded = resolved.recipe.resolved(c.heads_per_group(), c.headdim);
   recorded.auto_w4a16_layers = options.recipe.auto_w4a16_layers;  // the layers above were chosen by measurement
   const ArtifactDescription description{recorded.to_json(), calibration.dump(),
-                                        tokenizer_metadata(tokenizer_source.json, tokenizer_source.sha256)};
+                                        tokenizer_metadata(tokenizer_source.bytes, tokenizer_source.sha256)};
   write_quantized_artifact(request.out_path, quantized, description);
   struct stat st {};
   if (::stat(request.out_path.c_str(), &st) == 0) summary.bytes = st.st_size;

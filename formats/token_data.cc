@@ -6,8 +6,8 @@
 namespace ssdq {
 
 int32_t end_of_text_id(const Tokenizer& tokenizer, const std::string& label) {
-  auto id = tokenizer.token_id("<|endoftext|>");
-  if (!id) fail("{}: the tokenizer has no <|endoftext|> token to separate documents", label);
+  const auto id = tokenizer.end_of_text();
+  if (!id) fail("{}: the tokenizer has no end-of-text token (<|endoftext|> or </s>) to separate documents", label);
   return *id;
 }
 

@@ -11,6 +11,7 @@
 #include "formats/error.h"
 #include "formats/file_io.h"
 #include "formats/gpt2_pretokenizer.h"
+#include "formats/sentencepiece_model.h"
 #include "formats/unicode_nfc.h"
 #include "formats/unicode_text.h"
 #include "formats/word_cache.h"
@@ -288,8 +289,25 @@ void read_added_tokens(const json& root, Tokenizer::Model& model) {
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
   const auto file = MappedFile::open(path);
-  return from_json(file->view(), path);
+  return from_bytes(file->view(), path);
 }
+
+Tokenizer Tokenizer::from_bytes(std::string_view bytes, const std::string& label) {
+  if (SentencePieceModel::looks_like_model(bytes)) return from_sentencepiece(bytes, label);
+  return from_json(bytes, label);
+}
+
+Tokenizer Tokenizer::from_sentencepiece(std::string_view model_bytes, const std::string& label) {
+  return Tokenizer(std::make_shared<const SentencePieceModel>(model_bytes, label));
+}
+
+std::optional<int32_t> Tokenizer::end_of_text() const {
+  if (sentencepiece_) return sentencepiece_->end_of_text();
+  if (const auto id = token_id("<|endoftext|>")) return id;
+  return token_id("</s>");
+}
+
+std::string Tokenizer::kind() const { return sentencepiece_ ? "sentencepiece" : "tokenizer.json (byte-level BPE)"; }
 
 Tokenizer Tokenizer::from_json(std::string_view text, const std::string& label) {
   if (text.size() > kMaxTokenizerJsonBytes)
@@ -326,6 +344,7 @@ void Tokenizer::Model::encode_segment(std::string_view segment, std::vector<int3
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  if (sentencepiece_) return sentencepiece_->encode(text);
   const Model& model = *model_;
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 4 + 16);
@@ -347,6 +366,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
 }
 
 std::string Tokenizer::decode(const int32_t* ids, size_t count) const {
+  if (sentencepiece_) return sentencepiece_->decode(ids, count);
   const Model& model = *model_;
   std::string text;
   for (size_t i = 0; i < count; ++i) {
@@ -362,9 +382,12 @@ std::string Tokenizer::decode(const int32_t* ids, size_t count) const {
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const { return decode(ids.data(), ids.size()); }
 
-int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(model_->id_known.size()); }
+int32_t Tokenizer::vocab_size() const {
+  return sentencepiece_ ? sentencepiece_->vocab_size() : static_cast<int32_t>(model_->id_known.size());
+}
 
 std::optional<int32_t> Tokenizer::token_id(std::string_view token) const {
+  if (sentencepiece_) return sentencepiece_->piece_id(token);
   const std::string key(token);
   if (const auto found = model_->added.find(key); found != model_->added.end()) return found->second;
   if (const auto found = model_->vocab.find(key); found != model_->vocab.end()) return found->second;

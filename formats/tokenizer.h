@@ -8,6 +8,9 @@
 // decode concatenates the exact bytes of each id (ids that split a character give ill-formed UTF-8 where HF
 // would show U+FFFD) and writes special tokens as their text.
 //
+// A SentencePiece model (`tokenizer.model`, Llama / Mistral / Megatron) is the other kind: it runs
+// through libsentencepiece (formats/sentencepiece_model.h) behind the same interface.
+//
 // A Tokenizer is cheap to copy (copies share the loaded model) and safe to use from several threads.
 #pragma once
 
@@ -21,11 +24,20 @@
 
 namespace ssdq {
 
+class SentencePieceModel;
+
 class Tokenizer {
  public:
+  // A tokenizer.json or a SentencePiece model, told apart by their bytes (from_bytes).
   static Tokenizer from_file(const std::string& path);
   // label names the source in error messages (a path, or anything else).
   static Tokenizer from_json(std::string_view json, const std::string& label);
+  static Tokenizer from_sentencepiece(std::string_view model_bytes, const std::string& label);
+  static Tokenizer from_bytes(std::string_view bytes, const std::string& label);
+  // The token that ends a document: SentencePiece's eos (</s>), else <|endoftext|> or </s>.
+  std::optional<int32_t> end_of_text() const;
+  // "sentencepiece" or "tokenizer.json (byte-level BPE)", for reports.
+  std::string kind() const;
 
   // Added tokens (special or not, e.g. "<|endoftext|>") are matched inside the text.
   std::vector<int32_t> encode(std::string_view text) const;
@@ -41,7 +53,9 @@ class Tokenizer {
 
  private:
   explicit Tokenizer(std::shared_ptr<const Model> model) : model_(std::move(model)) {}
-  std::shared_ptr<const Model> model_;
+  explicit Tokenizer(std::shared_ptr<const SentencePieceModel> model) : sentencepiece_(std::move(model)) {}
+  std::shared_ptr<const Model> model_;                        // tokenizer.json, or
+  std::shared_ptr<const SentencePieceModel> sentencepiece_;  // a SentencePiece model
 };
 
 }  // namespace ssdq

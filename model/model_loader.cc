@@ -19,10 +19,12 @@ TokenizerSource find_tokenizer(const std::string& model_dir, const std::string& 
     return source;
   };
   if (!override_path.empty()) return from_file(override_path);
-  const std::string bundled = join_path(model_dir, "tokenizer.json");
-  if (file_exists(bundled)) return from_file(bundled);
+  for (const char* name : {"tokenizer.model", "tokenizer.json"}) {
+    const std::string bundled = join_path(model_dir, name);
+    if (file_exists(bundled)) return from_file(bundled);
+  }
   TokenizerSource source{std::string(builtin_gpt_neox_tokenizer_json()), "the built-in GPT-NeoX-20B tokenizer", ""};
-  const int32_t ids = Tokenizer::from_json(source.json, source.label).vocab_size();
+  const int32_t ids = Tokenizer::from_json(source.bytes, source.label).vocab_size();
   if (ids > vocab_size)
     fail("{}: no tokenizer.json in the model folder, and the built-in GPT-NeoX-20B tokenizer has {} ids, more than the "
          "model's vocabulary of {}; pass --tokenizer PATH",
@@ -34,7 +36,7 @@ TokenizerSource find_tokenizer(const std::string& model_dir, const std::string& 
     announced = true;
   }
   Sha256 hash;
-  hash.update(source.json.data(), source.json.size());
+  hash.update(source.bytes.data(), source.bytes.size());
   source.sha256 = hash.hex_digest();
   return source;
 }

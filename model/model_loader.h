@@ -15,8 +15,11 @@ namespace ssdq {
 // the GPT-NeoX-20B tokenizer built into ssdq (official mamba_ssm checkpoints ship without one),
 // which is refused when it has ids beyond the model's vocabulary and otherwise announced once
 // on stderr.
+// The tokenizer of a model folder: --tokenizer when given, else the folder's tokenizer.model
+// (SentencePiece, preferred where both exist, as the reference libraries do), else its
+// tokenizer.json, else the built-in GPT-NeoX-20B tokenizer (checked against the vocabulary).
 struct TokenizerSource {
-  std::string json;    // the tokenizer.json text
+  std::string bytes;   // the tokenizer.json text or the SentencePiece model (Tokenizer::from_bytes)
   std::string label;   // its path, or "the built-in GPT-NeoX-20B tokenizer"
   std::string sha256;  // of the text
 };

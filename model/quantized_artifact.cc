@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "formats/artifact.h"
+#include "formats/base64.h"
+#include "formats/sentencepiece_model.h"
 #include "formats/dtype.h"
 #include "formats/error.h"
 
@@ -168,8 +170,10 @@ const json& field(const json& object, const char* key, const std::string& label)
 
 }  // namespace
 
-std::string tokenizer_metadata(const std::string& text, const std::string& sha256) {
-  return json{{"sha256", sha256}, {"json", text}}.dump();
+std::string tokenizer_metadata(const std::string& bytes, const std::string& sha256) {
+  if (SentencePieceModel::looks_like_model(bytes))
+    return json{{"sha256", sha256}, {"sentencepiece_base64", base64_encode(bytes)}}.dump();
+  return json{{"sha256", sha256}, {"json", bytes}}.dump();
 }
 
 void write_quantized_artifact(const std::string& path, const QuantizedModel& model, const ArtifactDescription& d) {
@@ -268,7 +272,12 @@ LoadedArtifact read_quantized_artifact(const std::string& path) {
   const json tokenizer = json::parse(loaded.description.tokenizer, nullptr, false);
   if (tokenizer.is_object() && tokenizer.contains("json")) {
     if (!tokenizer.at("json").is_string()) fail("{}: metadata tokenizer.json must be a string", path);
-    loaded.tokenizer_json = tokenizer.at("json").get<std::string>();
+    loaded.tokenizer_bytes = tokenizer.at("json").get<std::string>();
+  } else if (tokenizer.is_object() && tokenizer.contains("sentencepiece_base64")) {
+    if (!tokenizer.at("sentencepiece_base64").is_string())
+      fail("{}: metadata tokenizer.sentencepiece_base64 must be a string", path);
+    loaded.tokenizer_bytes =
+        base64_decode(tokenizer.at("sentencepiece_base64").get<std::string>(), path + ": tokenizer.sentencepiece_base64");
   }
   return loaded;
 }

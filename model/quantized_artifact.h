@@ -14,7 +14,7 @@ namespace ssdq {
 struct ArtifactDescription {
   std::string recipe;       // the recipe and every flag (quant/recipe.h)
   std::string calibration;  // statistics file, its hash and its provenance; "{}" for none
-  std::string tokenizer;    // {"sha256": ..., "json": <tokenizer.json text>}
+  std::string tokenizer;    // {"sha256": ..., "json": <tokenizer.json text>} or {"sha256", "sentencepiece_base64"}
 };
 
 // Atomic: on any failure nothing is left at `path`.
@@ -23,11 +23,12 @@ void write_quantized_artifact(const std::string& path, const QuantizedModel& mod
 struct LoadedArtifact {
   std::shared_ptr<const QuantizedModel> model;
   ArtifactDescription description;
-  std::string tokenizer_json;  // the embedded tokenizer.json text ("" when the artifact has none)
+  std::string tokenizer_bytes;  // the embedded tokenizer.json text or SentencePiece model ("" when none)
 };
 LoadedArtifact read_quantized_artifact(const std::string& path);
 
-// {"sha256": hash, "json": text} as stored in the "tokenizer" metadata.
-std::string tokenizer_metadata(const std::string& tokenizer_json_text, const std::string& sha256);
+// {"sha256": hash, "json": text} as stored in the "tokenizer" metadata; a SentencePiece model
+// (binary) as {"sha256": hash, "sentencepiece_base64": ...}.
+std::string tokenizer_metadata(const std::string& tokenizer_bytes, const std::string& sha256);
 
 }  // namespace ssdq

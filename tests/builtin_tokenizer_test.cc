@@ -24,7 +24,7 @@ TEST(BuiltinTokenizer, IsTheBundledGptNeoxTokenizer) {
 TEST(BuiltinTokenizer, ServesAFolderWithoutOne) {
   const TokenizerSource source = find_tokenizer(kNoTokenizer, "", 50288);
   EXPECT_EQ(source.label, "the built-in GPT-NeoX-20B tokenizer");
-  const Tokenizer tokenizer = Tokenizer::from_json(source.json, source.label);
+  const Tokenizer tokenizer = Tokenizer::from_json(source.bytes, source.label);
   EXPECT_EQ(tokenizer.vocab_size(), 50277);
   EXPECT_EQ(tokenizer.decode(tokenizer.encode("Hello, world")), "Hello, world");
   EXPECT_EQ(source.sha256.size(), 64u);

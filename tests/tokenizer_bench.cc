@@ -1,5 +1,5 @@
-// Encode/decode throughput of the GPT-NeoX tokenizer on one core.
-//   bazel run -c opt //tests:tokenizer_bench -- [TEXT_FILE [TOKENIZER_JSON]]
+// Encode/decode throughput of a tokenizer (tokenizer.json or a SentencePiece model) on one core.
+//   bazel run -c opt //tests:tokenizer_bench -- [TEXT_FILE [TOKENIZER]]
 // Defaults: the WikiText-2 test split and the bundled GPT-NeoX tokenizer.json; relative paths given on the
 // command line are taken from the directory `bazel run` was started in. Reports the first encode (empty
 // word cache), the best of 5 warm encodes of the whole file, encoding it line by line (many small calls), and

@@ -53,10 +53,12 @@ void add_calibrate_command(CLI::App& app) {
       ->required();
   cmd->add_option("--data", r.data_files,
                   "Calibration text: plain text, or JSON lines with \"text\" (.jsonl, .jsonl.zst); several files are "
-                  "joined in the order given, documents separated by <|endoftext|>")
+                  "joined in the order given, documents separated by the end-of-text token (<|endoftext|>, or </s>)")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--tokenizer", r.tokenizer_path, "tokenizer.json (default: the one in the model folder)");
+  cmd->add_option("--tokenizer", r.tokenizer_path,
+                  "tokenizer.json or SentencePiece tokenizer.model (default: the model folder's tokenizer.model, then "
+                  "tokenizer.json, else the built-in GPT-NeoX-20B)");
   cmd->add_option("--samples", r.samples, "Number of windows")->capture_default_str()->check(whole_number(1));
   cmd->add_option("--seqlen", r.seqlen, "Tokens per window")->capture_default_str()->check(whole_number(2, 1 << 20));
   cmd->add_option("--seed", r.seed, "Seed of the window sampler")->capture_default_str();

@@ -101,7 +101,8 @@ void add_export_command(CLI::App& app) {
       ->check(CLI::IsMember({"w8a8", "w4a8", "w4a16", "fp16"}));
   cmd->add_option("--out", flags->request.out_path, "Artifact to write (atomically)")->required();
   cmd->add_option("--tokenizer", flags->request.tokenizer_path,
-                  "tokenizer.json to embed (default: the one in the model folder)");
+                  "tokenizer.json or SentencePiece tokenizer.model to embed (default: the model folder's, as for "
+                  "calibrate)");
   cmd->add_flag("--quantize-embedding", r.quantize_embedding,
                 "Head-to-toe: quantize the embedding per row at the weight bit width");
   cmd->add_flag("--quantize-lm-head", r.quantize_lm_head,

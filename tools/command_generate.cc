@@ -89,7 +89,7 @@ void run_generate(const GenerateFlags& flags) {
   const ModelSource source = load_model_source("generate", flags.source);
   std::fprintf(stderr, "%s", source.description.c_str());
   const Tokenizer& tokenizer = *source.tokenizer;
-  if (const auto eos = tokenizer.token_id("<|endoftext|>")) options.stop_tokens.push_back(*eos);
+  if (const auto eos = tokenizer.end_of_text()) options.stop_tokens.push_back(*eos);
   std::vector<std::vector<int32_t>> ids;
   for (size_t i = 0; i < prompts.size(); ++i) {
     ids.push_back(tokenizer.encode(prompts[i]));
@@ -161,7 +161,7 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "Seed of the sampling (token t of prompt i uses (seed, i, t) alone)")
       ->capture_default_str();
-  cmd->add_option("--stop", flags->stop, "Stop before this string (repeatable); <|endoftext|> always stops");
+  cmd->add_option("--stop", flags->stop, "Stop before this string (repeatable); the end-of-text token (<|endoftext|>, </s>) always stops");
   cmd->add_option("--speculate", flags->speculate, "off, or ngram: drafts by prompt lookup, verified exactly")
       ->capture_default_str()
       ->check(CLI::IsMember({"off", "ngram"}));

@@ -4,7 +4,8 @@
 set -euo pipefail
 
 packages=(bazel-bootstrap bazel-rules-java libcli11-dev libfmt-dev libeigen3-dev nlohmann-json3-dev
-          libzstd-dev libgtest-dev libgmock-dev googletest libcurl4-openssl-dev clang-14 libclang-rt-14-dev)
+          libzstd-dev libgtest-dev libgmock-dev googletest libcurl4-openssl-dev clang-14 libclang-rt-14-dev
+          libsentencepiece-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -17,7 +17,7 @@ void add_model_source_options(CLI::App* command, ModelSourceFlags& flags) {
       ->check(CLI::ExistingFile)
       ->excludes(model);
   command->add_option("--tokenizer", flags.tokenizer,
-                      "tokenizer.json (default: the model folder's or the one the artifact embeds, else the built-in GPT-NeoX-20B)");
+                      "tokenizer.json or SentencePiece tokenizer.model (default: the model folder's tokenizer.model, then tokenizer.json, or the one the artifact embeds, else the built-in GPT-NeoX-20B)");
   command->add_option("--device", flags.device, "cpu, cuda or cuda:N")->capture_default_str();
 }
 
@@ -29,25 +29,35 @@ ModelSource load_model_source(const std::string& command, const ModelSourceFlags
   if (model.empty() == artifact.empty()) fail("{} needs exactly one of --model and --artifact", command);
   parse_device(device);  // an unknown device is refused before anything is read
   ModelSource source;
+  std::string tokenizer_label;
+  const auto tokenizer_line = [&] {
+    return fmt::format("        tokenizer {}: {}, {} ids\n", tokenizer_label, source.tokenizer->kind(),
+                       source.tokenizer->vocab_size());
+  };
   if (!artifact.empty()) {
     const LoadedArtifact loaded = read_quantized_artifact(artifact);
     if (!tokenizer.empty()) {
       source.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(tokenizer));
-    } else if (!loaded.tokenizer_json.empty()) {
-      source.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_json(loaded.tokenizer_json, artifact + " (tokenizer)"));
+      tokenizer_label = tokenizer;
+    } else if (!loaded.tokenizer_bytes.empty()) {
+      tokenizer_label = artifact + " (embedded)";
+      source.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_bytes(loaded.tokenizer_bytes, tokenizer_label));
     } else {
       fail("{}: the artifact embeds no tokenizer; pass --tokenizer PATH", artifact);
     }
     source.description = fmt::format("artifact {}\n        recipe {}\n        {}\n", artifact, loaded.description.recipe,
-                                     loaded.model->config.summary());
+                                     loaded.model->config.summary()) +
+                         tokenizer_line();
     source.backend = make_quantized_backend(device, loaded.model);
     return source;
   }
   const LoadedModel loaded = load_model(model);
   const TokenizerSource found = find_tokenizer(model, tokenizer, loaded.weights->config.vocab_size);
-  source.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_json(found.json, found.label));
+  source.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_bytes(found.bytes, found.label));
+  tokenizer_label = found.label;
   source.description =
-      fmt::format("model   {} ({})\n        {}\n", model, loaded.weights_path, loaded.weights->config.summary());
+      fmt::format("model   {} ({})\n        {}\n", model, loaded.weights_path, loaded.weights->config.summary()) +
+      tokenizer_line();
   source.backend = make_backend(device, loaded.weights);
   return source;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the ssdq binary, the GPU tests and the kernel benchmark (-c opt) and packs them,
 # stripped, into .carry/gpu-bin.tar.xz for a GPU machine that has no Bazel. There, from the
-# repository root: `tar -xJf .carry/gpu-bin.tar.xz -C /tmp && tools/run_gpu_tests.sh /tmp/gpu-bin`.
+# repository root: `tar -xJf .carry/gpu-bin.tar.xz -C /tmp && tools/run_gpu_tests.sh /tmp/gpu-bin`
+# (ssdq itself: `LD_LIBRARY_PATH=/tmp/gpu-bin /tmp/gpu-bin/ssdq ...`).
 # With arguments, packs only the binaries named (e.g. `ssdq`), for a lighter carry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,9 @@ if [ $# -gt 0 ]; then
 fi
 chmod u+w .carry/gpu-bin/*
 strip .carry/gpu-bin/*
+# ssdq links Debian's libsentencepiece (shared only), which the GPU machine lacks: it travels beside
+# the binaries; run them with LD_LIBRARY_PATH=/tmp/gpu-bin (tools/run_gpu_tests.sh sets it).
+cp -L /usr/lib/x86_64-linux-gnu/libsentencepiece.so.0 .carry/gpu-bin/
 # xz -9e with a dictionary as large as the whole tar (one thread: several would cut it into blocks)
 # finds the kernels the binaries share across all of them: every binary, 246 MB stripped, packs
 # into ~19 MB, where the default 64 MiB window left 34 MB and -T2 46 MB — with the repository more

@@ -4,6 +4,8 @@
 # binaries can be built on a machine without a GPU and copied over.
 set -uo pipefail
 dir=${1:-bazel-bin/tests/gpu}
+# Packed binaries carry libsentencepiece.so.0 beside them (tools/package_gpu_run.sh).
+export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 failed=0
 total=0
 for test in "$dir"/*_test; do

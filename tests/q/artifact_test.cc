@@ -67,7 +67,7 @@ TEST(Artifact, RoundTripsEveryKindOfModelBitForBit) {
     expect_same_model(*loaded.model, model);
     EXPECT_EQ(loaded.description.recipe, kDescription.recipe);
     EXPECT_EQ(loaded.description.calibration, kDescription.calibration);
-    EXPECT_EQ(loaded.tokenizer_json, "{\"model\": {}}");
+    EXPECT_EQ(loaded.tokenizer_bytes, "{\"model\": {}}");
     EXPECT_EQ(mean_nll(CpuBackend(loaded.model), tokens),
               mean_nll(CpuBackend(std::make_shared<QuantizedModel>(model)), tokens));
     const ArtifactFile file = read_artifact(path);
