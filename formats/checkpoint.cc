@@ -5,6 +5,7 @@
 
 #include "formats/error.h"
 #include "formats/file_io.h"
+#include "formats/megatron_checkpoint.h"
 #include "formats/safetensors.h"
 #include "formats/torch_bin.h"
 
@@ -91,7 +92,12 @@ Checkpoint load_checkpoint(const std::string& dir) {
   Checkpoint checkpoint;
   checkpoint.dir = dir;
   const std::string config_path = join_path(dir, "config.json");
-  if (!file_exists(config_path)) fail("{}: no config.json in the model folder", dir);
+  if (!file_exists(config_path)) {
+    if (is_megatron_checkpoint(dir)) return load_megatron_checkpoint(dir);
+    fail("{}: no config.json in the model folder (nor a Megatron-LM checkpoint: latest_checkpointed_iteration.txt, "
+         "release/ or mp_rank_00/)",
+         dir);
+  }
   checkpoint.config = load_config(config_path);
   const std::string single = join_path(dir, "model.safetensors");
   const std::string index = join_path(dir, "model.safetensors.index.json");
@@ -99,12 +105,15 @@ Checkpoint load_checkpoint(const std::string& dir) {
   TensorMap tensors;
   if (file_exists(single)) {
     checkpoint.weights_path = single;
+    checkpoint.layout = "safetensors";
     tensors = read_safetensors(single).tensors;
   } else if (file_exists(index)) {
     checkpoint.weights_path = index;
+    checkpoint.layout = "sharded safetensors";
     tensors = read_safetensors_index(index).tensors;
   } else if (file_exists(bin)) {
     checkpoint.weights_path = bin;
+    checkpoint.layout = "torch.save (pytorch_model.bin)";
     tensors = read_torch_bin(bin);
   } else {
     fail("{}: no weights found (expected model.safetensors, model.safetensors.index.json or pytorch_model.bin)", dir);

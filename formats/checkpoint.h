@@ -1,6 +1,6 @@
 // A Mamba-2 checkpoint folder: config.json plus weights in any published layout
 // (model.safetensors, sharded safetensors with model.safetensors.index.json, or
-// pytorch_model.bin), with tensor names brought to the mamba_ssm spelling and every shape
+// pytorch_model.bin), or a Megatron-LM checkpoint (formats/megatron_checkpoint.h), with tensor names brought to the mamba_ssm spelling and every shape
 // checked against the config.
 #pragma once
 
@@ -14,6 +14,7 @@ namespace ssdq {
 struct Checkpoint {
   std::string dir;
   std::string weights_path;  // the file the tensors came from (the index for sharded checkpoints)
+  std::string layout;        // what was read, e.g. "sharded safetensors (3 files)", for `ssdq info`
   Mamba2Config config;
   TensorMap tensors;  // mamba_ssm names; lm_head.weight only when the embeddings are untied
 };

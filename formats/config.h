@@ -9,7 +9,7 @@
 
 namespace ssdq {
 
-enum class ConfigSpelling { kMambaSsm, kTransformers };
+enum class ConfigSpelling { kMambaSsm, kTransformers, kMegatronArgs };
 
 struct Mamba2Config {
   int64_t d_model = 0;

@@ -48,7 +48,8 @@ struct HubSettings {
 // The files ssdq fetches for a model: config.json, the tokenizer files the repo has, and the
 // weights in the first layout the repo has: model.safetensors, else
 // model.safetensors.index.json and its shards, else pytorch_model.bin.
-inline const std::vector<std::string> kHubTokenizerFiles = {"tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+inline const std::vector<std::string> kHubTokenizerFiles = {"tokenizer.model", "tokenizer.model.v3", "tokenizer.json",
+                                                            "tokenizer_config.json",
                                                             "special_tokens_map.json"};
 
 // Returns the snapshot folder of the model, holding config.json and complete weights.

@@ -127,6 +127,13 @@ void read_options(const json& root, Tokenizer::Model& model) {
   const json* pre_tokenizer = member(root, "pre_tokenizer");
   if (pre_tokenizer == nullptr || !pre_tokenizer->is_object() ||
       pre_tokenizer->value("type", json()) != "ByteLevel") {
+    const json type = pre_tokenizer && pre_tokenizer->is_object() ? pre_tokenizer->value("type", json()) : json();
+    if (type.is_string())
+      fail("{}: pre_tokenizer type {} is not supported (only ByteLevel, the GPT-2 / GPT-NeoX family){}", label,
+           brief_json(type),
+           type == "Metaspace" ? "; for a Llama / Mistral-family tokenizer put its tokenizer.model beside it or pass "
+                                 "--tokenizer tokenizer.model"
+                               : "");
     fail("{}: pre_tokenizer is {}, expected a ByteLevel pre-tokenizer", label,
          pre_tokenizer ? brief_json(*pre_tokenizer) : "missing");
   }

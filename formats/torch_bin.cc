@@ -236,10 +236,44 @@ class StateDictBuilder {
   TensorMap out_;
 };
 
+
+PickledScalar scalar_of(const PickleValue& v) {
+  PickledScalar s;
+  switch (v.kind) {
+    case Kind::None: break;
+    case Kind::Bool: s.kind = PickledScalar::Kind::kBool, s.int_value = v.int_value; break;
+    case Kind::Int: s.kind = PickledScalar::Kind::kInt, s.int_value = v.int_value; break;
+    case Kind::Float: s.kind = PickledScalar::Kind::kFloat, s.float_value = v.float_value; break;
+    case Kind::Str: s.kind = PickledScalar::Kind::kStr, s.text = v.text; break;
+    case Kind::Object:
+      s.kind = PickledScalar::Kind::kOther;
+      s.text = v.text;
+      if (v.items.size() == 1 && (v.items[0]->kind == Kind::Int || v.items[0]->kind == Kind::Str))
+        s.text += "(" + (v.items[0]->kind == Kind::Int ? std::to_string(v.items[0]->int_value) : v.items[0]->text) + ")";
+      break;
+    default: s.kind = PickledScalar::Kind::kOther, s.text = pickle_kind_name(v.kind); break;
+  }
+  return s;
+}
+
+// The root dict's plain values and the attributes of its argparse.Namespace values.
+void collect_scalars(const PickleValue& root, TorchCheckpoint& out) {
+  if (root.kind != Kind::Dict) return;
+  for (const auto& [key, value] : root.entries) {
+    if (key->kind != Kind::Str) continue;
+    if (value->kind == Kind::Object && value->text == "argparse.Namespace") {
+      PickledScalars& attributes = out.namespaces[key->text];
+      for (const auto& [name, attribute] : value->entries) attributes[name->text] = scalar_of(*attribute);
+    } else if (is_scalar(value->kind)) {
+      out.top_level[key->text] = scalar_of(*value);
+    }
+  }
+}
+
 }  // namespace
 
-TensorMap parse_torch_bin(std::shared_ptr<const void> owner, const uint8_t* data, size_t size,
-                          const std::string& label) {
+TorchCheckpoint parse_torch_checkpoint(std::shared_ptr<const void> owner, const uint8_t* data, size_t size,
+                                       const std::string& label) {
   // The legacy format (PyTorch < 1.6 or _use_new_zipfile_serialization=False) is a bare pickle stream.
   if (size >= 2 && data[0] == 0x80 && data[1] <= 5)
     fail("{}: legacy (non-zip) torch.save format is not supported; re-save it with torch.save from PyTorch >= 1.6",
@@ -250,12 +284,22 @@ TensorMap parse_torch_bin(std::shared_ptr<const void> owner, const uint8_t* data
   const ByteSpan pickle = zip.stored_bytes(*archive.pickle);
   Unpickler unpickler(pickle.data, pickle.size, label + ": " + archive.pickle->name);
   const PickleValuePtr root = unpickler.load();
-  return StateDictBuilder(zip, archive.prefix, std::move(owner), size).build(root);
+  TorchCheckpoint checkpoint;
+  checkpoint.tensors = StateDictBuilder(zip, archive.prefix, std::move(owner), size).build(root);
+  collect_scalars(*root, checkpoint);
+  return checkpoint;
 }
 
-TensorMap read_torch_bin(const std::string& path) {
-  auto file = MappedFile::open(path);
-  return parse_torch_bin(file, file->data(), file->size(), path);
+TensorMap parse_torch_bin(std::shared_ptr<const void> owner, const uint8_t* data, size_t size,
+                          const std::string& label) {
+  return parse_torch_checkpoint(std::move(owner), data, size, label).tensors;
 }
+
+TorchCheckpoint read_torch_checkpoint(const std::string& path) {
+  auto file = MappedFile::open(path);
+  return parse_torch_checkpoint(file, file->data(), file->size(), path);
+}
+
+TensorMap read_torch_bin(const std::string& path) { return read_torch_checkpoint(path).tensors; }
 
 }  // namespace ssdq

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -23,11 +24,31 @@
 
 namespace ssdq {
 
+// A plain value beside the tensors: a top-level entry of the dict, or an attribute of an
+// argparse.Namespace there (Megatron-LM's "args"). Other objects (enum members, lists) are
+// kOther, with a short description in `text`.
+struct PickledScalar {
+  enum class Kind { kNone, kBool, kInt, kFloat, kStr, kOther } kind = Kind::kNone;
+  int64_t int_value = 0;  // kBool, kInt
+  double float_value = 0;
+  std::string text;  // kStr; kOther's description
+};
+using PickledScalars = std::map<std::string, PickledScalar>;
+
+struct TorchCheckpoint {
+  TensorMap tensors;
+  PickledScalars top_level;                    // the root dict's plain values
+  std::map<std::string, PickledScalars> namespaces;  // root key -> its argparse.Namespace attributes
+};
+
 // Memory-maps the file; contiguous tensors point into the map and keep it alive.
 TensorMap read_torch_bin(const std::string& path);
+TorchCheckpoint read_torch_checkpoint(const std::string& path);
 
 // The same over a buffer that `owner` keeps alive; `label` names the source in errors.
 TensorMap parse_torch_bin(std::shared_ptr<const void> owner, const uint8_t* data, size_t size,
                           const std::string& label);
+TorchCheckpoint parse_torch_checkpoint(std::shared_ptr<const void> owner, const uint8_t* data, size_t size,
+                                       const std::string& label);
 
 }  // namespace ssdq

@@ -83,6 +83,24 @@ bool valid_utf8(const std::string& text) {
   return true;
 }
 
+// Classes whose instances a Megatron-LM checkpoint holds as data: its args, TransformerEngine's
+// extra state, NumPy RNG states.
+bool is_data_class(const std::string& full) {
+  static const char* const kNames[] = {"argparse.Namespace", "_io.BytesIO", "numpy.ndarray", "numpy.dtype"};
+  for (const char* name : kNames)
+    if (full == name) return true;
+  return false;
+}
+
+// Megatron-LM modules that define the enums its args hold (ModelType, AttnBackend, ...).
+bool is_enum_module(const std::string& module) {
+  static const char* const kModules[] = {"megatron.core.enums", "megatron.model.enums", "megatron.legacy.model.enums",
+                                         "megatron.core.transformer.enums", "megatron.core.rerun_state_machine"};
+  for (const char* name : kModules)
+    if (module == name) return true;
+  return false;
+}
+
 bool is_int(const PickleValuePtr& v) { return v->kind == Kind::Int || v->kind == Kind::Bool; }
 bool is_sequence(const PickleValuePtr& v) { return v->kind == Kind::Tuple || v->kind == Kind::List; }
 
@@ -104,6 +122,7 @@ const char* pickle_kind_name(Kind kind) {
     case Kind::Global: return "global";
     case Kind::Storage: return "storage";
     case Kind::Tensor: return "tensor";
+    case Kind::Object: return "object";
   }
   return "value";
 }
@@ -161,7 +180,7 @@ std::string Unpickler::read_string(uint64_t length) {
 PickleValuePtr Unpickler::make(Kind kind) {
   auto value = std::make_shared<PickleValue>();
   value->kind = kind;
-  if (kind == Kind::Tuple || kind == Kind::List || kind == Kind::Set || kind == Kind::Dict) {
+  if (kind == Kind::Tuple || kind == Kind::List || kind == Kind::Set || kind == Kind::Dict || kind == Kind::Object) {
     if (containers_.size() >= kMaxContainers) fail_at(fmt::format("more than {} containers", kMaxContainers));
     containers_.push_back(value);
   }
@@ -250,6 +269,16 @@ PickleValuePtr Unpickler::resolve_global(const std::string& module, const std::s
     value->global = GlobalId::StorageClass;
     value->global_dtype = DType::U8;
     value->global_untyped = true;
+  } else if (is_data_class(full)) {
+    value->global = GlobalId::DataClass;
+  } else if (full == "numpy.core.multiarray._reconstruct" || full == "numpy._core.multiarray._reconstruct") {
+    value->global = GlobalId::NumpyReconstruct;
+  } else if (full == "builtins.getattr" || full == "__builtin__.getattr") {
+    value->global = GlobalId::EnumMember;
+  } else if (full == "_codecs.encode") {
+    value->global = GlobalId::CodecsEncode;
+  } else if (is_enum_module(module)) {
+    value->global = GlobalId::EnumClass;
   } else if (module == "torch") {
     for (const auto& storage : kStorageClasses)
       if (name == storage.name) value->global = GlobalId::StorageClass, value->global_dtype = storage.dtype;
@@ -286,7 +315,85 @@ PickleValuePtr Unpickler::call(const PickleValuePtr& callable, const PickleValue
       if (items.size() != 3 || items[0]->kind != Kind::Tensor)
         fail_at("torch._utils._rebuild_parameter expects (tensor, requires_grad, backward_hooks)");
       return items[0];
+    case GlobalId::DataClass: return new_object(callable, args);
+    case GlobalId::EnumClass: {
+      // Enum(value) looks the member up by value; kept as the class name and the value.
+      if (items.size() != 1 || !(is_int(items[0]) || items[0]->kind == Kind::Str))
+        fail_at(fmt::format("'{}' is called with {} argument(s); only an enum member (one int or str) is admitted",
+                            callable->text, items.size()));
+      return new_object(callable, args);
+    }
+    case GlobalId::EnumMember: {
+      if (items.size() != 2 || items[0]->kind != Kind::Global || items[0]->global != GlobalId::EnumClass ||
+          items[1]->kind != Kind::Str)
+        fail_at(fmt::format("getattr is admitted only to name a member of a Megatron-LM enum, not on a {}",
+                            items.empty() ? "missing argument"
+                            : items[0]->kind == Kind::Global ? "'" + printable(items[0]->text) + "'"
+                                                             : std::string(pickle_kind_name(items[0]->kind))));
+      auto member = make(Kind::Object);
+      member->text = items[0]->text;
+      count_items(1);
+      member->items = {items[1]};
+      return member;
+    }
+    case GlobalId::NumpyReconstruct: {
+      auto array = make(Kind::Object);
+      array->text = "numpy.ndarray";
+      count_items(items.size());
+      array->items = items;
+      return array;
+    }
+    case GlobalId::CodecsEncode: {
+      // Protocol 2 writes bytes b as _codecs.encode(b.decode("latin1"), "latin1").
+      if (items.size() != 2 || items[0]->kind != Kind::Str || items[1]->kind != Kind::Str || items[1]->text != "latin1")
+        fail_at("_codecs.encode is admitted only as encode(text, \"latin1\")");
+      auto bytes = make(Kind::Bytes);
+      const std::string& text = items[0]->text;
+      for (size_t i = 0; i < text.size(); ++i) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        if (c < 0x80) {
+          bytes->text += static_cast<char>(c);
+        } else if ((c == 0xC2 || c == 0xC3) && i + 1 < text.size()) {
+          bytes->text += static_cast<char>(((c & 0x03) << 6) | (static_cast<unsigned char>(text[++i]) & 0x3F));
+        } else {
+          fail_at("_codecs.encode: a character beyond latin1");
+        }
+      }
+      return bytes;
+    }
     default: fail_at(fmt::format("pickle global '{}' cannot be called", callable->text));
+  }
+}
+
+PickleValuePtr Unpickler::new_object(const PickleValuePtr& cls, const PickleValuePtr& args) {
+  if (cls->kind != Kind::Global || (cls->global != GlobalId::DataClass && cls->global != GlobalId::EnumClass))
+    fail_at(fmt::format("object construction from '{}' is not admitted",
+                        cls->kind == Kind::Global ? cls->text : pickle_kind_name(cls->kind)));
+  if (args->kind != Kind::Tuple)
+    fail_at(fmt::format("arguments of '{}' are a {}, not a tuple", cls->text, pickle_kind_name(args->kind)));
+  auto object = make(Kind::Object);
+  object->text = cls->text;
+  count_items(args->items.size());
+  object->items = args->items;
+  return object;
+}
+
+// BUILD: an object's state is its attribute dict (argparse.Namespace), a tuple (NumPy arrays,
+// BytesIO) or (dict, slots); it is stored, never interpreted by a class.
+void Unpickler::build(PickleValue& target, const PickleValuePtr& state) {
+  if (target.kind == Kind::Dict) return;  // an OrderedDict's attributes (torch's state_dict _metadata)
+  if (target.kind != Kind::Object)
+    fail_at(fmt::format("BUILD (setting object state) on a {} is not supported", pickle_kind_name(target.kind)));
+  if (state->kind == Kind::Dict) {
+    for (const auto& [key, value] : state->entries) {
+      if (key->kind != Kind::Str) fail_at(fmt::format("'{}': an attribute name is a {}", target.text, pickle_kind_name(key->kind)));
+      set_item(target, key, value);
+    }
+  } else if (state->kind == Kind::Tuple || state->kind == Kind::None) {
+    count_items(state->items.size());
+    target.items.insert(target.items.end(), state->items.begin(), state->items.end());
+  } else {
+    fail_at(fmt::format("'{}': object state is a {}", target.text, pickle_kind_name(state->kind)));
   }
 }
 
@@ -538,11 +645,9 @@ PickleValuePtr Unpickler::load() {
         for (size_t i = 0; i < items.size(); i += 2) set_item(*dict, items[i], items[i + 1]);
         break;
       }
-      case 'b': {  // BUILD: only the attribute state of an OrderedDict (torch's state_dict _metadata)
-        pop();
-        auto& target = top();
-        if (target->kind != Kind::Dict)
-          fail_at(fmt::format("BUILD (setting object state) on a {} is not supported", pickle_kind_name(target->kind)));
+      case 'b': {  // BUILD
+        auto state = pop();
+        build(*top(), state);
         break;
       }
       case 'h': push(memo_get(read_uint(1))); break;  // BINGET
@@ -579,12 +684,22 @@ PickleValuePtr Unpickler::load() {
         push(persistent_load(pid));
         break;
       }
-      case 'o':     // OBJ
-      case 0x81:    // NEWOBJ
-      case 0x92: {  // NEWOBJ_EX
-        const char* name = opcode == 'o' ? "OBJ" : opcode == 0x81 ? "NEWOBJ" : "NEWOBJ_EX";
-        fail_at(fmt::format("pickle opcode {} (object construction) is not supported", name));
+      case 0x81: {  // NEWOBJ: cls.__new__(cls, *args)
+        auto args = pop();
+        auto cls = pop();
+        push(new_object(cls, args));
+        break;
       }
+      case 0x92: {  // NEWOBJ_EX: cls.__new__(cls, *args, **kwargs)
+        auto kwargs = pop();
+        auto args = pop();
+        auto cls = pop();
+        if (kwargs->kind != Kind::Dict || !kwargs->entries.empty()) fail_at("NEWOBJ_EX with keyword arguments is not supported");
+        push(new_object(cls, args));
+        break;
+      }
+      case 'o':  // OBJ
+        fail_at("pickle opcode OBJ (object construction) is not supported");
       case 0x82:
       case 0x83:
       case 0x84: fail_at("pickle extension registry codes (EXT1/EXT2/EXT4) are not supported");

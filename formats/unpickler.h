@@ -1,8 +1,12 @@
 // A restricted pickle VM for the data.pkl of torch.save checkpoints. It understands the
 // opcodes of protocols 2..5 and emulates only the few callables a tensor state dict needs
 // (collections.OrderedDict, torch._utils._rebuild_tensor_v2/_v3, torch._utils._rebuild_parameter);
-// the storage classes and dtypes of torch are accepted as plain values. Any other global is
-// refused at the opcode that names it, so nothing from the file is ever executed or imported.
+// the storage classes and dtypes of torch are accepted as plain values. Megatron-LM checkpoints
+// also hold objects: their `args` (argparse.Namespace), enum members from megatron.* modules
+// inside it, TransformerEngine's extra state (_io.BytesIO) and NumPy RNG states. Those become
+// Object values (class name, constructor arguments, attributes) built as plain data: no class is
+// looked up and no constructor runs. Any other global is refused at the opcode that names it,
+// so nothing from the file is ever executed or imported.
 // Tensors come out as records (storage key, dtype, offset, size, stride); reading their bytes
 // is the caller's job (see torch_bin.h).
 #pragma once
@@ -45,15 +49,22 @@ struct PickleValue;
 using PickleValuePtr = std::shared_ptr<PickleValue>;
 
 struct PickleValue {
-  enum class Kind { None, Bool, Int, BigInt, Float, Str, Bytes, Tuple, List, Set, Dict, Global, Storage, Tensor };
-  enum class GlobalId { None, OrderedDict, RebuildTensorV2, RebuildTensorV3, RebuildParameter, StorageClass, DTypeValue };
+  enum class Kind { None, Bool, Int, BigInt, Float, Str, Bytes, Tuple, List, Set, Dict, Global, Storage, Tensor, Object };
+  enum class GlobalId {
+    None, OrderedDict, RebuildTensorV2, RebuildTensorV3, RebuildParameter, StorageClass, DTypeValue,
+    DataClass,         // instances kept as Object values (argparse.Namespace, _io.BytesIO, ...)
+    EnumClass,         // a megatron.* enum: called with its one value
+    NumpyReconstruct,  // numpy.core.multiarray._reconstruct: an Object "numpy.ndarray"
+    CodecsEncode,      // _codecs.encode(str, "latin1"): how protocol 2 writes bytes
+    EnumMember,        // getattr(EnumClass, name): how Python 3.11+ pickles an enum member
+  };
 
   Kind kind = Kind::None;
   int64_t int_value = 0;  // Bool, Int
   double float_value = 0;
-  std::string text;  // Str, Bytes, and a Global's "module.name"
-  std::vector<PickleValuePtr> items;  // Tuple, List, Set
-  std::vector<std::pair<PickleValuePtr, PickleValuePtr>> entries;  // Dict, in insertion order
+  std::string text;  // Str, Bytes, a Global's and an Object's class "module.name"
+  std::vector<PickleValuePtr> items;  // Tuple, List, Set; an Object's constructor arguments and tuple state
+  std::vector<std::pair<PickleValuePtr, PickleValuePtr>> entries;  // Dict (insertion order), Object attributes
   // Dict: str and int keys -> position in entries. The views point into the keys' own text (the
   // keys stay alive in entries), so a long key used in many dicts is not copied into each index.
   std::unordered_map<std::string_view, size_t> str_index;
@@ -110,6 +121,8 @@ class Unpickler {
 
   PickleValuePtr resolve_global(const std::string& module, const std::string& name);
   PickleValuePtr call(const PickleValuePtr& callable, const PickleValuePtr& args);
+  PickleValuePtr new_object(const PickleValuePtr& cls, const PickleValuePtr& args);
+  void build(PickleValue& target, const PickleValuePtr& state);
   PickleValuePtr persistent_load(const PickleValuePtr& pid);
   PickleValuePtr rebuild_tensor(const std::vector<PickleValuePtr>& args, bool v3);
   void set_item(PickleValue& dict, PickleValuePtr key, PickleValuePtr value);

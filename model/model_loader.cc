@@ -1,6 +1,9 @@
 #include "model/model_loader.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <vector>
 
 #include "formats/builtin_tokenizer.h"
 #include "formats/digest.h"
@@ -19,10 +22,21 @@ TokenizerSource find_tokenizer(const std::string& model_dir, const std::string& 
     return source;
   };
   if (!override_path.empty()) return from_file(override_path);
-  for (const char* name : {"tokenizer.model", "tokenizer.json"}) {
+  for (const char* name : {"tokenizer.model", "tokenizer.model.v3", "tokenizer.json"}) {
     const std::string bundled = join_path(model_dir, name);
     if (file_exists(bundled)) return from_file(bundled);
   }
+  // Megatron-LM releases name the SentencePiece file after its corpus
+  // (mt_nlg_plus_multilingual_ja_zh_the_stack_frac_015_256k.model).
+  std::vector<std::string> models;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(model_dir, error))
+    if (entry.is_regular_file() && entry.path().extension() == ".model") models.push_back(entry.path().string());
+  std::sort(models.begin(), models.end());
+  if (models.size() == 1) return from_file(models[0]);
+  if (models.size() > 1)
+    fail("{}: several SentencePiece files ({} and {}); pass the model's with --tokenizer PATH", model_dir, models[0],
+         models[1]);
   TokenizerSource source{std::string(builtin_gpt_neox_tokenizer_json()), "the built-in GPT-NeoX-20B tokenizer", ""};
   const int32_t ids = Tokenizer::from_json(source.bytes, source.label).vocab_size();
   if (ids > vocab_size)
@@ -46,6 +60,7 @@ LoadedModel load_model(const std::string& model_dir) {
   LoadedModel model;
   model.dir = model_dir;
   model.weights_path = checkpoint.weights_path;
+  model.layout = checkpoint.layout;
   model.weights = std::make_shared<const ModelWeights>(load_fp32_weights(checkpoint));
   return model;
 }

@@ -11,13 +11,11 @@
 
 namespace ssdq {
 
-// A command's tokenizer: `override_path` if given, else the model folder's tokenizer.json, else
-// the GPT-NeoX-20B tokenizer built into ssdq (official mamba_ssm checkpoints ship without one),
-// which is refused when it has ids beyond the model's vocabulary and otherwise announced once
-// on stderr.
-// The tokenizer of a model folder: --tokenizer when given, else the folder's tokenizer.model
-// (SentencePiece, preferred where both exist, as the reference libraries do), else its
-// tokenizer.json, else the built-in GPT-NeoX-20B tokenizer (checked against the vocabulary).
+// The tokenizer of a model folder: --tokenizer when given, else the folder's tokenizer.model or
+// tokenizer.model.v3 (SentencePiece, preferred where a tokenizer.json also exists, as the
+// reference libraries do), else its tokenizer.json, else its one other *.model file (Megatron-LM
+// releases), else the GPT-NeoX-20B tokenizer built into ssdq (official mamba_ssm checkpoints ship
+// without one), refused when it has ids beyond the model's vocabulary and announced on stderr.
 struct TokenizerSource {
   std::string bytes;   // the tokenizer.json text or the SentencePiece model (Tokenizer::from_bytes)
   std::string label;   // its path, or "the built-in GPT-NeoX-20B tokenizer"
@@ -27,6 +25,7 @@ TokenizerSource find_tokenizer(const std::string& model_dir, const std::string& 
 
 struct LoadedModel {
   std::string dir, weights_path;
+  std::string layout;  // what load_checkpoint read, e.g. "Megatron-LM (release, 1 tensor-parallel shard)"
   std::shared_ptr<const ModelWeights> weights;
 };
 

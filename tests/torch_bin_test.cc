@@ -41,7 +41,8 @@ const std::vector<Refusal> kRefused = {
     {"evil_posix_system.bin", "data.pkl: forbidden pickle global 'posix.system'"},
     {"evil_subprocess_popen.bin", "data.pkl: forbidden pickle global 'subprocess.Popen'"},
     {"evil_builtins_eval.bin", "data.pkl: forbidden pickle global 'builtins.eval'"},
-    {"evil_builtin_getattr.bin", "data.pkl: forbidden pickle global '__builtin__.getattr'"},
+    // getattr is admitted only on a Megatron enum class; str (protocol 2: __builtin__.unicode) is refused by name.
+    {"evil_builtin_getattr.bin", "data.pkl: forbidden pickle global '__builtin__.unicode'"},
     {"truncated.bin", "no end-of-central-directory record"},
     {"cd_past_end.bin", "central directory (offset"},
     {"compressed_entry.bin", "is compressed (deflate); only stored (uncompressed) entries are supported"},
@@ -309,8 +310,18 @@ TEST(Unpickler, RefusesAGlobalAtItsOwnOpcode) {
   EXPECT_THAT(unpickle_error("ctorch\nload\n."), HasSubstr("forbidden pickle global 'torch.load'"));
   EXPECT_THAT(unpickle_error("ctorch._utils\n_rebuild_device_tensor_from_numpy\n."),
               HasSubstr("forbidden pickle global 'torch._utils._rebuild_device_tensor_from_numpy'"));
-  EXPECT_THAT(unpickle_error("ccollections\nOrderedDict\n)\x81."), HasSubstr("NEWOBJ (object construction) is not supported"));
+  EXPECT_THAT(unpickle_error("ccollections\nOrderedDict\n)\x81."),
+              HasSubstr("object construction from 'collections.OrderedDict' is not admitted"));
   EXPECT_THAT(unpickle_error("ccollections\nOrderedDict\n)o."), HasSubstr("OBJ (object construction) is not supported"));
+  // Megatron's admitted classes stay data: a megatron.* global outside the enum modules, or an
+  // enum called with anything but one value, is refused.
+  EXPECT_THAT(unpickle_error("cmegatron.training\nget_args\n."), HasSubstr("forbidden pickle global 'megatron.training.get_args'"));
+  EXPECT_THAT(unpickle_error("cmegatron.core.enums\nModelType\n(NNtR."),
+              HasSubstr("only an enum member (one int or str) is admitted"));
+  EXPECT_THAT(unpickle_error("c__builtin__\ngetattr\nctorch\nfloat32\nX" + bytes({4, 0, 0, 0}) + "size\x86R."),
+              HasSubstr("getattr is admitted only to name a member of a Megatron-LM enum, not on a 'torch.float32'"));
+  EXPECT_THAT(unpickle_error("c_codecs\nencode\n(" + bytes({'X', 1, 0, 0, 0, 'a', 'X', 4, 0, 0, 0}) + "utf8tR."),
+              HasSubstr("only as encode(text, \"latin1\")"));
   EXPECT_THAT(unpickle_error("\x82\x01."), HasSubstr("extension registry"));
   EXPECT_THAT(unpickle_error("I1\n."), HasSubstr("unsupported pickle opcode 0x49 ('I')"));
 }
@@ -340,6 +351,29 @@ TEST(Unpickler, DecodesScalarsAndSharesMemoizedValues) {
   EXPECT_EQ(list->items[6]->float_value, 0.5);
 }
 
+// argparse.Namespace as protocol 2 writes it (NEWOBJ, then BUILD with its __dict__), holding an
+// enum member and bytes through _codecs.encode: rebuilt as data, nothing called.
+TEST(Unpickler, RebuildsANamespaceAsData) {
+  const std::string pickle = bytes({0x80, 2}) + "cargparse\nNamespace\n)" + bytes({0x81}) + "}(" +
+                             bytes({'X', 11, 0, 0, 0}) + "hidden_size" + bytes({'M', 0x00, 0x10}) +
+                             bytes({'X', 4, 0, 0, 0}) + "type" + "cmegatron.core.enums\nModelType\n" +
+                             bytes({'K', 1, 0x85, 'R'}) + bytes({'X', 4, 0, 0, 0}) + "blob" + "c_codecs\nencode\n" +
+                             bytes({'X', 2, 0, 0, 0, 0xc3, 0xbf, 'X', 6, 0, 0, 0}) + "latin1" + bytes({0x86, 'R'}) +
+                             "ub.";
+  Unpickler vm(reinterpret_cast<const uint8_t*>(pickle.data()), pickle.size(), "t.pkl");
+  const PickleValuePtr root = vm.load();
+  using Kind = PickleValue::Kind;
+  ASSERT_EQ(root->kind, Kind::Object);
+  EXPECT_EQ(root->text, "argparse.Namespace");
+  ASSERT_EQ(root->entries.size(), 3u);
+  EXPECT_EQ(root->entries[0].second->int_value, 4096);
+  EXPECT_EQ(root->entries[1].second->kind, Kind::Object);
+  EXPECT_EQ(root->entries[1].second->text, "megatron.core.enums.ModelType");
+  EXPECT_EQ(root->entries[1].second->items.at(0)->int_value, 1);
+  EXPECT_EQ(root->entries[2].second->kind, Kind::Bytes);
+  EXPECT_EQ(root->entries[2].second->text, "\xff");
+}
+
 TEST(Unpickler, EnforcesItsCaps) {
   EXPECT_THAT(unpickle_error(std::string(Unpickler::kMaxStackDepth + 1, 'N') + "."),
               HasSubstr("stack deeper than 65536"));
@@ -362,6 +396,7 @@ TEST(Unpickler, RefusesMalformedStreams) {
   EXPECT_THAT(unpickle_error("a"), HasSubstr("stack underflow"));
   EXPECT_THAT(unpickle_error("](Na."), HasSubstr("stack underflow"));  // APPEND cannot reach below a MARK
   EXPECT_THAT(unpickle_error("]}b."), HasSubstr("BUILD (setting object state) on a list is not supported"));
+  EXPECT_THAT(unpickle_error("cargparse\nNamespace\n)\x81]b."), HasSubstr("'argparse.Namespace': object state is a list"));
   EXPECT_THAT(unpickle_error("\x80\x06N."), HasSubstr("unsupported pickle protocol 6"));
   EXPECT_THAT(unpickle_error("NN\x86Q."), HasSubstr("persistent id is not ('storage'"));
   EXPECT_THAT(unpickle_error("ctorch._utils\n_rebuild_tensor_v2\n)R."), HasSubstr("takes 6 or 7 arguments, got 0"));
