@@ -12,6 +12,9 @@ struct Entry {
 
 // d_model / n_layer of state-spaces/mamba2-* (their config.json; vocab 50277 padded to 50288);
 // every other hyper-parameter is mamba_ssm's default (d_state 128, headdim 64, expand 2).
+// mamba2-8b-like is nvidia/mamba2-8b-3t-4k's shape as its Megatron-LM args give it (hidden_size
+// 4096, num_layers 56, mamba_num_groups 8, mamba_state_dim 128, mamba_head_dim 64, vocabulary
+// 256,000 from its SentencePiece model, untied output layer; docs/CHECKPOINTS.md).
 constexpr Entry kEntries[] = {
     {"mamba2-130m", 768, 24, 1, 50288},  {"mamba2-370m", 1024, 48, 1, 50288}, {"mamba2-780m", 1536, 48, 1, 50288},
     {"mamba2-1.3b", 2048, 48, 1, 50288}, {"mamba2-2.7b", 2560, 64, 1, 50288}, {"mamba2-8b-like", 4096, 56, 8, 256000},
