@@ -91,14 +91,27 @@ TensorMap canonicalize_tensors(TensorMap tensors, const Mamba2Config& config, co
 Checkpoint load_checkpoint(const std::string& dir) {
   Checkpoint checkpoint;
   checkpoint.dir = dir;
-  const std::string config_path = join_path(dir, "config.json");
+  std::string config_path = join_path(dir, "config.json");
+  const std::string mistral_params = join_path(dir, "params.json");
   if (!file_exists(config_path)) {
     if (is_megatron_checkpoint(dir)) return load_megatron_checkpoint(dir);
-    fail("{}: no config.json in the model folder (nor a Megatron-LM checkpoint: latest_checkpointed_iteration.txt, "
-         "release/ or mp_rank_00/)",
-         dir);
+    if (!file_exists(mistral_params))
+      fail("{}: no config.json in the model folder (nor Mistral's params.json, nor a Megatron-LM checkpoint: "
+           "latest_checkpointed_iteration.txt, release/ or mp_rank_00/)",
+           dir);
+    config_path = mistral_params;
   }
   checkpoint.config = load_config(config_path);
+  const std::string consolidated = join_path(dir, "consolidated.safetensors");
+  if (config_path == mistral_params || (file_exists(consolidated) && !file_exists(join_path(dir, "model.safetensors")) &&
+                                        !file_exists(join_path(dir, "model.safetensors.index.json")))) {
+    if (!file_exists(consolidated)) fail("{}: params.json but no consolidated.safetensors beside it", dir);
+    checkpoint.weights_path = consolidated;
+    checkpoint.layout = "Mistral (consolidated.safetensors)";
+    checkpoint.tensors =
+        canonicalize_tensors(read_safetensors(consolidated).tensors, checkpoint.config, checkpoint.weights_path);
+    return checkpoint;
+  }
   const std::string single = join_path(dir, "model.safetensors");
   const std::string index = join_path(dir, "model.safetensors.index.json");
   const std::string bin = join_path(dir, "pytorch_model.bin");

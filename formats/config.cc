@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <string>
 
 #include "formats/error.h"
 #include "formats/file_io.h"
@@ -118,6 +120,54 @@ void parse_mamba_ssm(const Fields& top, Mamba2Config& config) {
   }
 }
 
+// Mistral's params.json for Mamba models (mistral_inference's MambaArgs) names the mamba_ssm
+// config it builds: d_model = dim, n_layer = n_layers, ssm_cfg {ngroups, layer Mamba2}, every
+// other SSM width at mamba_ssm's default.
+json mamba_ssm_from_mistral_params(const json& params, const std::string& label) {
+  if (params.contains("model_type") && params.at("model_type") != "mamba")
+    fail("{}: model_type is {}, expected \"mamba\"", label, params.at("model_type").dump());
+  json out = json::object();
+  out["d_model"] = params.at("dim");
+  if (!params.contains("n_layers")) fail("{}: missing field 'n_layers'", label);
+  out["n_layer"] = params.at("n_layers");
+  if (!params.contains("vocab_size")) fail("{}: missing field 'vocab_size'", label);
+  out["vocab_size"] = params.at("vocab_size");
+  for (const char* key : {"pad_vocab_size_multiple", "tie_embeddings", "rms_norm"})
+    if (params.contains(key)) out[key] = params.at(key);
+  out["ssm_cfg"] = {{"layer", "Mamba2"}, {"ngroups", params.value("n_groups", json(1))}};
+  return out;
+}
+
+// Python's json.dumps writes inf and nan as bare Infinity / -Infinity / NaN, which JSON does
+// not have; outside strings they become {"__float__": "..."}, the spelling as_double reads.
+std::string with_python_nonfinite(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool replaced = false;
+    for (const char* token : {"-Infinity", "Infinity", "NaN"}) {
+      const size_t n = std::strlen(token);
+      if (text.compare(i, n, token) == 0) {
+        out += fmt::format("{{\"__float__\": \"{}\"}}", token);
+        i += n - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += c;
+  }
+  return out;
+}
+
 void parse_transformers(const Fields& top, Mamba2Config& config) {
   config.spelling = ConfigSpelling::kTransformers;
   config.d_model = top.required_int("hidden_size");
@@ -191,19 +241,25 @@ Mamba2Config parse_config_json(std::string_view text, const std::string& label) 
     if (depth > kMaxJsonDepth) fail("{}: JSON nested more than {} levels deep", label, kMaxJsonDepth);
     return true;
   };
-  json object = json::parse(text.begin(), text.end(), limit_depth, /*allow_exceptions=*/false);
+  const std::string cleaned = with_python_nonfinite(text);
+  json object = json::parse(cleaned.begin(), cleaned.end(), limit_depth, /*allow_exceptions=*/false);
   if (object.is_discarded()) fail("{}: not valid JSON", label);
   if (!object.is_object()) fail("{}: expected a JSON object", label);
-  const Fields top(object, label);
   Mamba2Config config;
-  if (object.contains("d_model")) {
-    parse_mamba_ssm(top, config);
+  if (object.contains("dim") && !object.contains("d_model") && !object.contains("hidden_size")) {
+    const json translated = mamba_ssm_from_mistral_params(object, label);
+    parse_mamba_ssm(Fields(translated, label), config);
+    config.spelling = ConfigSpelling::kMistralParams;
+  } else if (object.contains("d_model")) {
+    parse_mamba_ssm(Fields(object, label), config);
   } else if (object.contains("hidden_size")) {
     if (object.contains("model_type") && object.at("model_type") != "mamba2")
       fail("{}: model_type is {}, expected \"mamba2\"", label, object.at("model_type").dump());
-    parse_transformers(top, config);
+    parse_transformers(Fields(object, label), config);
   } else {
-    fail("{}: missing field 'd_model' (mamba_ssm spelling) or 'hidden_size' (transformers spelling)", label);
+    fail("{}: missing field 'd_model' (mamba_ssm spelling), 'hidden_size' (transformers spelling) or 'dim' (Mistral's "
+         "params.json)",
+         label);
   }
   validate_config(config, label);
   return config;

@@ -1,5 +1,8 @@
 // Mamba-2 hyper-parameters from config.json, in either spelling: mamba_ssm (`d_model`,
-// `n_layer`, `ssm_cfg`) or Hugging Face transformers (`hidden_size`, `num_hidden_layers`, ...).
+// `n_layer`, `ssm_cfg`) or Hugging Face transformers (`hidden_size`, `num_hidden_layers`, ...);
+// or from Mistral's params.json (`dim`, `n_layers`, `n_groups`: mistral_inference builds a
+// mamba_ssm Mamba2 model from it). Python's bare Infinity / NaN (json.dumps writes them, e.g.
+// transformers' time_step_limit [0.0, Infinity]) are read as numbers.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +12,7 @@
 
 namespace ssdq {
 
-enum class ConfigSpelling { kMambaSsm, kTransformers, kMegatronArgs };
+enum class ConfigSpelling { kMambaSsm, kTransformers, kMistralParams, kMegatronArgs };
 
 struct Mamba2Config {
   int64_t d_model = 0;
@@ -37,7 +40,7 @@ struct Mamba2Config {
   std::string summary() const;
 };
 
-// Parses config.json text; `label` (the file path) prefixes every error.
+// Parses config.json or params.json text; `label` (the file path) prefixes every error.
 Mamba2Config parse_config_json(std::string_view text, const std::string& label);
 Mamba2Config load_config(const std::string& path);
 // Fails (naming `label`) if the widths are inconsistent or a feature ssdq does not run is on.

@@ -31,7 +31,11 @@ constexpr const char* kConfigFile = "config.json";
 constexpr const char* kSafetensorsFile = "model.safetensors";
 constexpr const char* kSafetensorsIndexFile = "model.safetensors.index.json";
 constexpr const char* kTorchBinFile = "pytorch_model.bin";
-constexpr const char* kWeightsInWords = "model.safetensors, model.safetensors.index.json or pytorch_model.bin";
+// Mistral's layout (Mamba-Codestral-7B-v0.1): params.json and consolidated.safetensors.
+constexpr const char* kMistralParamsFile = "params.json";
+constexpr const char* kConsolidatedFile = "consolidated.safetensors";
+constexpr const char* kWeightsInWords =
+    "model.safetensors, model.safetensors.index.json, pytorch_model.bin or consolidated.safetensors";
 constexpr size_t kMaxIndexBytes = size_t{64} << 20;
 constexpr int kMaxJsonDepth = 64;
 constexpr int kMaxRepoRedirects = 5;
@@ -173,8 +177,20 @@ std::vector<std::string> index_shards(const std::string& index_path) {
 // What a snapshot folder lacks of config.json and complete weights, in words; empty when nothing.
 std::string missing_in_snapshot(const std::string& snapshot) {
   std::vector<std::string> missing;
-  if (!is_file(join_path(snapshot, kConfigFile))) missing.push_back(kConfigFile);
-  if (is_file(join_path(snapshot, kSafetensorsFile)) || is_file(join_path(snapshot, kTorchBinFile))) {
+  if (!is_file(join_path(snapshot, kConfigFile))) {
+    if (!is_file(join_path(snapshot, kMistralParamsFile))) {
+      missing.push_back(kConfigFile);
+    } else if (!is_file(join_path(snapshot, kConsolidatedFile))) {
+      missing.push_back(kConsolidatedFile);
+    }
+    if (is_file(join_path(snapshot, kMistralParamsFile))) {
+      std::string text;
+      for (const std::string& item : missing) text += (text.empty() ? "" : ", ") + item;
+      return text;
+    }
+  }
+  if (is_file(join_path(snapshot, kSafetensorsFile)) || is_file(join_path(snapshot, kTorchBinFile)) ||
+      is_file(join_path(snapshot, kConsolidatedFile))) {
     // complete weights
   } else if (is_file(join_path(snapshot, kSafetensorsIndexFile))) {
     for (const std::string& shard : index_shards(join_path(snapshot, kSafetensorsIndexFile)))
@@ -248,12 +264,20 @@ class Downloader {
         client_({settings.connect_timeout_seconds, settings.stall_timeout_seconds, "ssdq/0.1; hf_hub-compatible"}) {}
 
   std::string run() {
-    fetch(kConfigFile, true);
+    const bool has_config = fetch(kConfigFile, false);
+    if (!has_config && !fetch(kMistralParamsFile, false))
+      fail("{}: the repository has no config.json (nor Mistral's params.json) at revision {}; a Megatron-LM "
+           "checkpoint is read from a local folder (download it, e.g. with huggingface-cli download)",
+           spec_.text(), spec_.revision);
     for (const std::string& file : kHubTokenizerFiles) fetch(file, false);
+    if (!has_config) {
+      fetch(kConsolidatedFile, true);
+      return snapshot_dir();
+    }
     if (!fetch(kSafetensorsFile, false)) {
       if (fetch(kSafetensorsIndexFile, false)) {
         for (const std::string& shard : index_shards(snapshot_dir() + "/" + kSafetensorsIndexFile)) fetch(shard, true);
-      } else if (!fetch(kTorchBinFile, false)) {
+      } else if (!fetch(kTorchBinFile, false) && !fetch(kConsolidatedFile, false)) {
         fail("{}: the repository has no weights at revision {} (none of {})", spec_.text(), spec_.revision,
              kWeightsInWords);
       }

@@ -94,6 +94,23 @@ TEST(Checkpoint, ShardedSafetensorsWithIndex) {
   expect_same_tensors(c.tensors, bundled().tensors);
 }
 
+// Mistral's layout (Mamba-Codestral-7B-v0.1 as mistral_inference downloads it): params.json and
+// consolidated.safetensors in mamba_ssm names; here the bundled model written that way.
+TEST(Checkpoint, MistralParamsAndConsolidatedSafetensors) {
+  TempDir dir;
+  write_file_atomic(dir.file("params.json"), [&](int fd) {
+    const std::string params = R"({"dim": 256, "n_layers": 4, "vocab_size": 50277, "n_groups": 1, "rms_norm": true,
+        "residual_in_fp32": true, "fused_add_norm": true, "pad_vocab_size_multiple": 16, "tie_embeddings": true,
+        "model_type": "mamba"})";
+    write_all(fd, params.data(), params.size(), "params");
+  });
+  write_safetensors(dir.file("consolidated.safetensors"), bundled().tensors);
+  const Checkpoint c = load_checkpoint(dir.path());
+  EXPECT_EQ(c.layout, "Mistral (consolidated.safetensors)");
+  EXPECT_EQ(c.config.spelling, ConfigSpelling::kMistralParams);
+  expect_same_tensors(c.tensors, bundled().tensors);
+}
+
 std::string load_error(const std::string& dir) {
   try {
     load_checkpoint(dir);

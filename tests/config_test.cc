@@ -54,6 +54,47 @@ TEST(Config, TransformersSpellingWithInfinityTimeStepLimit) {
   EXPECT_TRUE(std::isinf(c.dt_max));
 }
 
+// mistralai/Mamba-Codestral-7B-v0.1's transformers config.json as transformers writes it: json.dumps
+// puts a bare Infinity in time_step_limit (not JSON); norm_before_gate is ignored by transformers'
+// Mamba2 (it gates before the norm), so it is accepted here.
+TEST(Config, CodestralTransformersConfigWithBareInfinity) {
+  const auto c = parse_config_json(R"({"architectures": ["Mamba2ForCausalLM"], "bos_token_id": 0, "chunk_size": 256,
+      "conv_kernel": 4, "eos_token_id": 0, "expand": 2, "head_dim": 64, "hidden_act": "silu", "hidden_size": 4096,
+      "layer_norm_epsilon": 1e-05, "model_type": "mamba2", "n_groups": 8, "norm_before_gate": true,
+      "num_heads": 128, "num_hidden_layers": 64, "residual_in_fp32": true, "rms_norm": true, "state_size": 128,
+      "tie_word_embeddings": false, "time_step_limit": [0.0, Infinity], "time_step_rank": 256,
+      "torch_dtype": "bfloat16", "use_bias": false, "use_conv_bias": true, "vocab_size": 32768,
+      "note": "Infinity inside a string stays text"})",
+                                   "cfg.json");
+  EXPECT_EQ(c.d_model, 4096);
+  EXPECT_EQ(c.n_layer, 64);
+  EXPECT_EQ(c.ngroups, 8);
+  EXPECT_EQ(c.nheads(), 128);
+  EXPECT_EQ(c.vocab_size, 32768);
+  EXPECT_FALSE(c.tie_embeddings);
+  EXPECT_TRUE(std::isinf(c.dt_max));
+  EXPECT_THAT(error_of(R"({"hidden_size": NaNx})"), HasSubstr("not valid JSON"));
+}
+
+// Mistral's own params.json for Codestral Mamba (mistral_inference's MambaArgs): a mamba_ssm
+// Mamba2 model with n_groups groups and every other SSM width at mamba_ssm's default.
+TEST(Config, MistralParamsJson) {
+  const auto c = parse_config_json(R"({"dim": 4096, "n_layers": 64, "vocab_size": 32768, "n_groups": 8,
+      "rms_norm": true, "residual_in_fp32": true, "fused_add_norm": true, "pad_vocab_size_multiple": 1,
+      "tie_embeddings": false, "model_type": "mamba"})",
+                                   "params.json");
+  EXPECT_EQ(c.spelling, ConfigSpelling::kMistralParams);
+  EXPECT_EQ(c.d_model, 4096);
+  EXPECT_EQ(c.n_layer, 64);
+  EXPECT_EQ(c.ngroups, 8);
+  EXPECT_EQ(c.d_state, 128);
+  EXPECT_EQ(c.headdim, 64);
+  EXPECT_EQ(c.vocab_size, 32768);
+  EXPECT_FALSE(c.tie_embeddings);
+  EXPECT_THAT(error_of(R"({"dim": 64, "n_layers": 2, "vocab_size": 16, "model_type": "transformer"})"),
+              HasSubstr("model_type is \"transformer\", expected \"mamba\""));
+}
+
 TEST(Config, BundledConfigsOfTheTinyModelAgree) {
   const auto ssm = load_config("examples/mamba2-tiny/config.json");
   const auto hf = load_config("examples/mamba2-tiny/hf/config.json");

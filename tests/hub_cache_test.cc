@@ -153,6 +153,22 @@ TEST_F(HubCacheTest, DownloadsPytorchModelBinWithTokenizer) {
   EXPECT_EQ(load_checkpoint(snapshot).weights_path, snapshot + "/pytorch_model.bin");
 }
 
+// Mistral's layout (mistralai/Mamba-Codestral-7B-v0.1): no config.json; params.json,
+// consolidated.safetensors and tokenizer.model.v3 are fetched, and the cache lookup counts the
+// snapshot complete.
+TEST_F(HubCacheTest, DownloadsMistralsLayout) {
+  FakeRepo repo;
+  repo.commit = kCommit;
+  repo.files["params.json"] = R"({"dim": 64, "n_layers": 2, "vocab_size": 64, "n_groups": 1, "model_type": "mamba"})";
+  repo.files["consolidated.safetensors"] = read_file(std::string(kTinyDir) + "/model.safetensors");
+  repo.files["tokenizer.model.v3"] = read_file("tests/fixtures/sentencepiece/tiny_bpe.model");
+  server_.add_repo("ssdq-test/mistral-layout", repo);
+  const std::string snapshot = resolve("ssdq-test/mistral-layout");
+  for (const char* file : {"params.json", "consolidated.safetensors", "tokenizer.model.v3"})
+    EXPECT_TRUE(fs::is_symlink(snapshot + "/" + file)) << file;
+  EXPECT_EQ(resolve("ssdq-test/mistral-layout"), snapshot);  // the second time from the cache
+}
+
 TEST_F(HubCacheTest, FollowsARenamedRepositoryRedirect) {
   server_.add_repo("ssdq-test/tiny-random", tiny_repo());
   server_.add_rename("old-name/tiny", "ssdq-test/tiny-random");
@@ -166,13 +182,15 @@ TEST_F(HubCacheTest, MissingFilesRevisionsAndRepositories) {
   no_config.files.erase("config.json");
   server_.add_repo("ssdq-test/no-config", no_config);
   EXPECT_THAT(error_of([&] { resolve("ssdq-test/no-config"); }),
-              HasSubstr("ssdq-test/no-config: the repository has no config.json at revision main ("));
+              HasSubstr("ssdq-test/no-config: the repository has no config.json (nor Mistral's params.json) at "
+                        "revision main"));
   FakeRepo no_weights = tiny_repo();
   no_weights.files.erase("model.safetensors");
   server_.add_repo("ssdq-test/no-weights", no_weights);
   EXPECT_THAT(error_of([&] { resolve("ssdq-test/no-weights"); }),
               HasSubstr("ssdq-test/no-weights: the repository has no weights at revision main (none of "
-                        "model.safetensors, model.safetensors.index.json or pytorch_model.bin)"));
+                        "model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
+                        "consolidated.safetensors)"));
   server_.add_repo("ssdq-test/tiny-random", tiny_repo());
   EXPECT_THAT(error_of([&] { resolve("ssdq-test/tiny-random@v9"); }),
               HasSubstr("ssdq-test/tiny-random@v9: the repository has no revision 'v9'"));

@@ -22,7 +22,8 @@ void run_info(const std::string& model_dir, const std::string& tokenizer_path) {
   fmt::print("weights    {}\n", checkpoint.weights_path);
   fmt::print("config     {}\n", c.spelling == ConfigSpelling::kMambaSsm      ? "config.json, mamba_ssm spelling"
                                   : c.spelling == ConfigSpelling::kTransformers ? "config.json, transformers spelling"
-                                                                                : "Megatron-LM args (argparse.Namespace)");
+                                  : c.spelling == ConfigSpelling::kMistralParams ? "Mistral's params.json"
+                                                                                 : "Megatron-LM args (argparse.Namespace)");
   fmt::print("           {}\n", c.summary());
   fmt::print("derived    d_in_proj {} · conv_dim {} · heads per group {} · dt limit [{}, {}] · eps {}\n", c.d_in_proj(),
              c.conv_dim(), c.heads_per_group(), c.dt_min, c.dt_max, c.norm_eps);
