@@ -48,7 +48,7 @@ TEST(MegatronCheckpoint, OneRankReadsAsTheCanonicalModel) {
   ASSERT_TRUE(is_megatron_checkpoint(kDir + "tp1"));
   const Checkpoint c = load_checkpoint(kDir + "tp1");
   EXPECT_EQ(c.layout, "Megatron-LM (release, 1 tensor-parallel shard)");
-  EXPECT_EQ(c.config.d_model, 64);
+  EXPECT_EQ(c.config.d_model, 32);
   EXPECT_EQ(c.config.n_layer, 2);
   EXPECT_EQ(c.config.d_state, 16);
   EXPECT_EQ(c.config.headdim, 16);
@@ -77,8 +77,8 @@ TEST(MegatronCheckpoint, RefusesAForbiddenGlobalBesideTheArgs) {
 
 TEST(MegatronCheckpoint, RefusesShardsThatDisagree) {
   EXPECT_THAT(error_of(kDir + "bad_shard_shapes"),
-              HasSubstr("tensor 'decoder.layers.0.mixer.out_proj.weight' is BF16 [64, 64] in mp_rank_00 but BF16 [64, "
-                        "62] in mp_rank_01; the shards disagree"));
+              HasSubstr("tensor 'decoder.layers.0.mixer.out_proj.weight' is BF16 [32, 32] in mp_rank_00 but BF16 [32, "
+                        "30] in mp_rank_01; the shards disagree"));
 }
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }

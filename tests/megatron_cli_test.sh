@@ -11,7 +11,7 @@ data=examples/wikitext-2-raw/wiki.test.raw
 info=$("$ssdq" info --model "$fixtures/tp2")
 grep -q "layout     Megatron-LM (iter_0001000, 2 tensor-parallel shards)" <<<"$info"
 grep -q "config     Megatron-LM args (argparse.Namespace)" <<<"$info"
-grep -q "d_model 64" <<<"$info" || grep -q "64" <<<"$info"
+grep -q "d_model 32 · layers 2 · d_inner 64 · heads 4 × headdim 16 · d_state 16 · ngroups 2" <<<"$info"
 grep -q "tokenizer  sentencepiece · 400 ids (model vocabulary 400)" <<<"$info"
 grep -q "$fixtures/tp2/tokenizer.model" <<<"$info"
 

@@ -2,8 +2,8 @@
 # The end-to-end tables of docs/BENCHMARKS.md (quantized vs FP16) for one synthetic config, on a
 # GPU machine: TTFT at 1024 and 2048 tokens (batch 1), TPOT at batch 1, 32 and 128, the SSD
 # module at B = 32, L = 2048, and the weights in device memory, for each spec: fp (our FP path,
-# bf16), recipe:bits, or recipe:bits:h2t (the quantized embedding and head too; TTFT at 2048 tokens
-# and TPOT at batch 1 only).
+# bf16), recipe:bits, recipe:bits:h2t (the quantized embedding and head too; TTFT at 2048 tokens
+# and TPOT at batch 1 only), or recipe:bits:gN (int4 weights in groups of N columns).
 #
 #   tools/bench_quantized.sh SSDQ CONFIG OUTDIR [spec ...]     (default: fp ssdi8:w8a8 ssdi8:w4a8 rtn:w4a16)
 #
@@ -27,6 +27,7 @@ for spec in "${specs[@]}"; do
   IFS=: read -r recipe bits extra <<<"$spec"
   [ "$spec" != fp ] && args=(--recipe "$recipe" --bits "$bits")
   [ "${extra:-}" = h2t ] && args+=(--head-to-toe)
+  [[ "${extra:-}" =~ ^g[0-9]+$ ]] && args+=(--group-size "${extra#g}")
   name=${spec//:/_}
   if [ "${extra:-}" != h2t ]; then  # TTFT at both lengths on one model build; TPOT at batch 1 from 2,048
     run "$name" ttft "${args[@]}" --batch 1 --prompt 1024,2048 --gen 64

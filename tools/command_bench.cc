@@ -35,6 +35,7 @@ struct BenchFlags {
   std::vector<int64_t> ssd_batches = {1, 2, 4, 8, 16, 32}, ssd_lengths = {256, 512, 1024, 2048};
   std::vector<int64_t> prompts = {1024};  // each timed with every batch size, on one model build
   int64_t gen = 128;
+  int64_t group_size = RecipeOptions{}.group_size;
   int repeats = 3;
   uint64_t seed = 0;
   bool head_to_toe = false;
@@ -58,6 +59,8 @@ std::string model_label(const BenchFlags& flags) {
                                                 : "synthetic " + flags.synthetic;
   if (!flags.recipe.empty()) label += " " + flags.recipe + " " + flags.bits;
   if (flags.head_to_toe) label += " head-to-toe";
+  if (!flags.recipe.empty() && flags.group_size != RecipeOptions{}.group_size)
+    label += " group " + std::to_string(flags.group_size);
   return label;
 }
 
@@ -72,6 +75,7 @@ std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec
     recipe.recipe = parse_recipe_name(flags.recipe);
     recipe.bits = parse_bit_width(flags.bits);
     recipe.quantize_embedding = recipe.quantize_lm_head = flags.head_to_toe;
+    recipe.group_size = flags.group_size;
     if (flags.head_to_toe && !recipe.quantized()) fail("--head-to-toe needs quantized weights, not --bits fp16");
     auto model = std::make_shared<QuantizedModel>(synthetic_quantized_model(synthetic_config(flags.synthetic), recipe, flags.seed));
     return std::make_unique<QuantizedCudaBackend>(std::move(model), device.index);
@@ -219,6 +223,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--head-to-toe", flags->head_to_toe,
                 "With --recipe: also quantize the embedding and lm_head (as export's --quantize-embedding "
                 "--quantize-lm-head)");
+  cmd->add_option("--group-size", flags->group_size, "With --recipe: input columns per int4 weight scale (as export's)")
+      ->capture_default_str()
+      ->check(whole_number(1));
   cmd->add_option("--device", flags->device, "cuda, cuda:N or cpu")->capture_default_str();
   cmd->add_option("--batch", flags->batches, "Batch sizes, comma separated")->delimiter(',')->capture_default_str()->check(whole_number(1));
   cmd->add_option("--prompt", flags->prompts,
