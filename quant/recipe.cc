@@ -93,8 +93,8 @@ void RecipeOptions::validate(int64_t n_layer, int64_t heads_per_group, int64_t h
 RecipeOptions RecipeOptions::resolved(int64_t heads_per_group, int64_t headdim) const {
   RecipeOptions r = *this;
   if (recipe == RecipeName::kQuamba2 && uses_transforms()) {
-    if (!r.head_clusters) r.head_clusters = std::min(kDefaultClusters, heads_per_group);
-    if (!r.channel_clusters) r.channel_clusters = std::min(kDefaultClusters, headdim);
+    if (!r.head_clusters) r.head_clusters = std::min(default_clusters(), heads_per_group);
+    if (!r.channel_clusters) r.channel_clusters = std::min(default_clusters(), headdim);
   } else {
     r.head_clusters.reset();
     r.channel_clusters.reset();

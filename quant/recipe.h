@@ -35,7 +35,9 @@ struct RecipeOptions {
   // quamba2 sort-and-cluster m (per B/C group) and n (per head cluster); unset: the default
   // clamped to the model (see resolved()). Other recipes neither use nor check them.
   std::optional<int64_t> head_clusters, channel_clusters;
-  static constexpr int64_t kDefaultClusters = 4;
+  // The defaults, chosen by KL divergence on the bundled model (docs/ACCURACY.md, "Sweeps"):
+  // 8 × 8 at W8A8 (−5 % KL against 4 × 4), 4 × 4 with int4 weights (8 × 8 was 0.8 % worse).
+  int64_t default_clusters() const { return bits == BitWidth::kW8A8 ? 8 : 4; }
   std::optional<double> eta;        // ssdi8 mean correction factor; unset: 0.15; 0 disables
   // How each static int8 activation scale's clip is chosen: the 99.99th percentile of |x| by
   // default, the best of absmax / percentile / mse by KL divergence on held-out calibration text
@@ -59,8 +61,8 @@ struct RecipeOptions {
   bool keeps_float(const std::string& point) const;
 
   // These options with every default that depends on the model's shape filled in: quamba2's
-  // clusters min(4, heads per group) and min(4, headdim) unless given (so the defaults fit any
-  // model), unused options cleared. The exporters resolve before validating and record this.
+  // clusters min(default_clusters(), heads per group) and min(default_clusters(), headdim) unless
+  // given (so the defaults fit any model), unused options cleared. The exporters resolve before validating and record this.
   RecipeOptions resolved(int64_t heads_per_group, int64_t headdim) const;
 
   // Fails with a message naming the flag when options contradict each other or the model

@@ -113,10 +113,10 @@ void add_export_command(CLI::App& app) {
   cmd->add_flag("--act-order", r.act_order, "GPTQ columns by decreasing Hessian diagonal (static groups)");
   cmd->add_option("--damp", r.damp, "GPTQ damping as a fraction of the mean Hessian diagonal")->capture_default_str();
   cmd->add_option("--head-clusters", r.head_clusters,
-                  "quamba2: head clusters m per B/C group (default: 4, or the heads per group when fewer)")
+                  "quamba2: head clusters m per B/C group (default: 8 at w8a8, else 4; or the heads per group when fewer)")
       ->check(whole_number(1));
   cmd->add_option("--channel-clusters", r.channel_clusters,
-                  "quamba2: headdim clusters n per head cluster (default: 4, or headdim when smaller)")
+                  "quamba2: headdim clusters n per head cluster (default: 8 at w8a8, else 4; or headdim when smaller)")
       ->check(whole_number(1));
   cmd->add_option("--act-clip", flags->act_clip,
                   "How each static int8 activation scale is set: absmax (the calibrated maximum), percentile:P (the "

@@ -40,8 +40,9 @@ TEST(DefaultOptions, ValidForEveryGroupCountAndHeadsPerGroup) {
               << recipe_name(recipe) << " " << bit_width_name(bits) << " heads/group " << heads_per_group;
           const RecipeOptions r = o.resolved(heads_per_group, headdim);
           if (recipe == RecipeName::kQuamba2 && bits != BitWidth::kFp16) {
-            EXPECT_EQ(*r.head_clusters, std::min<int64_t>(4, heads_per_group));
-            EXPECT_EQ(*r.channel_clusters, std::min<int64_t>(4, headdim));
+            const int64_t clusters = bits == BitWidth::kW8A8 ? 8 : 4;  // chosen by KL (docs/ACCURACY.md)
+            EXPECT_EQ(*r.head_clusters, std::min<int64_t>(clusters, heads_per_group));
+            EXPECT_EQ(*r.channel_clusters, std::min<int64_t>(clusters, headdim));
           } else {
             EXPECT_FALSE(r.head_clusters || r.channel_clusters) << recipe_name(recipe) << " records clusters it ignores";
           }

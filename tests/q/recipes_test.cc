@@ -106,7 +106,12 @@ TEST_P(EveryRecipe, CalibratesExportsAndRunsAtEveryBitWidth) {
           EXPECT_EQ(layer.ssm_state.format, ActFormat::kFloat16) << name;
           break;
         case RecipeName::kQuamba2:
-          EXPECT_EQ(layer.ssd_x.scales.size(), static_cast<size_t>(groups * 2 * 4)) << name;  // G × m × n
+        {
+          const RecipeOptions r = synthetic_model_options(recipe, bits).recipe.resolved(w.config.heads_per_group(),
+                                                                                       w.config.headdim);
+          EXPECT_EQ(layer.ssd_x.scales.size(), static_cast<size_t>(groups * *r.head_clusters * *r.channel_clusters))
+              << name;  // G × m × n
+        }
           EXPECT_EQ(layer.ssd_B.scales.size(), static_cast<size_t>(groups)) << name;
           EXPECT_EQ(layer.ssm_state.inner, w.config.d_state) << name;
           break;
