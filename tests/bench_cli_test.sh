@@ -2,11 +2,15 @@
 # `ssdq bench` on the CPU with the bundled model: several prompt lengths in one invocation give a
 # table each under its own header and every (prompt, batch) row in the JSON; a bad length is
 # refused before any timing, with no JSON written; --show-plan prints what each shape runs; a
-# numeric flag out of range names its range in words.
+# numeric flag out of range names its range in words; --help shows the defaults (integers
+# formatted through iostreams: empty when the binary's static libstdc++ and libsentencepiece's
+# shared one were mixed, third_party/system.BUILD).
 set -euo pipefail
 ssdq=tools/ssdq
 model=examples/mamba2-tiny
 json=$TEST_TMPDIR/bench.json
+
+"$ssdq" bench --help | grep -q -- "--gen INT:INT >= 1=128 "
 
 out=$("$ssdq" bench --device cpu --model "$model" --batch 1,2 --prompt 8,16 --gen 2 --repeats 1 --json "$json")
 echo "$out"
