@@ -19,9 +19,9 @@ tools/install_deps.sh || exit 1
 stages=${SSDQ_CI_STAGES:-tests sanitizers fuzz}
 # The whole-file perplexity test runs the FP32 model over all of WikiText-2 (minutes in -c opt);
 # under ASan it would take most of CI's time while exercising the same code as
-# //tests:tiny_model_test. The CLI test only runs the ssdq binary, which under a sanitizer
-# config would recompile every CUDA kernel; its C++ is covered by //tests:hub_cache_test.
-SANITIZER_EXCLUDED=(-//tests:tiny_model_full_ppl_test -//tests:hub_cli_test)
+# //tests/runtime:tiny_model_test. The CLI test only runs the ssdq binary, which under a sanitizer
+# config would recompile every CUDA kernel; its C++ is covered by //tests/formats:hub_cache_test.
+SANITIZER_EXCLUDED=(-//tests/runtime:tiny_model_full_ppl_test -//tests/cli:hub_cli_test)
 
 passed=0
 failed=0

@@ -13,7 +13,7 @@
 #include "formats/safetensors.h"
 #include "runtime/cpu_backend.h"
 #include "model/model_loader.h"
-#include "tests/compare.h"
+#include "tests/support/compare.h"
 
 namespace ssdq {
 namespace {

@@ -17,8 +17,8 @@
 #include "runtime/cuda_backend.h"
 #include "runtime/decode_session.h"
 #include "runtime/quantized_cuda_backend.h"
-#include "tests/q/recipe_cases.h"
-#include "tests/q/test_models.h"
+#include "tests/support/recipe_cases.h"
+#include "tests/support/test_models.h"
 
 namespace ssdq {
 namespace {

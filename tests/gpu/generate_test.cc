@@ -10,7 +10,7 @@
 #include "model/model_loader.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/quantized_cuda_backend.h"
-#include "tests/q/recipe_cases.h"
+#include "tests/support/recipe_cases.h"
 #include "tests/runtime/speculation_checks.h"
 
 namespace ssdq {

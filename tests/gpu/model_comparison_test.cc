@@ -11,7 +11,7 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/eval_ppl.h"
-#include "tests/q/test_models.h"
+#include "tests/support/test_models.h"
 
 namespace ssdq {
 namespace {

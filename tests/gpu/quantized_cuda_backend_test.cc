@@ -14,7 +14,7 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/quantized_cuda_backend.h"
 #include "tests/gpu/gpu_test_util.h"
-#include "tests/q/quantized_fixtures.h"
+#include "tests/support/quantized_fixtures.h"
 
 namespace ssdq {
 namespace {

@@ -15,8 +15,8 @@
 #include "model/model_weights.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/generate.h"
-#include "tests/q/recipe_cases.h"
-#include "tests/q/test_models.h"
+#include "tests/support/recipe_cases.h"
+#include "tests/support/test_models.h"
 #include "tests/runtime/speculation_checks.h"
 
 namespace ssdq {

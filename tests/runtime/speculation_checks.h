@@ -11,7 +11,7 @@
 
 #include "formats/tokenizer.h"
 #include "runtime/generate.h"
-#include "tests/q/test_models.h"
+#include "tests/support/test_models.h"
 
 namespace ssdq::testing_models {
 

@@ -22,7 +22,7 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/quantized_ops.h"
 #include "runtime/quantized_ssd.h"
-#include "tests/q/test_models.h"
+#include "tests/support/test_models.h"
 
 namespace ssdq {
 namespace {

@@ -1,4 +1,4 @@
-#include "tests/fake_hub_server.h"
+#include "tests/support/fake_hub_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

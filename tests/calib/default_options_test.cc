@@ -14,7 +14,7 @@
 #include "formats/error.h"
 #include "quant/recipe.h"
 #include "runtime/cpu_backend.h"
-#include "tests/q/quantized_fixtures.h"
+#include "tests/support/quantized_fixtures.h"
 
 namespace ssdq {
 namespace {

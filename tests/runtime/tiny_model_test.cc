@@ -12,7 +12,7 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/eval_ppl.h"
 #include "model/model_loader.h"
-#include "tests/compare.h"
+#include "tests/support/compare.h"
 
 namespace ssdq {
 namespace {

@@ -21,7 +21,7 @@
 #include "runtime/parallel.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/cpu_block.h"
-#include "tests/q/quantized_fixtures.h"
+#include "tests/support/quantized_fixtures.h"
 
 namespace ssdq {
 namespace {

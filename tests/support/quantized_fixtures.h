@@ -12,7 +12,7 @@
 #include "calib/quantize_model.h"
 #include "runtime/backend.h"
 #include "model/quantized_model.h"
-#include "tests/q/test_models.h"
+#include "tests/support/test_models.h"
 
 namespace ssdq::testing_models {
 

@@ -18,7 +18,7 @@
 #include "formats/safetensors.h"
 #include "model/quantized_artifact.h"
 #include "runtime/cpu_backend.h"
-#include "tests/q/quantized_fixtures.h"
+#include "tests/support/quantized_fixtures.h"
 
 namespace ssdq {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "formats/error.h"
 #include "runtime/cpu_backend.h"
-#include "tests/compare.h"
+#include "tests/support/compare.h"
 
 namespace ssdq {
 namespace {

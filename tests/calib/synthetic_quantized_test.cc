@@ -8,8 +8,8 @@
 
 #include "calib/synthetic_quantized.h"
 #include "runtime/cpu_backend.h"
-#include "tests/q/quantized_fixtures.h"
-#include "tests/q/recipe_cases.h"
+#include "tests/support/quantized_fixtures.h"
+#include "tests/support/recipe_cases.h"
 
 namespace ssdq {
 namespace {

@@ -19,7 +19,7 @@
 #include "formats/safetensors.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/parallel.h"
-#include "tests/q/test_models.h"
+#include "tests/support/test_models.h"
 
 namespace ssdq {
 namespace {

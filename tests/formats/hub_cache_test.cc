@@ -19,7 +19,7 @@
 #include "formats/digest.h"
 #include "formats/error.h"
 #include "formats/file_io.h"
-#include "tests/fake_hub_server.h"
+#include "tests/support/fake_hub_server.h"
 
 namespace ssdq {
 namespace {
