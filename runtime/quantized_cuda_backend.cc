@@ -43,34 +43,32 @@ namespace {
 using kernels::ElementType;
 using Format = kernels::ActivationFormatArgs::Format;
 
+// Where one schedule takes over from another, each set by measurement; the per-shape timings
+// behind every threshold are in docs/kernels/gemm.md, "Schedule thresholds".
 // Rows up to which a W8A8 projection runs the GEMV rather than the int8 GEMM + scaling pass.
 constexpr int64_t kW8A8GemvMaxRows = 4;
-// W4A8 likewise: at 8 rows the grouped GEMM with the int4 → int8 unpack took 30.6 µs against the
-// GEMV's 50.9 µs on 2.7b's in_proj (out_proj 31.9 against 26.0), at 16 rows 30.9 / 32.2 against
-// 93.3 / 46.4 µs; at 4 rows the GEMV wins both (H100, kernels_bench; docs/kernels/gemm.md).
+// W4A8 likewise (the grouped GEMM with the int4 → int8 unpack wins from 8 rows).
 constexpr int64_t kW4A8GemvMaxRows = 4;
 // Rows up to which the grouped GEMM reads int4 weights packed (its 32 × 64 mma.sync tiles); above,
-// the weights are unpacked to int8 first: at 2,048 rows the packed 128 × 128 tile took 461 µs on
-// 2.7b's in_proj against 16 + 357 µs unpacked and 16 + 237 µs on wgmma (H100, docs/kernels/gemm.md).
+// unpacking them to int8 first and running the large tiles is faster.
 constexpr int64_t kGroupedInt4MaxRows = 64;
-// Where a W4A16 projection at prefill (above kGemmW4A16FewRows rows) expands its int4 weights to fp16
-// for cuBLASLt rather than running CUTLASS's mixed-input GEMM: into fewer than 4,096 columns, and
-// above 4,096 rows, where the expansion's fixed cost is paid off by cuBLASLt's faster GEMM. At 2,048
-// rows 2.7b's out_proj (2,560 columns) took 23 + 67 µs expanded against 124 µs mixed, the 8B-like one
-// (4,096) 55 + 156 against 191 µs, in_proj (10,576 / 18,560) 192 against 189 and 489 against 422 µs;
-// at 8,192 rows (batch 128 × 64 tokens) the 8B-like prefill took 332 ms mixed against 297 expanded
-// (H100, kernels_bench w4a16 and ssdq bench; docs/kernels/gemm.md).
+// Where a W4A16 projection at prefill (above kGemmW4A16FewRows rows) expands its int4 weights to
+// fp16 for cuBLASLt rather than running CUTLASS's mixed-input GEMM: into fewer columns than this,
+// and above this many rows, the expansion's fixed cost is paid off by cuBLASLt's faster GEMM.
 constexpr int64_t kW4A16ExpandBelowColumns = 4096;
 constexpr int64_t kW4A16ExpandAboveRows = 4096;
 // Batches up to which a decode step runs the conv inside the state update's launch
-// (kernels/ssd_conv_step.h): every block repeats its group's B|C convolutions, which pays while the
-// step waits on latency and not at full occupancy (2.7b W8A8 TPOT, H100: batch 1 2.56 → 2.40 ms,
-// 4 3.68 → 3.62, 8 4.90 → 4.88, 32 8.67 → 9.30; docs/kernels/ssd_state_update.md).
+// (kernels/ssd_conv_step.h): every block repeats its group's B|C convolutions, which pays while
+// the step waits on latency, not at full occupancy.
 constexpr int64_t kConvStepMaxBatch = 8;
 // Rows from which a per-channel int8 projection runs the fused sm_90 GEMM (kernels/gemm_s8_scaled.h)
-// rather than cuBLASLt + the scaling pass: measured on an H100, the fused kernel is 1.5–1.8× faster
-// from 64 rows, but decode at batch 8 and 32 was 3–4 % slower with it (docs/kernels/gemm.md).
+// rather than cuBLASLt + the scaling pass (slower for decode batches).
 constexpr int64_t kFusedS8GemmMinRows = 64;
+
+// Kernels that apply an activation point's format per channel read one float a channel
+// (kernels/quant_epilogue.cuh apply_format_code): the int8 scale when positive, else one of these.
+constexpr float kFormatCodeFp32 = 0.f;   // the value as it is
+constexpr float kFormatCodeFp16 = -1.f;  // rounded to fp16
 
 std::vector<uint16_t> to_fp16_bits(const std::vector<float>& values) {
   std::vector<uint16_t> bits(values.size());
@@ -89,22 +87,22 @@ DeviceBlock device_copy(const std::vector<T>& values, MemoryCounter* counter, co
 //   kInt8PerChannel: int8 x · int8 w per output channel (W8A8).
 //   kInt8Grouped:    int8 x · int4 (or int8) w with group scales (W4A8): qgemv up to 4 rows, else
 //                    the grouped int8 GEMM (int4 read packed up to 64 rows, else unpacked first).
-//   kFloat:          fp16 x · fp16 w (float weights, or quantized weights with a float input:
+//   kFp16Input:      fp16 x · fp16 w (float weights, or int4 weights with an fp16 input:
 //                    W4A16: qgemv up to 16 rows, else CUTLASS's mixed-input GEMM on sm_90
 //                    (kernels/gemm_w4a16.h), else expanded to fp16 first).
 struct DeviceLinear {
-  enum class Path { kInt8PerChannel, kInt8Grouped, kFloat } path = Path::kFloat;
+  enum class Path { kInt8PerChannel, kInt8Grouped, kFp16Input } path = Path::kFp16Input;
   int64_t n = 0, k = 0;
   int bits = 0;  // 8 or 4 for quantized weights, 0 for float ones
   int group_size = 0, groups = 1;
   DeviceBlock values, scales, dense16;
 
-  bool int8_input() const { return path != Path::kFloat; }
-  bool folds_bias() const { return path != Path::kFloat; }
+  bool int8_input() const { return path != Path::kFp16Input; }
+  bool folds_bias() const { return path != Path::kFp16Input; }
   // Scratch bytes the prefill path needs to expand the weights (0 when it reads them as stored).
   size_t expand_bytes() const {
     if (path == Path::kInt8Grouped && bits == 4) return n * k;
-    if (path == Path::kFloat && bits != 0) return n * k * 2;
+    if (path == Path::kFp16Input && bits != 0) return n * k * 2;
     return 0;
   }
 };
@@ -257,10 +255,9 @@ bool fp16_chunked_ssd_fits(const QuantizedLayer& q, const Mamba2Config& c) {
   return true;
 }
 
-// A point's format on channel c as one float: > 0 the int8 scale, < 0 fp16, 0 fp32
-// (kernels/quant_epilogue.cuh apply_format_code).
+// A point's format on channel c as its format code (kFormatCodeFp32 / kFormatCodeFp16 / the scale).
 float format_code(const ActQuant& a, int64_t c) {
-  return a.is_int8() ? a.scale(c) : a.format == ActFormat::kFloat16 ? -1.f : 0.f;
+  return a.is_int8() ? a.scale(c) : a.format == ActFormat::kFloat16 ? kFormatCodeFp16 : kFormatCodeFp32;
 }
 
 void append_format_codes(const ActQuant& a, int64_t channels, std::vector<float>& codes) {
@@ -268,7 +265,7 @@ void append_format_codes(const ActQuant& a, int64_t channels, std::vector<float>
 }
 
 DeviceBlock format_codes(std::vector<float> codes, MemoryCounter* counter) {
-  if (std::all_of(codes.begin(), codes.end(), [](float v) { return v == 0.f; })) return DeviceBlock();
+  if (std::all_of(codes.begin(), codes.end(), [](float v) { return v == kFormatCodeFp32; })) return DeviceBlock();
   return device_copy(codes, counter, "activation formats");
 }
 
@@ -321,20 +318,29 @@ struct QuantizedCudaBackend::Impl {
   bool integer_gemm = false, grouped_gemm = false;
   bool any_ssdi8 = false;       // a layer runs the SSDi8 prefill kernel (its workspace is reserved)
   bool any_float_ssd = false;   // a layer's SSD is in floating point (the chunked scan's workspace is reserved)
-  bool any_split_in_proj = false;  // a layer's prefill in_proj may write int8 x|B|C (work.xbc8 is reserved)
+  bool any_split_in_proj = false;  // a layer's prefill in_proj may write int8 x|B|C (work.xbc_int8 is reserved)
 
   DeviceBlock gemm_workspace;
   std::unique_ptr<kernels::Gemm> gemm;
 
+  // The activations of up to work_batch × work_length rows (one block, laid out by reserve()).
   struct Work {
-    int32_t *tokens, *targets, *argmax, *acc;
-    int32_t* arrivals;  // [batch · ngroups] the fused conv + state update's counters, zero between launches
-    float *residual, *normed, *zxbcdt, *xbc, *y, *gated, *proj, *chain, *logits, *nll;
-    int8_t *x8, *ssd_bc, *xbc8;
-    void* ssd_cb;     // the SSDi8 kernel's workspace
-    void* ssd_chunk;  // the chunked float SSD's workspace
-    __half* x16;
-    void* expanded;
+    int32_t *tokens, *targets, *argmax;
+    int32_t* int32_acc;  // an integer GEMM's accumulators, before scale_int32
+    int32_t* arrivals;   // [batch · ngroups] the fused conv + state update's counters, zero between launches
+    float *residual, *normed;
+    float* zxbcdt;    // in_proj's output rows z | x|B|C | dt (a split layer's: z | dt | x|B|C)
+    float* conv_out;  // the conv's output x|B|C in fp32; the chunked float scan's fp16 operands over its bytes
+    float *y, *gated;
+    float* out_proj_delta;  // out_proj's output where the next norm adds it to the residual
+    float *chain, *logits, *nll;
+    int8_t* x_int8;    // a projection's int8 input (the format pass or the norm writes it)
+    int8_t* ssdi8_bc;  // the SSDi8 kernel's int8 B|C rows
+    int8_t* xbc_int8;  // a split in_proj's x|B|C as conv.in's int8 codes
+    void* ssdi8_workspace;
+    void* chunk_scan_workspace;  // the chunked float SSD's
+    __half* x_fp16;   // a projection's fp16 input
+    void* expanded;   // int4 weights unpacked (int8) or expanded (fp16) for a GEMM
     int64_t logits_rows;
   };
   mutable DeviceBlock work_block;
@@ -412,8 +418,8 @@ struct QuantizedCudaBackend::Impl {
       d.out_proj = upload_linear(q.out_proj, q.out_proj_in, &counter, at + " out_proj");
       expand_bytes = std::max({expand_bytes, d.in_proj.expand_bytes(), d.out_proj.expand_bytes()});
       for (const DeviceLinear* L : {&d.in_proj, &d.out_proj}) {
-        integer_gemm = integer_gemm || L->path != DeviceLinear::Path::kFloat;
-        grouped_gemm = grouped_gemm || (L->path != DeviceLinear::Path::kFloat && L->groups > 1);
+        integer_gemm = integer_gemm || L->path != DeviceLinear::Path::kFp16Input;
+        grouped_gemm = grouped_gemm || (L->path != DeviceLinear::Path::kFp16Input && L->groups > 1);
       }
       d.in_proj_in = upload_format(q.in_proj_in, &counter);
       std::vector<float> in_codes, out_codes;
@@ -469,13 +475,13 @@ struct QuantizedCudaBackend::Impl {
   }
 
   // The chunked scan of a float-SSD layer's prefill (cpu::ssd_chunked on tensor cores, Quamba2's
-  // fp16 math): x|B|C in fp16 as the conv writes them over work.xbc's bytes, dt_raw fp32 with its
+  // fp16 math): x|B|C in fp16 as the conv writes them over work.conv_out's bytes, dt_raw fp32 with its
   // format, y fp32 into work.y, the layer's state fp32 or int8.
   kernels::SsdChunkScanArgs float_ssd_args(const DeviceLayer& d, int64_t batch, int64_t length, void* ssm) const {
     const Mamba2Config& c = config;
     const int64_t E = c.d_inner(), GN = c.ngroups * c.d_state, conv_dim = c.conv_dim();
     kernels::SsdChunkScanArgs a = ssd_chunk_shape(config, batch, length);
-    const auto* xbc = reinterpret_cast<const __half*>(work.xbc);
+    const auto* xbc = reinterpret_cast<const __half*>(work.conv_out);
     a.operand_type = ElementType::kF16;
     a.x = xbc;
     a.x_row_stride = conv_dim;
@@ -495,7 +501,7 @@ struct QuantizedCudaBackend::Impl {
     set_state_scales(d, a);
     a.y = work.y;
     a.y_type = ElementType::kF32;
-    a.workspace = work.ssd_chunk;
+    a.workspace = work.chunk_scan_workspace;
     return a;
   }
 
@@ -511,12 +517,12 @@ struct QuantizedCudaBackend::Impl {
     const size_t tokens = layout.add(M * 4), targets = layout.add(M * 4), argmax = layout.add(M * 4),
                  acc = layout.add(integer_gemm ? M * widest_out * 4 : 0), arrivals = layout.add(batch * c.ngroups * 4);
     const size_t residual = layout.add(M * D * 4), normed = layout.add(M * D * 4), zxbcdt = layout.add(M * in_dim * 4),
-                 xbc = layout.add(M * c.conv_dim() * 4), y = layout.add(M * E * 4), gated = layout.add(M * E * 4),
+                 conv_out = layout.add(M * c.conv_dim() * 4), y = layout.add(M * E * 4), gated = layout.add(M * E * 4),
                  proj = layout.add(M * D * 4), chain = layout.add(grouped_gemm ? M * widest_out * 4 : 0),
                  logits = layout.add(logits_rows * c.vocab_size * 4), nll = layout.add(M * 4);
     const size_t x8 = layout.add(M * widest_in), x16 = layout.add(M * widest_in * 2), expanded = layout.add(expand_bytes);
-    const size_t ssd_bc = layout.add(any_ssdi8 ? M * 2 * c.ngroups * c.d_state : 0);  // the SSDi8 kernel's int8 B|C rows
-    const size_t xbc8 = layout.add(any_split_in_proj ? M * c.conv_dim() : 0);  // split in_proj's int8 x|B|C rows
+    const size_t ssdi8_bc = layout.add(any_ssdi8 ? M * 2 * c.ngroups * c.d_state : 0);  // the SSDi8 kernel's int8 B|C rows
+    const size_t xbc_int8 = layout.add(any_split_in_proj ? M * c.conv_dim() : 0);  // split in_proj's int8 x|B|C rows
     kernels::Ssdi8ChunkScanArgs ssdi8_shape;  // the SSDi8 kernel's workspace at the largest batch and length
     ssdi8_shape.batch = static_cast<int>(batch);
     ssdi8_shape.seqlen = static_cast<int>(length);
@@ -525,8 +531,8 @@ struct QuantizedCudaBackend::Impl {
     ssdi8_shape.dstate = static_cast<int>(c.d_state);
     ssdi8_shape.groups = static_cast<int>(c.ngroups);
     ssdi8_shape.chunk = static_cast<int>(c.chunk_size);
-    const size_t ssd_cb = layout.add(any_ssdi8 ? kernels::ssdi8_chunk_scan_workspace_bytes(ssdi8_shape) : 0);
-    const size_t ssd_chunk =
+    const size_t ssdi8_workspace = layout.add(any_ssdi8 ? kernels::ssdi8_chunk_scan_workspace_bytes(ssdi8_shape) : 0);
+    const size_t chunk_scan_workspace =
         layout.add(any_float_ssd ? kernels::ssd_chunk_scan_workspace_bytes(ssd_chunk_shape(config, batch, length)) : 0);
     cuda_ok(cudaStreamSynchronize(stream), "synchronize before resizing the workspace");
     work_block = DeviceBlock();
@@ -534,10 +540,10 @@ struct QuantizedCudaBackend::Impl {
     const DeviceBlock& b = work_block;
     work = {b.at<int32_t>(tokens), b.at<int32_t>(targets), b.at<int32_t>(argmax), b.at<int32_t>(acc),
             b.at<int32_t>(arrivals),
-            b.at<float>(residual), b.at<float>(normed),    b.at<float>(zxbcdt),    b.at<float>(xbc),
+            b.at<float>(residual), b.at<float>(normed),    b.at<float>(zxbcdt),    b.at<float>(conv_out),
             b.at<float>(y),        b.at<float>(gated),     b.at<float>(proj),      b.at<float>(chain),
-            b.at<float>(logits),   b.at<float>(nll),       b.at<int8_t>(x8),       b.at<int8_t>(ssd_bc),
-            b.at<int8_t>(xbc8),    b.at<void>(ssd_cb),    b.at<void>(ssd_chunk),
+            b.at<float>(logits),   b.at<float>(nll),       b.at<int8_t>(x8),       b.at<int8_t>(ssdi8_bc),
+            b.at<int8_t>(xbc_int8), b.at<void>(ssdi8_workspace), b.at<void>(chunk_scan_workspace),
             b.at<__half>(x16),     b.at<void>(expanded),   logits_rows};
     cuda_ok(cudaMemsetAsync(work.arrivals, 0, batch * c.ngroups * 4, stream), "cudaMemsetAsync");
     work_batch = batch;
@@ -545,8 +551,8 @@ struct QuantizedCudaBackend::Impl {
     ++work_generation;
   }
 
-  // What reads a formatted point: another fp32 op, an integer GEMM (the int8 values in work.x8)
-  // or an fp16 GEMM (the values in work.x16), row stride `width` in both.
+  // What reads a formatted point: another fp32 op, an integer GEMM (the int8 values in work.x_int8)
+  // or an fp16 GEMM (the values in work.x_fp16), row stride `width` in both.
   enum class Reader { kFloat32, kInt8, kFloat16 };
   static Reader reader_of(const DeviceLinear& linear) { return linear.int8_input() ? Reader::kInt8 : Reader::kFloat16; }
 
@@ -562,10 +568,10 @@ struct QuantizedCudaBackend::Impl {
     a.scales = f.format == Format::kInt8 ? f.scales.at<float>(0) : nullptr;
     a.index = f.index.bytes() ? f.index.at<int32_t>(0) : nullptr;
     if (reader == Reader::kInt8) {
-      a.q_out = work.x8;
+      a.q_out = work.x_int8;
       a.q_stride = width;
     } else if (reader == Reader::kFloat16) {
-      a.h_out = work.x16;
+      a.h_out = work.x_fp16;
       a.h_stride = width;
     }
     if (a.format == Format::kFloat32 && !a.q_out && !a.h_out) return;
@@ -581,7 +587,7 @@ struct QuantizedCudaBackend::Impl {
     f.m = m;
     f.n = L.n;
     f.k = L.k;
-    f.x = work.x8;
+    f.x = work.x_int8;
     f.ldx = L.k;
     f.w = w8;
     f.ldw = L.k;
@@ -612,14 +618,14 @@ struct QuantizedCudaBackend::Impl {
     q.m = static_cast<int>(m);
     q.n = static_cast<int>(L.n);
     q.k = static_cast<int>(L.k);
-    q.x_int8 = work.x8;
-    q.x_f16 = work.x16;
+    q.x_int8 = work.x_int8;
+    q.x_f16 = work.x_fp16;
     q.ldx = L.k;
     q.x_scale = x_scale;
     q.w = L.values.at<void>(0);
     q.w_scales = L.scales.at<float>(0);
     q.group_size = L.group_size;
-    q.out = work.proj;  // the caller's output; the check only needs one
+    q.out = work.out_proj_delta;  // the caller's output; the check only needs one
     q.ldout = L.n;
     return q;
   }
@@ -631,11 +637,11 @@ struct QuantizedCudaBackend::Impl {
     // kW4A8GemvMaxRows (W4A8, where the grouped GEMM runs) the GEMM wins.
     const bool grouped_gemm =
         L.path == Path::kInt8Grouped &&
-        kernels::gemm_s8_grouped_supported(grouped_gemm_args(L, m, work.x8, x_scale, nullptr, work.proj, false));
+        kernels::gemm_s8_grouped_supported(grouped_gemm_args(L, m, work.x_int8, x_scale, nullptr, work.out_proj_delta, false));
     const int64_t max_rows = L.path == Path::kInt8PerChannel ? kW8A8GemvMaxRows
                              : grouped_gemm                  ? kW4A8GemvMaxRows
                                                              : kernels::kQgemvMaxRows;
-    if (m > max_rows || (L.path == Path::kFloat && L.bits != 4) || (L.path == Path::kInt8Grouped && L.bits == 8))
+    if (m > max_rows || (L.path == Path::kFp16Input && L.bits != 4) || (L.path == Path::kInt8Grouped && L.bits == 8))
       return false;
     q = qgemv_args(L, m, x_scale);
     return kernels::qgemv_supported(q);
@@ -645,7 +651,7 @@ struct QuantizedCudaBackend::Impl {
   // residual itself — the residual add of the next norm, with the same roundings.
   bool adds_into_residual(const DeviceLinear& L, int64_t m) const {
     kernels::QgemvArgs q;
-    return L.path != DeviceLinear::Path::kFloat || decode_gemv(L, m, 1.f, q);
+    return L.path != DeviceLinear::Path::kFp16Input || decode_gemv(L, m, 1.f, q);
   }
 
   // Whether in_proj's GEMV builds its int8 input from the residual itself (the norm prologue):
@@ -677,9 +683,9 @@ struct QuantizedCudaBackend::Impl {
       p.schedule = Schedule::kQgemv;
       return p;
     }
-    if (norm_weight || (residual_add && L.path == Path::kFloat))
+    if (norm_weight || (residual_add && L.path == Path::kFp16Input))
       fail("internal: a projection at {} rows cannot fuse the norm or the residual add", m);
-    if (L.path == Path::kFloat) {
+    if (L.path == Path::kFp16Input) {
       const bool w16 = L.dense16.bytes() != 0;
       // W4A16: the int4 weights dequantized in the GEMM's registers, except where expanding them
       // for cuBLASLt measured faster (kW4A16ExpandBelowColumns, kW4A16ExpandAboveRows).
@@ -727,7 +733,7 @@ struct QuantizedCudaBackend::Impl {
     mixed.m = m;
     mixed.n = L.n;
     mixed.k = L.k;
-    mixed.x = work.x16;
+    mixed.x = work.x_fp16;
     mixed.ldx = L.k;
     mixed.w = L.values.at<void>(0);
     mixed.w_scales = L.scales.at<float>(0);
@@ -787,7 +793,7 @@ struct QuantizedCudaBackend::Impl {
       }
       g.k = L.k;
       g.in_type = ElementType::kF16;
-      g.x = work.x16;
+      g.x = work.x_fp16;
       g.ldx = L.k;
       g.w = w16;
       g.out = out;
@@ -829,11 +835,11 @@ struct QuantizedCudaBackend::Impl {
     g.k = L.group_size;
     g.ldx = L.k;
     g.ldw = L.k;
-    g.out = work.acc;
+    g.out = work.int32_acc;
     kernels::ScaleInt32Args s;
     s.m = m;
     s.n = L.n;
-    s.acc = work.acc;
+    s.acc = work.int32_acc;
     s.ld_acc = L.n;
     s.w_scales = L.scales.at<float>(0);
     s.x_scale = x_scale;
@@ -844,7 +850,7 @@ struct QuantizedCudaBackend::Impl {
     s.groups = L.groups;
     s.chain = work.chain;
     for (int group = 0; group < L.groups; ++group) {
-      g.x = work.x8 + group * L.group_size;
+      g.x = work.x_int8 + group * L.group_size;
       g.w = w8 + group * L.group_size;
       gemm->run(g, stream);
       s.group = group;
@@ -853,7 +859,7 @@ struct QuantizedCudaBackend::Impl {
   }
 
   // A split layer's in_proj (DeviceLayer::split_in_proj) over m prefill rows as two fused sm_90 GEMMs, when
-  // both run here: z|dt into work.zxbcdt in fp32, x|B|C into work.xbc8 as conv.in's int8 codes (a
+  // both run here: z|dt into work.zxbcdt in fp32, x|B|C into work.xbc_int8 as conv.in's int8 codes (a
   // quarter of the bytes written and read back by the conv). Each reads its rows of the weights as
   // reordered at upload.
   std::pair<kernels::GemmS8ScaledArgs, kernels::GemmS8ScaledArgs> split_in_proj_args(const DeviceLayer& d,
@@ -867,7 +873,7 @@ struct QuantizedCudaBackend::Impl {
     xbc.n = c.conv_dim();
     xbc.w = L.values.at<int8_t>(0) + d.xbc_at * L.k;
     xbc.w_scales = L.scales.at<float>(0) + d.xbc_at;
-    xbc.out = work.xbc8;
+    xbc.out = work.xbc_int8;
     xbc.ldout = c.conv_dim();
     xbc.out_type = ElementType::kS8;
     xbc.out_scales = d.conv_in_codes.at<float>(0);
@@ -904,10 +910,10 @@ struct QuantizedCudaBackend::Impl {
     s.groups = static_cast<int>(G);
     s.dstate = static_cast<int>(N);
     s.chunk = static_cast<int>(c.chunk_size);
-    s.x = work.x16;
+    s.x = work.x_fp16;
     s.x_stride = E;
-    s.Bq = work.ssd_bc;
-    s.Cq = work.ssd_bc + GN;
+    s.Bq = work.ssdi8_bc;
+    s.Cq = work.ssdi8_bc + GN;
     s.bc_stride = 2 * GN;
     s.dt_raw = work.zxbcdt + d.dt_at;
     s.dt_stride = c.d_in_proj();
@@ -925,7 +931,7 @@ struct QuantizedCudaBackend::Impl {
     s.state = static_cast<int8_t*>(ssm_state);
     s.y = work.y;
     s.y_stride = E;
-    s.workspace = work.ssd_cb;
+    s.workspace = work.ssdi8_workspace;
     if (!kernels::ssdi8_chunk_scan_supported(s))
       fail("CUDA: the SSDi8 kernel does not support heads {} × headdim {}, d_state {}, chunk {} on this device", H, P,
            N, c.chunk_size);
@@ -933,7 +939,7 @@ struct QuantizedCudaBackend::Impl {
   }
 
   // The decode recurrence's arguments (the state update over every token of the rows), reading the
-  // conv's output in work.xbc and dt from in_proj's output.
+  // conv's output in work.conv_out and dt from in_proj's output.
   kernels::SsdStateUpdateArgs state_update_args(const DeviceLayer& d, int64_t batch, int64_t length, void* ssm_state) const {
     const Mamba2Config& c = config;
     const int64_t E = c.d_inner(), H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state, GN = G * N;
@@ -946,10 +952,10 @@ struct QuantizedCudaBackend::Impl {
     step.dstate = static_cast<int>(N);
     step.steps = static_cast<int>(length);
     step.io_type = ElementType::kF32;
-    step.x = work.xbc;
+    step.x = work.conv_out;
     step.x_stride = conv_dim;
-    step.B = work.xbc + E;
-    step.C = work.xbc + E + GN;
+    step.B = work.conv_out + E;
+    step.C = work.conv_out + E + GN;
     step.bc_stride = conv_dim;
     step.dt = work.zxbcdt + d.dt_at;
     step.dt_stride = c.d_in_proj();
@@ -991,13 +997,13 @@ struct QuantizedCudaBackend::Impl {
     conv.in = work.zxbcdt + d.xbc_at;
     conv.in_stride = c.d_in_proj();
     if (xbc_int8) {  // x|B|C as conv.in's int8 codes
-      conv.in = work.xbc8;
+      conv.in = work.xbc_int8;
       conv.in_stride = c.conv_dim();
     }
     conv.weight = d.conv_weight.at<float>(0);
     conv.bias = d.conv_bias.at<float>(0);
     conv.state = conv_state;
-    conv.out = work.xbc;
+    conv.out = work.conv_out;
     conv.in_type = xbc_int8 ? ElementType::kS8 : ElementType::kF32;
     conv.out_type = ElementType::kF32;
     conv.in_formats = d.conv_in_codes.bytes() ? d.conv_in_codes.at<float>(0) : nullptr;
@@ -1018,8 +1024,8 @@ struct QuantizedCudaBackend::Impl {
     if (!p.pending_delta && norm_in_gemv(d, M)) {
       p.in_proj = plan_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, false, d.norm.at<float>(0));
     } else {
-      // Prefill only: in a decode step the two streams cost more than the conv saves (2.7b W8A8
-      // TPOT at batch 64: 12.84 → 13.64 ms; docs/kernels/gemm.md).
+      // Prefill only: in a decode step the two streams cost more than the conv saves
+      // (docs/kernels/gemm.md).
       p.split_in_proj = length > 1 && runs_split_in_proj(d, M);
       // With dt's format applied in the SSDi8 kernels, its ChunkCumsum follows dt on the second stream.
       p.tables_early = p.split_in_proj && ssdi8_prefill && d.dt_format_in_kernel();
@@ -1061,7 +1067,7 @@ struct QuantizedCudaBackend::Impl {
                                                           : LayerPlan::GatedOut::kFp32ThenFormat;
     const bool residual_add = adds_into_residual(d.out_proj, M);
     const float* bias = d.out_bias.bytes() ? d.out_bias.at<float>(0) : nullptr;
-    p.out_proj = plan_linear(d.out_proj, M, d.out_proj_in.scale0, bias, residual_add ? work.residual : work.proj,
+    p.out_proj = plan_linear(d.out_proj, M, d.out_proj_in.scale0, bias, residual_add ? work.residual : work.out_proj_delta,
                              residual_add, nullptr);
     p.prefetch_next_in_proj = M == 1 && l + 1 < static_cast<int64_t>(layers.size()) &&
                               p.out_proj.schedule == LinearPlan::Schedule::kQgemv;
@@ -1106,11 +1112,11 @@ struct QuantizedCudaBackend::Impl {
       norm.dim = static_cast<int>(D);
       norm.eps = eps;
       norm.residual = work.residual;
-      norm.delta = p.pending_delta ? work.proj : nullptr;
+      norm.delta = p.pending_delta ? work.out_proj_delta : nullptr;
       norm.delta_bias = p.pending_delta && previous->out_bias.bytes() ? previous->out_bias.at<float>(0) : nullptr;
       norm.weight = d.norm.at<float>(0);
       const bool int8_input = d.in_proj.int8_input();  // then the norm quantizes for the GEMM itself
-      norm.out = int8_input ? static_cast<void*>(work.x8) : work.normed;
+      norm.out = int8_input ? static_cast<void*>(work.x_int8) : work.normed;
       norm.out_type = int8_input ? ElementType::kS8 : ElementType::kF32;
       norm.out_scale = d.in_proj_in.scale0;
       cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
@@ -1127,12 +1133,12 @@ struct QuantizedCudaBackend::Impl {
     if (p.ssd == Ssd::kSsdi8Chunked) {  // the SSDi8 kernel's operands: fp16 x (ssd.x's format), int8 B|C rows
       conv.out = nullptr;
       conv.part_count = 2;
-      conv.parts[0] = {work.x16, 0, E, ElementType::kF16};
-      conv.parts[1] = {work.ssd_bc, static_cast<int>(E), 2 * GN, ElementType::kS8};
+      conv.parts[0] = {work.x_fp16, 0, E, ElementType::kF16};
+      conv.parts[1] = {work.ssdi8_bc, static_cast<int>(E), 2 * GN, ElementType::kS8};
     } else if (p.ssd == Ssd::kFloatChunked) {  // the chunked scan's operands: x|B|C formatted, then rounded to fp16
       conv.out = nullptr;
       conv.part_count = 1;
-      conv.parts[0] = {work.xbc, 0, conv_dim, ElementType::kF16};
+      conv.parts[0] = {work.conv_out, 0, conv_dim, ElementType::kF16};
     }
     if (p.ssd != Ssd::kConvStep)
       cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d (with the x|B|C formats)");
@@ -1183,13 +1189,13 @@ struct QuantizedCudaBackend::Impl {
     }
     switch (p.gated_out) {
       case LayerPlan::GatedOut::kInt8:
-        gated.out = work.x8;
+        gated.out = work.x_int8;
         gated.out_type = ElementType::kS8;
         gated.out_scale = d.out_proj_in.scale0;
         cuda_ok(kernels::launch_hadamard_quant(gated, stream), "gated norm + Hadamard + int8");
         break;
       case LayerPlan::GatedOut::kFp16:
-        gated.out = work.x16;
+        gated.out = work.x_fp16;
         gated.out_type = ElementType::kF16;
         cuda_ok(kernels::launch_hadamard_quant(gated, stream), "gated norm + Hadamard");
         break;
@@ -1203,7 +1209,7 @@ struct QuantizedCudaBackend::Impl {
     kernels::L2Prefetch next_weights[kernels::kL2PrefetchRanges];
     if (p.prefetch_next_in_proj) next_in_proj_prefetch(layers[l + 1], next_weights);
     enqueue_linear(p.out_proj, d.out_proj, M, d.out_proj_in.scale0, d.out_bias.bytes() ? d.out_bias.at<float>(0) : nullptr,
-                   p.out_proj.residual_add ? work.residual : work.proj, "out_proj", nullptr,
+                   p.out_proj.residual_add ? work.residual : work.out_proj_delta, "out_proj", nullptr,
                    p.prefetch_next_in_proj ? next_weights : nullptr);
   }
 
@@ -1228,7 +1234,7 @@ struct QuantizedCudaBackend::Impl {
     norm.dim = static_cast<int>(D);
     norm.eps = static_cast<float>(c.norm_eps);
     norm.residual = work.residual;
-    norm.delta = plan.final_pending_delta ? work.proj : nullptr;
+    norm.delta = plan.final_pending_delta ? work.out_proj_delta : nullptr;
     norm.delta_bias = plan.final_pending_delta && last.out_bias.bytes() ? last.out_bias.at<float>(0) : nullptr;
     norm.weight = norm_f.at<float>(0);
     norm.out = work.normed;
@@ -1271,7 +1277,7 @@ struct QuantizedCudaBackend::Impl {
                     : device_copy(q.values, &counter, "lm_head");
     head_q_scales = device_copy(scales, &counter, "lm_head scales");
     head_q_group = static_cast<int>(group);
-    // The head's input rows are work.x16 at offsets of whole rows and its output work.logits:
+    // The head's input rows are work.x_fp16 at offsets of whole rows and its output work.logits:
     // 16-byte aligned when d_model is a multiple of 8, like any cudaMalloc'd address (head_q's own
     // stand in for the check, before the workspace exists).
     kernels::QgemvArgs check = head_gemv_args(head_q.at<__half>(0), config.d_model);
@@ -1320,11 +1326,11 @@ struct QuantizedCudaBackend::Impl {
     return {head16.bytes() ? head16.at<void>(0) : embedding.at<void>(0), ElementType::kF16};
   }
 
-  // The rows of the final norm's output (fp16 in work.x16) that feed lm_head.
+  // The rows of the final norm's output (fp16 in work.x_fp16) that feed lm_head.
   std::pair<const __half*, int64_t> head_input(int64_t length, bool last_position_only) const {
     const int64_t D = config.d_model;
-    if (last_position_only) return {work.x16 + (length - 1) * D, length * D};
-    return {work.x16, D};
+    if (last_position_only) return {work.x_fp16 + (length - 1) * D, length * D};
+    return {work.x_fp16, D};
   }
 };
 
