@@ -20,6 +20,7 @@
 #include "formats/error.h"
 #include "formats/file_io.h"
 #include "tests/support/fake_hub_server.h"
+#include "tests/support/error_of.h"
 
 namespace ssdq {
 namespace {
@@ -33,14 +34,7 @@ constexpr const char* kCommit = "0123456789abcdef0123456789abcdef01234567";
 constexpr const char* kTinyDir = "tests/fixtures/hub/mamba2-tiny-random";
 constexpr const char* kShardedDir = "tests/fixtures/hub/mamba2-tiny-random-sharded";
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing_support::error_of;
 
 FakeRepo repo_from_folder(const std::string& folder, const std::vector<std::string>& names) {
   FakeRepo repo;

@@ -23,20 +23,14 @@
 #include "formats/unpickler.h"
 #include "formats/zip_reader.h"
 #include "fuzz/fuzz_support.h"
+#include "tests/support/error_of.h"
 
 namespace ssdq {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing_support::error_of;
 
 std::string temp_path(const std::string& name) {
   const char* dir = std::getenv("TEST_TMPDIR");

@@ -16,6 +16,7 @@
 
 #include "formats/error.h"
 #include "formats/file_io.h"
+#include "tests/support/error_of.h"
 
 namespace ssdq {
 namespace {
@@ -55,14 +56,7 @@ class TempDir {
   std::string path_;
 };
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing_support::error_of;
 
 std::vector<uint8_t> bytes_of(const Tensor& tensor) { return {tensor.data, tensor.data + tensor.nbytes()}; }
 

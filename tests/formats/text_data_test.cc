@@ -15,6 +15,7 @@
 
 #include "formats/error.h"
 #include "formats/file_io.h"
+#include "tests/support/error_of.h"
 
 namespace ssdq {
 namespace {
@@ -26,14 +27,7 @@ using ::testing::StartsWith;
 
 const std::string kFixtures = "tests/fixtures/text/";
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing_support::error_of;
 
 std::string temp_path(const std::string& name) {
   const char* root = std::getenv("TEST_TMPDIR");

@@ -13,6 +13,7 @@
 #include "formats/error.h"
 #include "formats/file_io.h"
 #include "formats/unicode_nfc.h"
+#include "tests/support/error_of.h"
 
 namespace ssdq {
 namespace {
@@ -53,14 +54,7 @@ size_t first_difference(const std::vector<int32_t>& a, const std::vector<int32_t
   return i;
 }
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing_support::error_of;
 
 TEST(Tokenizer, KnowsTheGptNeoxVocabulary) {
   EXPECT_EQ(neox().vocab_size(), 50277);

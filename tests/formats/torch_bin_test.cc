@@ -16,6 +16,7 @@
 #include "formats/file_io.h"
 #include "formats/unpickler.h"
 #include "formats/zip_reader.h"
+#include "tests/support/error_of.h"
 
 namespace ssdq {
 namespace {
@@ -70,14 +71,7 @@ TensorMap parse(const Buffer& buffer, const std::string& label) {
   return parse_torch_bin(buffer.bytes, buffer.data(), buffer.size(), label);
 }
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
+using testing_support::error_of;
 
 nlohmann::json expected_json(const std::string& dir) {
   return nlohmann::json::parse(read_file(join_path(dir, "expected.json")));
