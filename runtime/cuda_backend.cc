@@ -110,16 +110,11 @@ class CudaState : public DeviceState {
   float* ssm(int64_t layer) const { return buffer<float>(2 * layer + 1); }
 };
 
-struct CudaBackend::Impl {
+struct CudaBackend::Impl : CudaEngineCore {
   Mamba2Config config;
   CudaBackendOptions options;
-  kernels::DeviceInfo device;
-  cudaStream_t stream = nullptr;
-  mutable MemoryCounter counter;
   DeviceBlock weights;
   DeviceModel model;
-  DeviceBlock gemm_workspace;
-  std::unique_ptr<kernels::Gemm> gemm;
 
   // Activations for up to work_batch × work_length tokens.
   struct Work {
@@ -129,22 +124,9 @@ struct CudaBackend::Impl {
     void* ssd;
     int64_t logits_rows;
   };
-  mutable DeviceBlock work_block;
   mutable Work work{};
-  mutable int64_t work_batch = 0, work_length = 0;
-  mutable uint64_t work_generation = 0;
-  mutable PinnedBuffer<int32_t> pinned_tokens, pinned_targets, pinned_argmax;
-  mutable PinnedBuffer<float> pinned_nll, pinned_logits;
 
-  explicit Impl(const Mamba2Config& c, const CudaBackendOptions& o) : config(c), options(o), device(select_cuda_device(o.device)) {
-    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    gemm_workspace = DeviceBlock(kGemmWorkspaceBytes, "the cuBLASLt workspace", &counter);
-    gemm = std::make_unique<kernels::Gemm>(gemm_workspace.at<void>(0), kGemmWorkspaceBytes);
-  }
-  ~Impl() {
-    gemm.reset();
-    if (stream) cudaStreamDestroy(stream);
-  }
+  explicit Impl(const Mamba2Config& c, const CudaBackendOptions& o) : CudaEngineCore(o.device), config(c), options(o) {}
 
   void reserve(int64_t batch, int64_t length) const {
     if (batch <= work_batch && length <= work_length) return;
@@ -479,18 +461,8 @@ size_t CudaBackend::state_bytes_per_sequence() const {
   return bytes;
 }
 
-MemoryReport CudaBackend::memory() const {
-  MemoryReport report;
-  report.weight_bytes = impl_->weights.bytes();
-  report.workspace_bytes = impl_->work_block.bytes() + impl_->gemm_workspace.bytes();
-  report.state_bytes = impl_->counter.live - report.weight_bytes - report.workspace_bytes;
-  report.peak_bytes = impl_->counter.peak;
-  return report;
-}
+MemoryReport CudaBackend::memory() const { return impl_->memory(impl_->weights.bytes()); }
 
-std::string CudaBackend::device_name() const {
-  return fmt::format("{} (sm_{}{}, {:.0f} GiB)", impl_->device.name, impl_->device.major, impl_->device.minor,
-                     impl_->device.total_memory / double(1 << 30));
-}
+std::string CudaBackend::device_name() const { return impl_->device_name(); }
 
 }  // namespace ssdq

@@ -2,9 +2,8 @@
 // buffers, the body, lm_head over the rows asked for in blocks of at most 256 MB of logits, the
 // copies back, and decode steps captured into a CUDA graph per state and replayed.
 //
-// An Impl provides: `stream`, `config`, `gemm` (a kernels::Gemm), `work` (tokens, targets, nll,
-// argmax: device [rows]; logits [logits_rows, vocab]), `work_generation`, the pinned buffers
-// `pinned_tokens`, `pinned_targets`, `pinned_nll`, `pinned_argmax`, `pinned_logits`, and
+// An Impl is a CudaEngineCore (stream, gemm, work_generation, the pinned buffers) with `config`,
+// `work` (tokens, targets, nll, argmax: device [rows]; logits [logits_rows, vocab]), and
 //   reserve(batch, length);  enqueue_body(batch, length, state);
 //   head_input(length, last_position_only) → {device rows, row stride} of the final norm's output;
 //   head_weights() → {lm_head [vocab, d_model], its element type (that of the head input)};
@@ -17,7 +16,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "kernels/gemm.h"
 #include "kernels/logits_reduce.h"
@@ -73,6 +76,49 @@ class DeviceState : public InferenceState {
   cudaStream_t stream_;
   DeviceBlock block_;
   std::vector<StateTensor> tensors_;
+};
+
+// What every CUDA model runner holds, written once for the bf16 model and the quantized one: the
+// device, its stream, the count of device memory, the cuBLASLt workspace, the activation block
+// (grown by the runner's reserve(); its generation invalidates captured graphs and plans) and the
+// pinned buffers of run_cuda_forward.
+struct CudaEngineCore {
+  explicit CudaEngineCore(int device_index) : device(select_cuda_device(device_index)) {
+    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    gemm_workspace = DeviceBlock(kGemmWorkspaceBytes, "the cuBLASLt workspace", &counter);
+    gemm = std::make_unique<kernels::Gemm>(gemm_workspace.at<void>(0), kGemmWorkspaceBytes);
+  }
+  ~CudaEngineCore() {
+    gemm.reset();
+    if (stream) cudaStreamDestroy(stream);
+  }
+  CudaEngineCore(const CudaEngineCore&) = delete;
+  CudaEngineCore& operator=(const CudaEngineCore&) = delete;
+
+  // Weights, workspace, live states and the peak, with `weight_bytes` the runner's weights.
+  MemoryReport memory(size_t weight_bytes) const {
+    MemoryReport report;
+    report.weight_bytes = weight_bytes;
+    report.workspace_bytes = work_block.bytes() + gemm_workspace.bytes();
+    report.state_bytes = counter.live - report.weight_bytes - report.workspace_bytes;
+    report.peak_bytes = counter.peak;
+    return report;
+  }
+  std::string device_name() const {
+    return fmt::format("{} (sm_{}{}, {:.0f} GiB)", device.name, device.major, device.minor,
+                       device.total_memory / double(1 << 30));
+  }
+
+  kernels::DeviceInfo device;
+  cudaStream_t stream = nullptr;
+  mutable MemoryCounter counter;
+  DeviceBlock gemm_workspace;
+  std::unique_ptr<kernels::Gemm> gemm;
+  mutable DeviceBlock work_block;
+  mutable int64_t work_batch = 0, work_length = 0;
+  mutable uint64_t work_generation = 0;
+  mutable PinnedBuffer<int32_t> pinned_tokens, pinned_targets, pinned_argmax;
+  mutable PinnedBuffer<float> pinned_nll, pinned_logits;
 };
 
 // The chunked SSD's shape for a prefill of `length` tokens of `batch` sequences (pointers unset).

@@ -291,16 +291,13 @@ class QuantizedCudaState : public DeviceState {
   void* ssm(int64_t layer) const { return buffer<void>(2 * layer + 1); }
 };
 
-struct QuantizedCudaBackend::Impl {
+struct QuantizedCudaBackend::Impl : CudaEngineCore {
   std::shared_ptr<const QuantizedModel> model;
   const Mamba2Config& config;
-  kernels::DeviceInfo device;
-  cudaStream_t stream = nullptr;
   // A split in_proj's z|dt GEMM runs on side_stream, forked after the norm and joined before the
   // SSD, so that its tiles fill the SMs the x|B|C GEMM's last wave leaves idle.
   cudaStream_t side_stream = nullptr;
   cudaEvent_t fork_event = nullptr, join_event = nullptr;
-  mutable MemoryCounter counter;
   size_t weight_bytes = 0;
 
   DeviceBlock embedding, embedding_scales, norm_f, head16, hadamard_base;
@@ -320,8 +317,6 @@ struct QuantizedCudaBackend::Impl {
   bool any_float_ssd = false;   // a layer's SSD is in floating point (the chunked scan's workspace is reserved)
   bool any_split_in_proj = false;  // a layer's prefill in_proj may write int8 x|B|C (work.xbc_int8 is reserved)
 
-  DeviceBlock gemm_workspace;
-  std::unique_ptr<kernels::Gemm> gemm;
 
   // The activations of up to work_batch × work_length rows (one block, laid out by reserve()).
   struct Work {
@@ -343,31 +338,21 @@ struct QuantizedCudaBackend::Impl {
     void* expanded;   // int4 weights unpacked (int8) or expanded (fp16) for a GEMM
     int64_t logits_rows;
   };
-  mutable DeviceBlock work_block;
   mutable Work work{};
-  mutable int64_t work_batch = 0, work_length = 0;
-  mutable uint64_t work_generation = 0;
-  mutable PinnedBuffer<int32_t> pinned_tokens, pinned_targets, pinned_argmax;
-  mutable PinnedBuffer<float> pinned_nll, pinned_logits;
   // Plans by (batch, length), valid for the workspace generation they were made in.
   mutable std::map<std::pair<int64_t, int64_t>, ForwardPlan> plans;
   mutable uint64_t plans_generation = 0;
 
   Impl(std::shared_ptr<const QuantizedModel> m, int device_index)
-      : model(std::move(m)), config(model->config), device(select_cuda_device(device_index)) {
-    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      : CudaEngineCore(device_index), model(std::move(m)), config(model->config) {
     cuda_ok(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda_ok(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming), "cudaEventCreate");
     cuda_ok(cudaEventCreateWithFlags(&join_event, cudaEventDisableTiming), "cudaEventCreate");
-    gemm_workspace = DeviceBlock(kGemmWorkspaceBytes, "the cuBLASLt workspace", &counter);
-    gemm = std::make_unique<kernels::Gemm>(gemm_workspace.at<void>(0), kGemmWorkspaceBytes);
   }
   ~Impl() {
-    gemm.reset();
     if (fork_event) cudaEventDestroy(fork_event);
     if (join_event) cudaEventDestroy(join_event);
     if (side_stream) cudaStreamDestroy(side_stream);
-    if (stream) cudaStreamDestroy(stream);
   }
 
   void upload_model() {
@@ -1370,14 +1355,7 @@ std::string QuantizedCudaBackend::describe_plan(int64_t batch, int64_t length) c
   return impl_->forward_plan(batch, length, *state).describe();
 }
 
-MemoryReport QuantizedCudaBackend::memory() const {
-  MemoryReport report;
-  report.weight_bytes = impl_->weight_bytes;
-  report.workspace_bytes = impl_->work_block.bytes() + impl_->gemm_workspace.bytes();
-  report.state_bytes = impl_->counter.live - report.weight_bytes - report.workspace_bytes;
-  report.peak_bytes = impl_->counter.peak;
-  return report;
-}
+MemoryReport QuantizedCudaBackend::memory() const { return impl_->memory(impl_->weight_bytes); }
 
 size_t QuantizedCudaBackend::state_bytes_per_sequence() const {
   size_t bytes = 0;
@@ -1385,9 +1363,6 @@ size_t QuantizedCudaBackend::state_bytes_per_sequence() const {
   return bytes;
 }
 
-std::string QuantizedCudaBackend::device_name() const {
-  return fmt::format("{} (sm_{}{}, {:.0f} GiB)", impl_->device.name, impl_->device.major, impl_->device.minor,
-                     impl_->device.total_memory / double(1 << 30));
-}
+std::string QuantizedCudaBackend::device_name() const { return impl_->device_name(); }
 
 }  // namespace ssdq
