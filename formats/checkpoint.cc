@@ -91,27 +91,17 @@ TensorMap canonicalize_tensors(TensorMap tensors, const Mamba2Config& config, co
 Checkpoint load_checkpoint(const std::string& dir) {
   Checkpoint checkpoint;
   checkpoint.dir = dir;
+  // config.json, else Mistral's params.json (which names the same hyper-parameters).
   std::string config_path = join_path(dir, "config.json");
-  const std::string mistral_params = join_path(dir, "params.json");
+  if (!file_exists(config_path)) config_path = join_path(dir, "params.json");
   if (!file_exists(config_path)) {
     if (is_megatron_checkpoint(dir)) return load_megatron_checkpoint(dir);
-    if (!file_exists(mistral_params))
-      fail("{}: no config.json in the model folder (nor Mistral's params.json, nor a Megatron-LM checkpoint: "
-           "latest_checkpointed_iteration.txt, release/ or mp_rank_00/)",
-           dir);
-    config_path = mistral_params;
+    fail("{}: no config.json in the model folder (nor Mistral's params.json, nor a Megatron-LM checkpoint: "
+         "latest_checkpointed_iteration.txt, release/ or mp_rank_00/)",
+         dir);
   }
   checkpoint.config = load_config(config_path);
   const std::string consolidated = join_path(dir, "consolidated.safetensors");
-  if (config_path == mistral_params || (file_exists(consolidated) && !file_exists(join_path(dir, "model.safetensors")) &&
-                                        !file_exists(join_path(dir, "model.safetensors.index.json")))) {
-    if (!file_exists(consolidated)) fail("{}: params.json but no consolidated.safetensors beside it", dir);
-    checkpoint.weights_path = consolidated;
-    checkpoint.layout = "Mistral (consolidated.safetensors)";
-    checkpoint.tensors =
-        canonicalize_tensors(read_safetensors(consolidated).tensors, checkpoint.config, checkpoint.weights_path);
-    return checkpoint;
-  }
   const std::string single = join_path(dir, "model.safetensors");
   const std::string index = join_path(dir, "model.safetensors.index.json");
   const std::string bin = join_path(dir, "pytorch_model.bin");
@@ -128,8 +118,14 @@ Checkpoint load_checkpoint(const std::string& dir) {
     checkpoint.weights_path = bin;
     checkpoint.layout = "torch.save (pytorch_model.bin)";
     tensors = read_torch_bin(bin);
+  } else if (file_exists(consolidated)) {
+    checkpoint.weights_path = consolidated;
+    checkpoint.layout = "Mistral (consolidated.safetensors)";
+    tensors = read_safetensors(consolidated).tensors;
   } else {
-    fail("{}: no weights found (expected model.safetensors, model.safetensors.index.json or pytorch_model.bin)", dir);
+    fail("{}: no weights found (expected model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
+         "consolidated.safetensors)",
+         dir);
   }
   checkpoint.tensors = canonicalize_tensors(std::move(tensors), checkpoint.config, checkpoint.weights_path);
   return checkpoint;

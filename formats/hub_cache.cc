@@ -177,18 +177,8 @@ std::vector<std::string> index_shards(const std::string& index_path) {
 // What a snapshot folder lacks of config.json and complete weights, in words; empty when nothing.
 std::string missing_in_snapshot(const std::string& snapshot) {
   std::vector<std::string> missing;
-  if (!is_file(join_path(snapshot, kConfigFile))) {
-    if (!is_file(join_path(snapshot, kMistralParamsFile))) {
-      missing.push_back(kConfigFile);
-    } else if (!is_file(join_path(snapshot, kConsolidatedFile))) {
-      missing.push_back(kConsolidatedFile);
-    }
-    if (is_file(join_path(snapshot, kMistralParamsFile))) {
-      std::string text;
-      for (const std::string& item : missing) text += (text.empty() ? "" : ", ") + item;
-      return text;
-    }
-  }
+  if (!is_file(join_path(snapshot, kConfigFile)) && !is_file(join_path(snapshot, kMistralParamsFile)))
+    missing.push_back(kConfigFile);
   if (is_file(join_path(snapshot, kSafetensorsFile)) || is_file(join_path(snapshot, kTorchBinFile)) ||
       is_file(join_path(snapshot, kConsolidatedFile))) {
     // complete weights
@@ -264,16 +254,11 @@ class Downloader {
         client_({settings.connect_timeout_seconds, settings.stall_timeout_seconds, "ssdq/0.1; hf_hub-compatible"}) {}
 
   std::string run() {
-    const bool has_config = fetch(kConfigFile, false);
-    if (!has_config && !fetch(kMistralParamsFile, false))
+    if (!fetch(kConfigFile, false) && !fetch(kMistralParamsFile, false))
       fail("{}: the repository has no config.json (nor Mistral's params.json) at revision {}; a Megatron-LM "
            "checkpoint is read from a local folder (download it, e.g. with huggingface-cli download)",
            spec_.text(), spec_.revision);
     for (const std::string& file : kHubTokenizerFiles) fetch(file, false);
-    if (!has_config) {
-      fetch(kConsolidatedFile, true);
-      return snapshot_dir();
-    }
     if (!fetch(kSafetensorsFile, false)) {
       if (fetch(kSafetensorsIndexFile, false)) {
         for (const std::string& shard : index_shards(snapshot_dir() + "/" + kSafetensorsIndexFile)) fetch(shard, true);

@@ -338,9 +338,10 @@ Checkpoint assemble_megatron_checkpoint(const std::vector<TorchCheckpoint>& shar
   if (saved_tp != tp)
     fail("{}: args.tensor_model_parallel_size is {} but {} holds {} shard(s); a shard is missing", label, saved_tp,
          iteration, tp);
-  if (args.optional_int("pipeline_model_parallel_size", 1) != 1)
+  const int64_t pipeline = args.optional_int("pipeline_model_parallel_size", 1);
+  if (pipeline != 1)
     fail("{}: args.pipeline_model_parallel_size is {}; only checkpoints saved without pipeline parallelism are read",
-         label, args.optional_int("pipeline_model_parallel_size", 1));
+         label, pipeline);
   check_pure_mamba(args, label);
 
   Checkpoint checkpoint;

@@ -236,7 +236,6 @@ class StateDictBuilder {
   TensorMap out_;
 };
 
-
 PickledScalar scalar_of(const PickleValue& v) {
   PickledScalar s;
   switch (v.kind) {
@@ -256,17 +255,13 @@ PickledScalar scalar_of(const PickleValue& v) {
   return s;
 }
 
-// The root dict's plain values and the attributes of its argparse.Namespace values.
-void collect_scalars(const PickleValue& root, TorchCheckpoint& out) {
+// The attributes of the root dict's argparse.Namespace values.
+void collect_namespaces(const PickleValue& root, TorchCheckpoint& out) {
   if (root.kind != Kind::Dict) return;
   for (const auto& [key, value] : root.entries) {
-    if (key->kind != Kind::Str) continue;
-    if (value->kind == Kind::Object && value->text == "argparse.Namespace") {
-      PickledScalars& attributes = out.namespaces[key->text];
-      for (const auto& [name, attribute] : value->entries) attributes[name->text] = scalar_of(*attribute);
-    } else if (is_scalar(value->kind)) {
-      out.top_level[key->text] = scalar_of(*value);
-    }
+    if (key->kind != Kind::Str || value->kind != Kind::Object || value->text != "argparse.Namespace") continue;
+    PickledScalars& attributes = out.namespaces[key->text];
+    for (const auto& [name, attribute] : value->entries) attributes[name->text] = scalar_of(*attribute);
   }
 }
 
@@ -286,7 +281,7 @@ TorchCheckpoint parse_torch_checkpoint(std::shared_ptr<const void> owner, const 
   const PickleValuePtr root = unpickler.load();
   TorchCheckpoint checkpoint;
   checkpoint.tensors = StateDictBuilder(zip, archive.prefix, std::move(owner), size).build(root);
-  collect_scalars(*root, checkpoint);
+  collect_namespaces(*root, checkpoint);
   return checkpoint;
 }
 

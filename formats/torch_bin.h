@@ -24,9 +24,8 @@
 
 namespace ssdq {
 
-// A plain value beside the tensors: a top-level entry of the dict, or an attribute of an
-// argparse.Namespace there (Megatron-LM's "args"). Other objects (enum members, lists) are
-// kOther, with a short description in `text`.
+// A plain attribute of an argparse.Namespace beside the tensors (Megatron-LM's "args"). Other
+// objects (enum members, lists) are kOther, with a short description in `text`.
 struct PickledScalar {
   enum class Kind { kNone, kBool, kInt, kFloat, kStr, kOther } kind = Kind::kNone;
   int64_t int_value = 0;  // kBool, kInt
@@ -37,7 +36,6 @@ using PickledScalars = std::map<std::string, PickledScalar>;
 
 struct TorchCheckpoint {
   TensorMap tensors;
-  PickledScalars top_level;                    // the root dict's plain values
   std::map<std::string, PickledScalars> namespaces;  // root key -> its argparse.Namespace attributes
 };
 

@@ -330,19 +330,9 @@ PickleValuePtr Unpickler::call(const PickleValuePtr& callable, const PickleValue
                             items.empty() ? "missing argument"
                             : items[0]->kind == Kind::Global ? "'" + printable(items[0]->text) + "'"
                                                              : std::string(pickle_kind_name(items[0]->kind))));
-      auto member = make(Kind::Object);
-      member->text = items[0]->text;
-      count_items(1);
-      member->items = {items[1]};
-      return member;
+      return make_object(items[0]->text, {items[1]});
     }
-    case GlobalId::NumpyReconstruct: {
-      auto array = make(Kind::Object);
-      array->text = "numpy.ndarray";
-      count_items(items.size());
-      array->items = items;
-      return array;
-    }
+    case GlobalId::NumpyReconstruct: return make_object("numpy.ndarray", items);
     case GlobalId::CodecsEncode: {
       // Protocol 2 writes bytes b as _codecs.encode(b.decode("latin1"), "latin1").
       if (items.size() != 2 || items[0]->kind != Kind::Str || items[1]->kind != Kind::Str || items[1]->text != "latin1")
@@ -365,17 +355,22 @@ PickleValuePtr Unpickler::call(const PickleValuePtr& callable, const PickleValue
   }
 }
 
+// An Object value: a class name and constructor arguments, built as data (nothing is called).
+PickleValuePtr Unpickler::make_object(const std::string& class_name, const std::vector<PickleValuePtr>& items) {
+  auto object = make(Kind::Object);
+  object->text = class_name;
+  count_items(items.size());
+  object->items = items;
+  return object;
+}
+
 PickleValuePtr Unpickler::new_object(const PickleValuePtr& cls, const PickleValuePtr& args) {
   if (cls->kind != Kind::Global || (cls->global != GlobalId::DataClass && cls->global != GlobalId::EnumClass))
     fail_at(fmt::format("object construction from '{}' is not admitted",
                         cls->kind == Kind::Global ? cls->text : pickle_kind_name(cls->kind)));
   if (args->kind != Kind::Tuple)
     fail_at(fmt::format("arguments of '{}' are a {}, not a tuple", cls->text, pickle_kind_name(args->kind)));
-  auto object = make(Kind::Object);
-  object->text = cls->text;
-  count_items(args->items.size());
-  object->items = args->items;
-  return object;
+  return make_object(cls->text, args->items);
 }
 
 // BUILD: an object's state is its attribute dict (argparse.Namespace), a tuple (NumPy arrays,

@@ -121,6 +121,7 @@ class Unpickler {
 
   PickleValuePtr resolve_global(const std::string& module, const std::string& name);
   PickleValuePtr call(const PickleValuePtr& callable, const PickleValuePtr& args);
+  PickleValuePtr make_object(const std::string& class_name, const std::vector<PickleValuePtr>& items);
   PickleValuePtr new_object(const PickleValuePtr& cls, const PickleValuePtr& args);
   void build(PickleValue& target, const PickleValuePtr& state);
   PickleValuePtr persistent_load(const PickleValuePtr& pid);

@@ -60,7 +60,6 @@ LoadedModel load_model(const std::string& model_dir) {
   LoadedModel model;
   model.dir = model_dir;
   model.weights_path = checkpoint.weights_path;
-  model.layout = checkpoint.layout;
   model.weights = std::make_shared<const ModelWeights>(load_fp32_weights(checkpoint));
   return model;
 }

@@ -25,7 +25,6 @@ TokenizerSource find_tokenizer(const std::string& model_dir, const std::string& 
 
 struct LoadedModel {
   std::string dir, weights_path;
-  std::string layout;  // what load_checkpoint read, e.g. "Megatron-LM (release, 1 tensor-parallel shard)"
   std::shared_ptr<const ModelWeights> weights;
 };
 

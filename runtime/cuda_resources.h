@@ -12,7 +12,6 @@
 
 #include "formats/error.h"
 #include "kernels/device_info.h"
-#include "kernels/l2_prefetch.h"
 
 namespace ssdq {
 
@@ -23,20 +22,6 @@ inline void cuda_ok(cudaError_t status, const char* what) {
 constexpr size_t kAlign = 256;
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 constexpr size_t kLogitsBlockBytes = size_t{256} << 20;
-
-// What a decode step's out_proj fetches into L2 before it waits (kernels/l2_prefetch.h): the
-// next layer's in_proj weights, at most this share of L2, so that DRAM streams them while the
-// kernels between wait on latency (28–40 MB of an H100's 50 MB measured best:
-// docs/kernels/quantized_projections.md).
-constexpr double kL2PrefetchL2Share = 0.6;
-
-// The first min(bytes, limit) of [p, p + bytes), rounded down to 16 bytes, as a prefetch range.
-inline kernels::L2Prefetch l2_prefetch_range(const void* p, size_t bytes, size_t limit) {
-  kernels::L2Prefetch r;
-  r.p = bytes ? p : nullptr;
-  r.bytes = static_cast<long long>((bytes < limit ? bytes : limit) / 16 * 16);
-  return r;
-}
 
 inline size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
