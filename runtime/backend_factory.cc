@@ -6,7 +6,6 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/parallel.h"
-#include "runtime/quantized_cuda_backend.h"
 
 namespace ssdq {
 
@@ -32,7 +31,9 @@ std::unique_ptr<Backend> make_backend(const std::string& device, std::shared_ptr
 std::unique_ptr<Backend> make_quantized_backend(const std::string& device, std::shared_ptr<const QuantizedModel> model) {
   const DeviceSpec spec = parse_device(device);
   if (!spec.cuda) return std::make_unique<CpuBackend>(std::move(model));
-  return std::make_unique<QuantizedCudaBackend>(std::move(model), spec.index);
+  CudaBackendOptions options;
+  options.device = spec.index;
+  return std::make_unique<CudaBackend>(std::move(model), options);
 }
 
 int64_t default_eval_batch(const std::string& device) { return parse_device(device).cuda ? 16 : thread_count(); }

@@ -1,14 +1,25 @@
-// The CUDA backend: bf16 weights and activations with fp32 accumulation, an fp32 residual
-// stream and fp32 SSM state (bf16 conv state: it holds bf16 inputs exactly). Decode steps are
-// captured into a CUDA graph per state and replayed. Every op has a CPU reference in cpu_ops.
+// The CUDA engine: one runner for the FP model and for every quantized artifact.
+//
+// The FP model (a checkpoint, or random weights made on the device) runs in bf16: bf16 weights
+// and activations with fp32 accumulation, an fp32 residual stream and fp32 SSM state, a bf16 conv
+// state (it holds bf16 inputs exactly). An artifact (a QuantizedModel) runs the CPU specification
+// (cpu_block.h) step by step: activations between ops are fp32 holding the values their point's
+// format gives them (fake-quantized int8, fp16-rounded); integer projections multiply the int8
+// values with the CPU's exact scaling chain; the SSDi8 SSD runs the integer chunked kernel; int8
+// decode states are stored as int8. Float parts (exp, norms, fp16 GEMMs, the fp16 lm_head) differ
+// from the CPU in the last bits; tests/gpu/quantized_cuda_backend_test.cc bounds the difference.
+//
+// Both are the same layer (enqueue_layer's steps), planned once per (batch, length) into a
+// ForwardPlan (runtime/cuda_plan.h); decode steps are captured into a CUDA graph per state.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "runtime/backend.h"
 #include "model/model_weights.h"
+#include "model/quantized_model.h"
+#include "runtime/backend.h"
 
 namespace ssdq {
 
@@ -19,11 +30,14 @@ struct CudaBackendOptions {
 
 class CudaBackend : public Backend {
  public:
-  // Uploads `weights` (converted to bf16 where the kernels read bf16).
+  // The FP model: `weights` uploaded in bf16 where the kernels read bf16.
   CudaBackend(const ModelWeights& weights, const CudaBackendOptions& options);
-  // Random weights generated on the device (synthetic benchmarks of models whose weights are
-  // not at hand), with the value ranges of random_weights().
+  // The FP model with random weights generated on the device (synthetic benchmarks of models
+  // whose weights are not at hand), with the value ranges of random_weights().
   CudaBackend(const Mamba2Config& config, uint64_t seed, const CudaBackendOptions& options);
+  // An artifact: validates the model (validate_quantized_model), checks that every layer has a
+  // CUDA path, and uploads the weights in their stored widths.
+  CudaBackend(std::shared_ptr<const QuantizedModel> model, const CudaBackendOptions& options);
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }

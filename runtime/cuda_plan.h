@@ -1,7 +1,7 @@
-// What the quantized CUDA backend runs for one forward shape, decided once per (batch, length)
-// and printed by `ssdq bench --show-plan`: a plan per projection (which schedule), per layer
-// (where the norm and the residual add happen, which SSD kernel, which format passes) and per
-// forward. runtime/quantized_cuda_backend.cc makes them (plan_layer) and executes them
+// What the CUDA engine runs for one forward shape, decided once per (batch, length) and printed
+// by `ssdq bench --show-plan`: a plan per projection (which schedule), per layer (where the norm
+// and the residual add happen, which SSD kernel, which format passes) and per forward.
+// runtime/cuda_backend.cc makes them (plan_layer, plan_bf16_layer) and executes them
 // (enqueue_layer); docs/ARCHITECTURE.md describes them.
 #pragma once
 
@@ -23,25 +23,32 @@ struct LinearPlan {
     kS8Scaled,           // kernels/gemm_s8_scaled: int8 GEMM with the per-channel scaling fused (sm_90)
     kGrouped,            // kernels/gemm_s8_grouped: the fp32 chain over weight groups in registers
     kImmaPerGroup,       // a cuBLASLt int8 GEMM per weight group + kernels/scale_int32
+    kBf16Gemv,           // kernels/gemv: the FP model's decode row
+    kBf16Gemm,           // cuBLASLt bf16: the FP model's other shapes
   } schedule = Schedule::kFp16Gemm;
   bool unpack_first = false;   // int4 weights unpacked (to int8, or expanded to fp16) into the workspace first
   bool residual_add = false;   // the epilogue adds output + bias into the fp32 residual
-  bool norm_prologue = false;  // the GEMV builds its int8 input from the residual's RMSNorm
+  bool norm_prologue = false;  // the GEMV builds its input from the residual's RMSNorm
+  bool gated_norm_prologue = false;  // the GEMV builds its input from y and z's gated RMSNorm
   int weight_bits = 0, groups = 1;
   bool int8_input = false;
+  bool bf16 = false;  // bf16 weights and input (the FP model)
 
   std::string describe() const {
-    static const char* const names[] = {"qgemv",           "gemm_w4a16 (mixed input)", "cuBLASLt fp16",
-                                        "gemm_s8_grouped (int4 packed)", "gemm_s8_scaled", "gemm_s8_grouped",
-                                        "cuBLASLt int8 per group + scale_int32"};
-    std::string weights = weight_bits == 0 ? "fp16 weights" : fmt::format("int{} weights", weight_bits);
+    static const char* const names[] = {"qgemv",          "gemm_w4a16 (mixed input)",
+                                        "cuBLASLt fp16",  "gemm_s8_grouped (int4 packed)",
+                                        "gemm_s8_scaled", "gemm_s8_grouped",
+                                        "cuBLASLt int8 per group + scale_int32", "gemv",
+                                        "cuBLASLt bf16"};
+    std::string weights = bf16 ? "bf16 weights" : weight_bits == 0 ? "fp16 weights" : fmt::format("int{} weights", weight_bits);
     if (groups > 1) weights += fmt::format(" in {} groups", groups);
     const std::string name = schedule == Schedule::kImmaPerGroup && groups == 1 ? "cuBLASLt int8 + scale_int32"
                                                                                 : names[static_cast<int>(schedule)];
     std::string text = fmt::format("{} ({}, {} input)", name, weights,
-                                   int8_input ? "int8" : "fp16");
+                                   bf16 ? "bf16" : int8_input ? "int8" : "fp16");
     if (unpack_first) text += ", unpacked first";
     if (norm_prologue) text += ", RMSNorm in its prologue";
+    if (gated_norm_prologue) text += ", gated RMSNorm in its prologue";
     if (residual_add) text += ", adds into the residual";
     return text;
   }
@@ -56,20 +63,26 @@ struct LayerPlan {
   bool tables_early = false;    // SSDi8's ChunkCumsum on the second stream, right after dt
   enum class Ssd {
     kSsdi8Chunked,  // kernels/ssdi8_chunk_scan (integer SSD, int8 state)
-    kFloatChunked,  // kernels/ssd_chunk_scan with fp16 operands
+    kFloatChunked,  // kernels/ssd_chunk_scan with 16-bit operands (fp16; bf16 for the FP model)
     kConvStep,      // kernels/ssd_conv_step: the conv and the recurrence in one launch
     kRecurrence,    // kernels/causal_conv1d then kernels/ssd_state_update
   } ssd = Ssd::kRecurrence;
   bool dt_format_pass = false;     // dt's format applied by a pass before the SSD (several scales)
   bool state_format_pass = false;  // a pass puts the fp32 state in its fp16 format after the SSD
-  enum class GatedOut { kInt8, kFp16, kFp32ThenFormat } gated_out = GatedOut::kFp16;
+  // Where the gated norm's output goes: kernels/hadamard_quant's int8 / fp16 / fp32 (then the
+  // point's format), or for the FP model kernels/gated_rmsnorm's bf16 or out_proj's GEMV prologue.
+  enum class GatedOut { kInt8, kFp16, kFp32ThenFormat, kBf16, kInOutProjPrologue } gated_out = GatedOut::kFp16;
   bool prefetch_next_in_proj = false;  // out_proj's GEMV brings the next layer's in_proj into L2
+  bool bf16 = false;  // the FP model's layer: bf16 activations between the steps, fp32 residual and state
 
   std::string describe() const {
-    static const char* const ssd_names[] = {"ssdi8_chunk_scan", "ssd_chunk_scan (fp16 operands)",
+    const char* const ssd_names[] = {"ssdi8_chunk_scan",
+                                            bf16 ? "ssd_chunk_scan (bf16 operands)" : "ssd_chunk_scan (fp16 operands)",
                                             "ssd_conv_step (conv + state update, one launch)",
                                             "causal_conv1d, ssd_state_update"};
-    static const char* const gated_names[] = {"int8", "fp16", "fp32, then its format"};
+    static const char* const gated_names[] = {"hadamard_quant → int8", "hadamard_quant → fp16",
+                                              "hadamard_quant → fp32, then its format", "gated_rmsnorm → bf16",
+                                              "in out_proj's prologue"};
     std::string text;
     text += fmt::format("  norm        {}\n", in_proj.norm_prologue ? "in in_proj's prologue"
                                                 : pending_delta        ? "add_rmsnorm (adds the previous out_proj)"
@@ -79,7 +92,7 @@ struct LayerPlan {
                                                             : in_proj.describe());
     text += fmt::format("  ssd         {}{}{}\n", ssd_names[static_cast<int>(ssd)],
                         dt_format_pass ? "; dt format pass first" : "", state_format_pass ? "; state format pass" : "");
-    text += fmt::format("  gated norm  hadamard_quant → {}\n", gated_names[static_cast<int>(gated_out)]);
+    text += fmt::format("  gated norm  {}\n", gated_names[static_cast<int>(gated_out)]);
     text += fmt::format("  out_proj    {}{}\n", out_proj.describe(),
                         prefetch_next_in_proj ? ", prefetches the next in_proj into L2" : "");
     return text;

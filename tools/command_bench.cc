@@ -16,7 +16,6 @@
 #include "quant/recipe.h"
 #include "runtime/cuda_measure.h"
 #include "model/quantized_artifact.h"
-#include "runtime/quantized_cuda_backend.h"
 #include "model/model_loader.h"
 #include "runtime/progress.h"
 #include "model/synthetic_configs.h"
@@ -67,6 +66,8 @@ std::string model_label(const BenchFlags& flags) {
 // The backend to time: a checkpoint or synthetic model (FP, bf16 on the GPU), an artifact, or a
 // synthetic model in a recipe's formats.
 std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec& device) {
+  CudaBackendOptions cuda_options;
+  cuda_options.device = device.index;
   if (!flags.artifact.empty()) return make_quantized_backend(flags.device, read_quantized_artifact(flags.artifact).model);
   if (!flags.recipe.empty()) {
     if (flags.synthetic.empty()) fail("--recipe/--bits time a synthetic quantized model: give --synthetic NAME too");
@@ -78,12 +79,10 @@ std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec
     recipe.group_size = flags.group_size;
     if (flags.head_to_toe && !recipe.quantized()) fail("--head-to-toe needs quantized weights, not --bits fp16");
     auto model = std::make_shared<QuantizedModel>(synthetic_quantized_model(synthetic_config(flags.synthetic), recipe, flags.seed));
-    return std::make_unique<QuantizedCudaBackend>(std::move(model), device.index);
+    return std::make_unique<CudaBackend>(std::move(model), cuda_options);
   }
   if (!flags.synthetic.empty()) {
     if (!device.cuda) fail("--synthetic needs --device cuda (random weights are made on the GPU)");
-    CudaBackendOptions cuda_options;
-    cuda_options.device = device.index;
     return std::make_unique<CudaBackend>(synthetic_config(flags.synthetic), flags.seed, cuda_options);
   }
   return make_backend(flags.device, load_model(flags.model).weights);

@@ -16,7 +16,6 @@
 #include "model/model_loader.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/decode_session.h"
-#include "runtime/quantized_cuda_backend.h"
 #include "tests/support/recipe_cases.h"
 #include "tests/support/test_models.h"
 
@@ -92,7 +91,7 @@ TEST(CudaDecodeSession, VerifyAcceptIsPlainDecodeForEveryRecipeAndBits) {
   const Mamba2Config c = synthetic_config(2);
   for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {
     const RecipeOptions& o = recipe_case.options;
-    const QuantizedCudaBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)), 0);
+    const CudaBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)), CudaBackendOptions{});
     expect_verify_accept_is_plain_decode(backend, recipe_case.name);
   }
 }

@@ -9,7 +9,6 @@
 #include "calib/synthetic_quantized.h"
 #include "model/model_loader.h"
 #include "runtime/cuda_backend.h"
-#include "runtime/quantized_cuda_backend.h"
 #include "tests/support/recipe_cases.h"
 #include "tests/runtime/speculation_checks.h"
 
@@ -32,7 +31,7 @@ TEST(CudaGenerate, SpeculativeIsPlainForEveryRecipeAndBits) {
   const Mamba2Config c = synthetic_config(2);
   for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {
     const RecipeOptions& o = recipe_case.options;
-    const QuantizedCudaBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)), 0);
+    const CudaBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)), CudaBackendOptions{});
     const std::string name = recipe_case.name;
     expect_speculation_exact(backend, {}, name + " greedy");
     GenerateOptions sampled;

@@ -467,7 +467,7 @@ void bench_gemm_s8(int64_t m, int64_t n, int64_t k, bool into_residual) {
     cudaFree(p);
 }
 
-// in_proj of a W8A8 layer whose conv.in is int8, split (runtime/quantized_cuda_backend.cc
+// in_proj of a W8A8 layer whose conv.in is int8, split (runtime/cuda_backend.cc
 // split_in_proj_args): z|dt (n_float columns) in fp32 and x|B|C (n_int8) as int8 codes, against
 // the one fused GEMM over all columns in fp32.
 void bench_gemm_s8_split(int64_t m, int64_t n_float, int64_t n_int8, int64_t k) {

@@ -12,7 +12,7 @@
 #include "formats/safetensors.h"
 #include "formats/tokenizer.h"
 #include "runtime/cpu_backend.h"
-#include "runtime/quantized_cuda_backend.h"
+#include "runtime/cuda_backend.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/support/quantized_fixtures.h"
 
@@ -75,7 +75,7 @@ TEST_P(EveryRecipe, MatchesTheCpuRuntime) {
       const std::string name = std::string(recipe_name(recipe)) + " " + bit_width_name(bits);
       const auto m = std::make_shared<QuantizedModel>(quantize_model(w, calib, synthetic_model_options(recipe, bits)));
       const std::vector<float> cpu = run(CpuBackend(m), tokens, kBatch, kLength, kSteps);
-      const std::vector<float> gpu = run(QuantizedCudaBackend(m, 0), tokens, kBatch, kLength, kSteps);
+      const std::vector<float> gpu = run(CudaBackend(m, CudaBackendOptions{}), tokens, kBatch, kLength, kSteps);
       const double max_rel = max_relative(gpu, cpu), mean_rel = mean_relative(gpu, cpu);
       std::printf("%ld groups, %-14s GPU vs CPU: max %.2e, mean %.2e of max |logit|\n", static_cast<long>(groups),
                   name.c_str(), max_rel, mean_rel);
@@ -103,7 +103,7 @@ TEST(LargeBatchDecode, MatchesTheCpuRuntime) {
   for (RecipeName recipe : {RecipeName::kSsdi8, RecipeName::kQuamba2}) {
     const auto m = std::make_shared<QuantizedModel>(quantize_model(w, calib, synthetic_model_options(recipe, BitWidth::kW8A8)));
     const std::vector<float> cpu = run(CpuBackend(m), tokens, kBatch, kLength, kSteps);
-    const std::vector<float> gpu = run(QuantizedCudaBackend(m, 0), tokens, kBatch, kLength, kSteps);
+    const std::vector<float> gpu = run(CudaBackend(m, CudaBackendOptions{}), tokens, kBatch, kLength, kSteps);
     const double max_rel = max_relative(gpu, cpu), mean_rel = mean_relative(gpu, cpu);
     std::printf("batch %ld, %-8s W8A8 GPU vs CPU: max %.2e, mean %.2e of max |logit|\n", static_cast<long>(kBatch),
                 recipe_name(recipe), max_rel, mean_rel);
@@ -129,7 +129,7 @@ struct ChunkedSsdCase {
   // {max, mean} relative difference of the GPU's logits from the CPU runtime's.
   std::pair<double, double> gpu_vs_cpu(const std::shared_ptr<const QuantizedModel>& m) const {
     const std::vector<float> cpu = run(CpuBackend(m), tokens, kBatch, kLength, kSteps);
-    const std::vector<float> gpu = run(QuantizedCudaBackend(m, 0), tokens, kBatch, kLength, kSteps);
+    const std::vector<float> gpu = run(CudaBackend(m, CudaBackendOptions{}), tokens, kBatch, kLength, kSteps);
     return {max_relative(gpu, cpu), mean_relative(gpu, cpu)};
   }
 };
@@ -189,7 +189,7 @@ TEST(HeadToToe, MatchesTheCpuRuntime) {
     const auto m = std::make_shared<QuantizedModel>(quantize_model(weights, file, options));
     ASSERT_TRUE(m->lm_head.is_quantized());
     const std::vector<float> cpu = run(CpuBackend(m), tokens, kBatch, kLength, kSteps);
-    const std::vector<float> gpu = run(QuantizedCudaBackend(m, 0), tokens, kBatch, kLength, kSteps);
+    const std::vector<float> gpu = run(CudaBackend(m, CudaBackendOptions{}), tokens, kBatch, kLength, kSteps);
     const double max_rel = max_relative(gpu, cpu), mean_rel = mean_relative(gpu, cpu);
     std::printf("head-to-toe ssdi8 %-5s group %4ld GPU vs CPU: max %.2e, mean %.2e of max |logit|\n", bit_width_name(bits),
                 static_cast<long>(group_size), max_rel, mean_rel);
@@ -223,19 +223,19 @@ TEST(BundledModel, PerplexityWithinHalfAPercentOfTheCpu) {
       o.recipe.recipe = recipe;
       o.recipe.bits = bits;
       const auto m = std::make_shared<QuantizedModel>(quantize_model(w, calib, o));
-      const double cpu = mean_nll(CpuBackend(m), eval), gpu = mean_nll(QuantizedCudaBackend(m, 0), eval);
+      const double cpu = mean_nll(CpuBackend(m), eval), gpu = mean_nll(CudaBackend(m, CudaBackendOptions{}), eval);
       std::printf("%-14s mean NLL CPU %.6f GPU %.6f (perplexity ratio %.5f)\n", name.c_str(), cpu, gpu,
                   std::exp(gpu - cpu));
       EXPECT_LT(std::abs(gpu - cpu), std::log(1.005)) << name;
     }
 }
 
-TEST(QuantizedCudaBackend, RejectsAStateOfAnotherBackend) {
+TEST(CudaBackendArtifact, RejectsAStateOfAnotherBackend) {
   testing::require_device();
   const ModelWeights w = random_weights(synthetic_config(2), 3);
   const CalibrationFile calib = calibration_in_memory(w, 2, 40, 1);
   const auto m = std::make_shared<QuantizedModel>(quantize_model(w, calib, synthetic_model_options(RecipeName::kRtn, BitWidth::kW8A8)));
-  const QuantizedCudaBackend gpu(m, 0);
+  const CudaBackend gpu(m, CudaBackendOptions{});
   const CpuBackend cpu(m);
   auto state = cpu.new_state(1);
   const int32_t token = 1;
