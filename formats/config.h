@@ -29,8 +29,11 @@ struct Mamba2Config {
   double dt_min = 0.0;  // time_step_limit: dt is clamped to [dt_min, dt_max]
   double dt_max = std::numeric_limits<double>::infinity();
   ConfigSpelling spelling = ConfigSpelling::kMambaSsm;
+  // A tensor-parallel shard's d_inner (its heads' channels: expand · d_model / tp), which expand
+  // cannot express; 0 for a whole model (model/tensor_parallel.h).
+  int64_t d_inner_shard = 0;
 
-  int64_t d_inner() const { return expand * d_model; }
+  int64_t d_inner() const { return d_inner_shard ? d_inner_shard : expand * d_model; }
   int64_t nheads() const { return d_inner() / headdim; }
   int64_t conv_dim() const { return d_inner() + 2 * ngroups * d_state; }
   int64_t d_in_proj() const { return 2 * d_inner() + 2 * ngroups * d_state + nheads(); }

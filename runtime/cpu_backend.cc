@@ -130,28 +130,42 @@ void CpuBackend::forward_sequence(const int32_t* tokens, int64_t T, CpuState& st
                                   const ForwardOutputs& outputs, bool parallel_head) const {
   const QuantizedModel& m = *model_;
   const Mamba2Config& c = m.config;
-  const int64_t D = c.d_model, V = c.vocab_size;
+  const int64_t D = c.d_model;
   std::vector<float> residual(T * D);
   for (int64_t t = 0; t < T; ++t) m.embedding.row_to_float(tokens[t], residual.data() + t * D);
   for (int64_t l = 0; l < c.n_layer; ++l)
     cpu_block_forward(c, m.layers[l], l, residual.data(), T, state.conv(l, seq), state.ssm(l, seq), state.observer());
-  if (!outputs.any()) return;
+  cpu_head_forward(c, m.norm_f.data(), {head_}, residual.data(), T, outputs, parallel_head);
+}
 
+void cpu_head_forward(const Mamba2Config& c, const float* norm_f, const std::vector<const float*>& slices,
+                      const float* residual, int64_t T, const ForwardOutputs& outputs, bool parallel) {
+  if (!outputs.any()) return;
+  const int64_t D = c.d_model, V = c.vocab_size, S = static_cast<int64_t>(slices.size()), Vs = V / S;
   // The final norm and lm_head only for the positions asked for, in row blocks so that full
   // logits are never held for a long sequence.
   const int64_t first = outputs.last_position_only ? T - 1 : 0, R = T - first;
   std::vector<float> normed(R * D);
-  cpu::rmsnorm(residual.data() + first * D, m.norm_f.data(), normed.data(), R, D, static_cast<float>(c.norm_eps));
+  cpu::rmsnorm(residual + first * D, norm_f, normed.data(), R, D, static_cast<float>(c.norm_eps));
   constexpr int64_t kBlock = 256;  // Eigen's GEMM runs ~40 % faster on 256 rows than on 64
   auto head_block = [&](int64_t block) {
     const int64_t r0 = block * kBlock, rows = std::min(kBlock, R - r0);
-    thread_local std::vector<float> scratch;  // reused: a fresh 50 MB block per call costs page faults
+    // Reused: a fresh 50 MB block per call costs page faults.
+    thread_local std::vector<float> scratch, slice_out;
     float* out = outputs.logits ? outputs.logits + r0 * V : nullptr;
     if (!out) {
       if (scratch.size() < static_cast<size_t>(rows * V)) scratch.resize(rows * V);
       out = scratch.data();
     }
-    cpu::matmul_wt(normed.data() + r0 * D, head_, out, rows, D, V);
+    if (S == 1) {
+      cpu::matmul_wt(normed.data() + r0 * D, slices[0], out, rows, D, V);
+    } else {  // a vocab-parallel head: each slice's logits gathered into their columns
+      if (slice_out.size() < static_cast<size_t>(rows * Vs)) slice_out.resize(rows * Vs);
+      for (int64_t s = 0; s < S; ++s) {
+        cpu::matmul_wt(normed.data() + r0 * D, slices[s], slice_out.data(), rows, D, Vs);
+        for (int64_t r = 0; r < rows; ++r) std::copy_n(slice_out.data() + r * Vs, Vs, out + r * V + s * Vs);
+      }
+    }
     for (int64_t r = 0; r < rows; ++r) {
       const float* row = out + r * V;
       if (outputs.nll) outputs.nll[r0 + r] = cpu::nll(row, V, outputs.targets[r0 + r]);
@@ -159,7 +173,7 @@ void CpuBackend::forward_sequence(const int32_t* tokens, int64_t T, CpuState& st
     }
   };
   const int64_t blocks = (R + kBlock - 1) / kBlock;
-  if (parallel_head) {
+  if (parallel) {
     parallel_for(blocks, head_block);
   } else {
     for (int64_t b = 0; b < blocks; ++b) head_block(b);

@@ -69,4 +69,12 @@ class CpuBackend : public Backend {
   const float* head_ = nullptr;          // [V, D] fp32: the stored dense head or dequantized_head_
 };
 
+// The final norm and lm_head over the `T` residual rows of one sequence, for the positions
+// `outputs` asks for, in row blocks so that full logits are never held for a long sequence. The
+// head is `slices`: one [vocab, d_model] matrix, or n slices of vocab / n rows each (a
+// vocab-parallel head, each slice's logits gathered into their columns). `parallel`: row blocks
+// over the cores.
+void cpu_head_forward(const Mamba2Config& config, const float* norm_f, const std::vector<const float*>& slices,
+                      const float* residual, int64_t T, const ForwardOutputs& outputs, bool parallel);
+
 }  // namespace ssdq

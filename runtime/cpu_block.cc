@@ -1,6 +1,7 @@
 #include "runtime/cpu_block.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "model/hadamard.h"
@@ -9,9 +10,36 @@
 #include "runtime/quantized_ssd.h"
 
 namespace ssdq {
+namespace {
+
+// cpu::gated_rmsnorm for a rank holding `width` channels of one group of rank.norm_group_size:
+// each row's sum of squares (in double, as there) summed over the ranks before the scale.
+void gated_rmsnorm_across_ranks(const BlockRank& rank, const float* y, const float* z, int64_t z_stride,
+                                const float* weight, float* out, int64_t rows, int64_t width, float eps) {
+  std::vector<double> sums(rows * rank.norm_groups, 0.0);
+  std::vector<float> gated(rows * width);
+  for (int64_t r = 0; r < rows; ++r) {
+    double sum = 0;
+    for (int64_t i = 0; i < width; ++i) {
+      const float v = y[r * width + i] * cpu::silu(z[r * z_stride + i]);
+      gated[r * width + i] = v;
+      sum += static_cast<double>(v) * v;
+    }
+    sums[r * rank.norm_groups + rank.norm_group] = sum;
+  }
+  rank.comm->all_reduce_sum(sums.data(), static_cast<int64_t>(sums.size()));
+  for (int64_t r = 0; r < rows; ++r) {
+    const double sum = sums[r * rank.norm_groups + rank.norm_group];
+    const float scale = static_cast<float>(1.0 / std::sqrt(sum / rank.norm_group_size + eps));
+    for (int64_t i = 0; i < width; ++i) out[r * width + i] = gated[r * width + i] * scale * weight[i];
+  }
+}
+
+}  // namespace
 
 void cpu_block_forward(const Mamba2Config& c, const QuantizedLayer& q, int64_t layer, float* residual,
-                             int64_t T, float* conv_state, float* ssm_state, ForwardObserver* observer) {
+                       int64_t T, float* conv_state, float* ssm_state, ForwardObserver* observer,
+                       const BlockRank* rank) {
   const int64_t D = c.d_model, E = c.d_inner(), H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state;
   const int64_t conv_dim = c.conv_dim(), in_dim = c.d_in_proj();
   const float eps = static_cast<float>(c.norm_eps);
@@ -62,13 +90,18 @@ void cpu_block_forward(const Mamba2Config& c, const QuantizedLayer& q, int64_t l
   apply_state_format(q.ssm_state, ssm_state, H * P, N);
   observe(ActivationPoint::kSsdY, y.data(), E, E);
 
-  cpu::gated_rmsnorm(y.data(), zxbcdt.data(), in_dim, q.gated_norm.data(), gated.data(), T, E, E / G, eps);
+  if (rank && rank->norm_split) {
+    gated_rmsnorm_across_ranks(*rank, y.data(), zxbcdt.data(), in_dim, q.gated_norm.data(), gated.data(), T, E, eps);
+  } else {
+    cpu::gated_rmsnorm(y.data(), zxbcdt.data(), in_dim, q.gated_norm.data(), gated.data(), T, E, E / G, eps);
+  }
   if (q.online_hadamard) apply_hadamard_rows(gated.data(), T, E, /*normalized=*/true);
   in_format(q.out_proj_in, ActivationPoint::kOutProjIn, gated.data(), E, E);
   linear_forward(q.out_proj, q.out_proj_in, gated.data(), T, out.data());
-  if (!q.out_bias.empty())
+  if (!q.out_bias.empty() && (!rank || rank->adds_bias))
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < D; ++i) out[t * D + i] += q.out_bias[i];
+  if (rank && rank->comm) rank->comm->all_reduce_sum(out.data(), T * D);
   observe(ActivationPoint::kOutProjOut, out.data(), D, D);
   for (int64_t i = 0; i < T * D; ++i) residual[i] += out[i];
 }

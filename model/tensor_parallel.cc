@@ -1,0 +1,228 @@
+#include "model/tensor_parallel.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "formats/error.h"
+
+namespace ssdq {
+namespace {
+
+bool divides_model(const Mamba2Config& c, int tp) {
+  const int64_t H = c.nheads(), G = c.ngroups;
+  return tp >= 1 && H % tp == 0 && (G % tp == 0 || tp % G == 0) && c.vocab_size % tp == 0;
+}
+
+// The global indices of rank `rank`'s rows of in_proj, in its local order z | x | B | C | dt.
+std::vector<int64_t> in_proj_rows(const Mamba2Config& c, const TensorParallelPlan& p, int rank) {
+  const int64_t E = c.d_inner(), P = c.headdim, N = c.d_state, GN = c.ngroups * N;
+  const int64_t c0 = p.first_head(rank) * P, channels = p.local_heads() * P;
+  const int64_t g0 = p.first_group(rank) * N, group_rows = p.local_groups() * N;
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < channels; ++i) rows.push_back(c0 + i);                  // z
+  for (int64_t i = 0; i < channels; ++i) rows.push_back(E + c0 + i);              // x
+  for (int64_t i = 0; i < group_rows; ++i) rows.push_back(2 * E + g0 + i);        // B
+  for (int64_t i = 0; i < group_rows; ++i) rows.push_back(2 * E + GN + g0 + i);   // C
+  for (int64_t h = 0; h < p.local_heads(); ++h) rows.push_back(2 * E + 2 * GN + p.first_head(rank) + h);  // dt
+  return rows;
+}
+
+// The global indices of rank `rank`'s conv channels, in its local order x | B | C.
+std::vector<int64_t> conv_channels(const Mamba2Config& c, const TensorParallelPlan& p, int rank) {
+  const int64_t E = c.d_inner(), N = c.d_state, GN = c.ngroups * N;
+  const int64_t c0 = p.first_head(rank) * c.headdim, channels = p.local_heads() * c.headdim;
+  const int64_t g0 = p.first_group(rank) * N, group_rows = p.local_groups() * N;
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < channels; ++i) out.push_back(c0 + i);
+  for (int64_t i = 0; i < group_rows; ++i) out.push_back(E + g0 + i);
+  for (int64_t i = 0; i < group_rows; ++i) out.push_back(E + GN + g0 + i);
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const std::string& part : parts) out += (out.empty() ? "" : ", ") + part;
+  return out;
+}
+
+std::vector<int64_t> range(int64_t first, int64_t count) {
+  std::vector<int64_t> out(count);
+  for (int64_t i = 0; i < count; ++i) out[i] = first + i;
+  return out;
+}
+
+// Rows `rows` of a row-major [*, width] matrix.
+std::vector<float> gather_rows(const std::vector<float>& m, int64_t width, const std::vector<int64_t>& rows) {
+  std::vector<float> out(rows.size() * width);
+  for (size_t r = 0; r < rows.size(); ++r)
+    std::copy_n(m.begin() + rows[r] * width, width, out.begin() + r * width);
+  return out;
+}
+
+// Columns `cols` of a row-major [height, width] matrix.
+std::vector<float> gather_cols(const std::vector<float>& m, int64_t height, int64_t width,
+                               const std::vector<int64_t>& cols) {
+  std::vector<float> out(height * cols.size());
+  for (int64_t r = 0; r < height; ++r)
+    for (size_t i = 0; i < cols.size(); ++i) out[r * cols.size() + i] = m[r * width + cols[i]];
+  return out;
+}
+
+// Writes a shard's rows back into the whole matrix; a row written by an earlier rank (a replicated
+// B/C group) must hold the same values.
+class RowScatter {
+ public:
+  RowScatter(int64_t rows, int64_t width, const char* what)
+      : width_(width), out_(rows * width), written_(rows, false), what_(what) {}
+  void put(const std::vector<float>& shard, const std::vector<int64_t>& rows, int rank) {
+    if (shard.size() != rows.size() * width_) fail("tensor parallel: rank {}'s {} has the wrong size", rank, what_);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const float* src = shard.data() + r * width_;
+      float* dst = out_.data() + rows[r] * width_;
+      if (written_[rows[r]] && !std::equal(src, src + width_, dst))
+        fail("tensor parallel: rank {}'s copy of {} row {} differs from another rank's", rank, what_, rows[r]);
+      std::copy_n(src, width_, dst);
+      written_[rows[r]] = true;
+    }
+  }
+  std::vector<float> take() {
+    if (std::find(written_.begin(), written_.end(), false) != written_.end())
+      fail("tensor parallel: the shards leave rows of {} unset", what_);
+    return std::move(out_);
+  }
+
+ private:
+  int64_t width_;
+  std::vector<float> out_;
+  std::vector<bool> written_;
+  const char* what_;
+};
+
+}  // namespace
+
+std::vector<int> valid_tensor_parallel_sizes(const Mamba2Config& config, int limit) {
+  std::vector<int> out;
+  for (int tp = 1; tp <= limit; ++tp)
+    if (divides_model(config, tp)) out.push_back(tp);
+  return out;
+}
+
+TensorParallelPlan plan_tensor_parallel(const Mamba2Config& c, int tp) {
+  if (!divides_model(c, tp)) {
+    std::vector<std::string> sizes;
+    for (int size : valid_tensor_parallel_sizes(c))
+      if (size > 1) sizes.push_back(std::to_string(size));
+    fail("--tp {}: {} heads, {} group{}, vocabulary {}: the heads must split evenly, the groups split evenly or "
+         "evenly share ranks, and the vocabulary split evenly; valid: {}",
+         tp, c.nheads(), c.ngroups, c.ngroups == 1 ? "" : "s", c.vocab_size,
+         sizes.empty() ? std::string("none above 1") : "--tp " + joined(sizes));
+  }
+  TensorParallelPlan p;
+  p.tp = tp;
+  p.heads = c.nheads();
+  p.groups = c.ngroups;
+  p.vocab = c.vocab_size;
+  p.groups_split = c.ngroups % tp == 0;
+  return p;
+}
+
+Mamba2Config shard_config(const Mamba2Config& config, const TensorParallelPlan& plan) {
+  Mamba2Config local = config;
+  local.d_inner_shard = plan.local_heads() * config.headdim;
+  local.ngroups = plan.local_groups();
+  return local;
+}
+
+ModelWeights shard_weights(const ModelWeights& w, const TensorParallelPlan& plan, int rank) {
+  const Mamba2Config& c = w.config;
+  if (rank < 0 || rank >= plan.tp) fail("tensor parallel: rank {} of {}", rank, plan.tp);
+  const int64_t D = c.d_model, E = c.d_inner(), K = c.d_conv;
+  const std::vector<int64_t> heads = range(plan.first_head(rank), plan.local_heads());
+  const std::vector<int64_t> channels = range(plan.first_head(rank) * c.headdim, plan.local_heads() * c.headdim);
+  const std::vector<int64_t> conv = conv_channels(c, plan, rank);
+  ModelWeights s;
+  s.config = shard_config(c, plan);
+  s.embedding = w.embedding;
+  s.norm_f = w.norm_f;
+  s.lm_head = gather_rows(w.head(), D, range(rank * plan.local_vocab(), plan.local_vocab()));
+  for (const LayerWeights& l : w.layers) {
+    LayerWeights o;
+    o.norm = l.norm;
+    o.in_proj = gather_rows(l.in_proj, D, in_proj_rows(c, plan, rank));
+    o.conv_weight = gather_rows(l.conv_weight, K, conv);
+    o.conv_bias = gather_rows(l.conv_bias, 1, conv);
+    o.dt_bias = gather_rows(l.dt_bias, 1, heads);
+    o.A = gather_rows(l.A, 1, heads);
+    o.D = gather_rows(l.D, 1, heads);
+    o.gated_norm = gather_rows(l.gated_norm, 1, channels);
+    o.out_proj = gather_cols(l.out_proj, D, E, channels);
+    s.layers.push_back(std::move(o));
+  }
+  return s;
+}
+
+ModelWeights unshard_weights(const std::vector<ModelWeights>& shards, const Mamba2Config& c,
+                             const TensorParallelPlan& plan) {
+  if (static_cast<int>(shards.size()) != plan.tp)
+    fail("tensor parallel: {} shards for --tp {}", shards.size(), plan.tp);
+  const int64_t D = c.d_model, E = c.d_inner(), K = c.d_conv, V = c.vocab_size;
+  ModelWeights w;
+  w.config = c;
+  RowScatter embedding(V, D, "the embedding"), norm_f(D, 1, "norm_f"), head(V, D, "lm_head");
+  for (int r = 0; r < plan.tp; ++r) {
+    embedding.put(shards[r].embedding, range(0, V), r);
+    norm_f.put(shards[r].norm_f, range(0, D), r);
+    head.put(shards[r].lm_head, range(r * plan.local_vocab(), plan.local_vocab()), r);
+  }
+  w.embedding = embedding.take();
+  w.norm_f = norm_f.take();
+  w.lm_head = head.take();
+  if (c.tie_embeddings) {
+    if (w.lm_head != w.embedding) fail("tensor parallel: the shards' lm_head is not the tied embedding");
+    w.lm_head.clear();
+  }
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    RowScatter norm(D, 1, "norm"), in_proj(c.d_in_proj(), D, "in_proj"), conv_weight(c.conv_dim(), K, "conv weight"),
+        conv_bias(c.conv_dim(), 1, "conv bias"), dt_bias(c.nheads(), 1, "dt_bias"), A(c.nheads(), 1, "A"),
+        Dv(c.nheads(), 1, "D"), gated_norm(E, 1, "gated norm"), out_proj_t(E, D, "out_proj");
+    for (int r = 0; r < plan.tp; ++r) {
+      const LayerWeights& s = shards[r].layers.at(l);
+      const std::vector<int64_t> heads = range(plan.first_head(r), plan.local_heads());
+      const std::vector<int64_t> channels = range(plan.first_head(r) * c.headdim, plan.local_heads() * c.headdim);
+      const std::vector<int64_t> conv = conv_channels(c, plan, r);
+      norm.put(s.norm, range(0, D), r);
+      in_proj.put(s.in_proj, in_proj_rows(c, plan, r), r);
+      conv_weight.put(s.conv_weight, conv, r);
+      conv_bias.put(s.conv_bias, conv, r);
+      dt_bias.put(s.dt_bias, heads, r);
+      A.put(s.A, heads, r);
+      Dv.put(s.D, heads, r);
+      gated_norm.put(s.gated_norm, channels, r);
+      // out_proj's columns are rows of its transpose.
+      std::vector<float> transposed(channels.size() * D);
+      const int64_t local = static_cast<int64_t>(channels.size());
+      if (static_cast<int64_t>(s.out_proj.size()) != D * local) fail("tensor parallel: rank {}'s out_proj has the wrong size", r);
+      for (int64_t i = 0; i < D; ++i)
+        for (int64_t j = 0; j < local; ++j) transposed[j * D + i] = s.out_proj[i * local + j];
+      out_proj_t.put(transposed, channels, r);
+    }
+    LayerWeights o;
+    o.norm = norm.take();
+    o.in_proj = in_proj.take();
+    o.conv_weight = conv_weight.take();
+    o.conv_bias = conv_bias.take();
+    o.dt_bias = dt_bias.take();
+    o.A = A.take();
+    o.D = Dv.take();
+    o.gated_norm = gated_norm.take();
+    const std::vector<float> t = out_proj_t.take();
+    o.out_proj.resize(D * E);
+    for (int64_t j = 0; j < E; ++j)
+      for (int64_t i = 0; i < D; ++i) o.out_proj[i * E + j] = t[j * D + i];
+    w.layers.push_back(std::move(o));
+  }
+  return w;
+}
+
+}  // namespace ssdq
