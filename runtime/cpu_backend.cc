@@ -67,11 +67,12 @@ MemoryReport CpuBackend::memory() const {
   return report;
 }
 
-size_t CpuBackend::state_bytes_per_sequence() const {
-  const Mamba2Config& c = config();
+size_t cpu_state_bytes_per_sequence(const Mamba2Config& c) {
   return static_cast<size_t>(c.n_layer) * (c.conv_dim() * (c.d_conv - 1) + c.nheads() * c.headdim * c.d_state) *
          sizeof(float);
 }
+
+size_t CpuBackend::state_bytes_per_sequence() const { return cpu_state_bytes_per_sequence(config()); }
 
 namespace {
 

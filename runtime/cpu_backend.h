@@ -69,6 +69,9 @@ class CpuBackend : public Backend {
   const float* head_ = nullptr;          // [V, D] fp32: the stored dense head or dequantized_head_
 };
 
+// Bytes of one sequence's CpuState for `config` (every layer's conv and SSM state in fp32).
+size_t cpu_state_bytes_per_sequence(const Mamba2Config& config);
+
 // The final norm and lm_head over the `T` residual rows of one sequence, for the positions
 // `outputs` asks for, in row blocks so that full logits are never held for a long sequence. The
 // head is `slices`: one [vocab, d_model] matrix, or n slices of vocab / n rows each (a

@@ -117,11 +117,7 @@ MemoryReport CpuTensorParallelBackend::memory() const {
 
 size_t CpuTensorParallelBackend::state_bytes_per_sequence() const {
   size_t bytes = 0;
-  for (const auto& shard : shards_) {
-    const Mamba2Config& c = shard->config;
-    bytes += static_cast<size_t>(c.n_layer) * (c.conv_dim() * (c.d_conv - 1) + c.nheads() * c.headdim * c.d_state) *
-             sizeof(float);
-  }
+  for (const auto& shard : shards_) bytes += cpu_state_bytes_per_sequence(shard->config);
   return bytes;
 }
 

@@ -7,6 +7,8 @@
 #include "model/model_loader.h"
 #include "model/quantized_artifact.h"
 #include "runtime/backend_factory.h"
+#include "runtime/cpu_tensor_parallel.h"
+#include "tools/flag_checks.h"
 
 namespace ssdq::cli {
 
@@ -19,6 +21,13 @@ void add_model_source_options(CLI::App* command, ModelSourceFlags& flags) {
   command->add_option("--tokenizer", flags.tokenizer,
                       "tokenizer.json or SentencePiece tokenizer.model (default: the model folder's tokenizer.model, then tokenizer.json, or the one the artifact embeds, else the built-in GPT-NeoX-20B)");
   command->add_option("--device", flags.device, "cpu, cuda or cuda:N")->capture_default_str();
+  command
+      ->add_option("--tp", flags.tp,
+                   "Tensor-parallel ranks: the model sharded over N ranks (heads split, out_proj summed across "
+                   "them, the lm_head split by vocabulary; docs/TENSOR_PARALLEL.md). With --device cpu, N threads "
+                   "run the CPU specification of sharded execution; CUDA tensor parallelism is not available yet")
+      ->check(whole_number(1, 1024))
+      ->capture_default_str();
 }
 
 ModelSource load_model_source(const std::string& command, const ModelSourceFlags& flags) {
@@ -27,7 +36,14 @@ ModelSource load_model_source(const std::string& command, const ModelSourceFlags
   const std::string& tokenizer = flags.tokenizer;
   const std::string& device = flags.device;
   if (model.empty() == artifact.empty()) fail("{} needs exactly one of --model and --artifact", command);
-  parse_device(device);  // an unknown device is refused before anything is read
+  const DeviceSpec spec = parse_device(device);  // an unknown device is refused before anything is read
+  if (flags.tp > 1 && spec.cuda)
+    fail("--tp {} --device {}: tensor parallelism runs on the CPU only so far (--device cpu --tp {} runs the "
+         "sharded model on {} threads); CUDA tensor parallelism is not available yet",
+         flags.tp, device, flags.tp, flags.tp);
+  if (flags.tp > 1 && !artifact.empty())
+    fail("--tp {} --artifact {}: quantized artifacts do not run tensor-parallel yet (an artifact's online Hadamard "
+         "spans all of d_inner); use --model", flags.tp, artifact);
   ModelSource source;
   std::string tokenizer_label;
   const auto tokenizer_line = [&] {
@@ -58,7 +74,12 @@ ModelSource load_model_source(const std::string& command, const ModelSourceFlags
   source.description =
       fmt::format("model   {} ({})\n        {}\n", model, loaded.weights_path, loaded.weights->config.summary()) +
       tokenizer_line();
-  source.backend = make_backend(device, loaded.weights);
+  if (flags.tp > 1) {
+    source.backend = std::make_unique<CpuTensorParallelBackend>(*loaded.weights, flags.tp);
+    source.description += fmt::format("        tensor parallel: {} virtual ranks\n", flags.tp);
+  } else {
+    source.backend = make_backend(device, loaded.weights);
+  }
   return source;
 }
 

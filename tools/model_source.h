@@ -19,9 +19,11 @@ struct ModelSource {
   std::string description;  // what was loaded, in lines for the report
 };
 
-// The flags naming what to run: --model, --artifact (excluding each other), --tokenizer, --device.
+// The flags naming what to run: --model, --artifact (excluding each other), --tokenizer, --device,
+// --tp.
 struct ModelSourceFlags {
   std::string model, artifact, tokenizer, device = "cpu";
+  int tp = 1;  // tensor-parallel ranks (--tp; the reference of eval-ppl runs on one)
   std::string model_flag = "--model";  // how errors name the folder's flag
 };
 void add_model_source_options(CLI::App* command, ModelSourceFlags& flags);

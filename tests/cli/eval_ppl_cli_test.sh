@@ -34,4 +34,19 @@ PY
 
 if "$ssdq" eval-ppl --model "$model" --reference "$tmp/absent" "${common[@]}" 2>"$tmp/err"; then exit 1; fi
 grep -qF -- "--reference $tmp/absent: no such folder" "$tmp/err"
+# --tp 2: the model sharded over two virtual ranks gives the perplexity of one rank (only the
+# summation order differs); sizes that do not divide the model are refused with the valid ones.
+"$ssdq" eval-ppl --model "$model" --tp 2 "${common[@]}" --json "$tmp/tp2.json" >/dev/null
+python3 - "$tmp/plain.json" "$tmp/tp2.json" <<'PY'
+import json, sys
+one, two = (json.load(open(p))["perplexity"]["mean"] for p in sys.argv[1:])
+assert abs(two - one) < 1e-5 * one, (one, two)
+PY
+if "$ssdq" eval-ppl --model "$model" --tp 3 "${common[@]}" 2>"$tmp/err"; then exit 1; fi
+grep -qF -- "--tp 3: 8 heads, 1 group, vocabulary 50288" "$tmp/err"
+grep -qF -- "valid: --tp 2, 4, 8" "$tmp/err"
+if "$ssdq" eval-ppl --model "$model" --tp 2 --device cuda "${common[@]}" 2>"$tmp/err"; then exit 1; fi
+grep -qF "CUDA tensor parallelism is not available yet" "$tmp/err"
+if "$ssdq" eval-ppl --model "$model" --tp 0 "${common[@]}" 2>"$tmp/err"; then exit 1; fi
+grep -qF "must be 1 to 1024, got 0" "$tmp/err"
 echo "eval_ppl_cli_test: ok"
