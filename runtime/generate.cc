@@ -39,7 +39,21 @@ struct Progress {
   bool done = false;
   size_t emitted = 0;
   Clock::time_point first, last;
+  // GenerateOptions::adaptive_draft: the draft length now, the tokens left before drafting again,
+  // and the next pause's length.
+  int64_t draft_limit = 0, pause = 0, next_pause = 1;
 };
+
+// GenerateOptions::adaptive_draft after a window that accepted `accepted` of `drafted` tokens.
+void adapt_draft(Progress& p, int64_t drafted, int64_t accepted, int64_t max_draft) {
+  p.draft_limit = accepted == drafted ? std::min(max_draft, p.draft_limit + 2) : std::max<int64_t>(1, p.draft_limit - 1);
+  if (accepted > 0) {
+    p.next_pause = 1;
+    return;
+  }
+  p.pause = p.next_pause;
+  p.next_pause = std::min<int64_t>(2 * p.next_pause, 64);
+}
 
 class Generator {
  public:
@@ -134,6 +148,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
   std::vector<int32_t> pending(B);  // the chosen token each sequence feeds next
   for (int64_t b = 0; b < B; ++b) {
     seq[b].context = prompts[b];
+    seq[b].draft_limit = options.max_draft;
     session.prefill(b, prompts[b].data(), static_cast<int64_t>(prompts[b].size()), logits.data());
     pending[b] = choose(b, seq[b], logits.data());
     generator.append(b, seq[b], pending[b]);
@@ -147,9 +162,14 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
     if (options.drafter)
       for (int64_t b = 0; b < B; ++b) {
         if (seq[b].done) continue;
+        if (options.adaptive_draft && seq[b].pause > 0) {
+          --seq[b].pause;
+          continue;
+        }
         drafts[b] = options.drafter(b, seq[b].context);
         const int64_t room = options.max_new_tokens - static_cast<int64_t>(seq[b].out.tokens.size()) - 1;
-        drafts[b].resize(std::max<int64_t>(0, std::min<int64_t>({static_cast<int64_t>(drafts[b].size()), options.max_draft, room})));
+        const int64_t limit = options.adaptive_draft ? seq[b].draft_limit : options.max_draft;
+        drafts[b].resize(std::max<int64_t>(0, std::min<int64_t>({static_cast<int64_t>(drafts[b].size()), limit, room})));
         for (int32_t& t : drafts[b]) t = std::clamp<int32_t>(t, 0, static_cast<int32_t>(V - 1));
         K = std::max<int64_t>(K, static_cast<int64_t>(drafts[b].size()));
       }
@@ -191,6 +211,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
         if (static_cast<int64_t>(p.out.accepted_histogram.size()) < options.max_draft + 1)
           p.out.accepted_histogram.resize(options.max_draft + 1);
         ++p.out.accepted_histogram[j];
+        if (options.adaptive_draft) adapt_draft(p, drafted, j, options.max_draft);
       }
     }
     session.accept(keep);

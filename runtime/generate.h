@@ -32,6 +32,12 @@ struct GenerateOptions {
   // max_draft tokens are verified per window.
   Drafter drafter;
   int64_t max_draft = 6;
+  // Each sequence's draft length follows its acceptance: +2 (up to max_draft) after a window that
+  // accepted every draft token, -1 (down to 1) after one that did not; a window that accepted
+  // none also stops that sequence's drafting for 1, 2, 4 … 64 tokens (doubling while they keep
+  // failing), so a drafter that keeps missing costs a few windows, not one per token. Off: every
+  // draft is verified at its full length (the exactness tests' fixed windows).
+  bool adaptive_draft = false;
 };
 
 // A drafter by prompt lookup (ngram_drafter.h).

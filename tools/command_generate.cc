@@ -22,7 +22,7 @@ using nlohmann::json;
 
 struct GenerateFlags {
   ModelSourceFlags source;
-  std::string prompt, prompt_file, json_path, speculate = "off";
+  std::string prompt, prompt_file, json_path, speculate = "off", draft_policy = "adaptive";
   std::vector<std::string> stop;
   int64_t max_new_tokens = 128, top_k = 0, draft = 6, ngram_min = 1, ngram_max = 3;
   double temperature = 0, top_p = 1;
@@ -85,6 +85,7 @@ void run_generate(const GenerateFlags& flags) {
       fail("--ngram-min {} is above --ngram-max {}", flags.ngram_min, flags.ngram_max);
     options.drafter = ngram_drafter({flags.draft, flags.ngram_min, flags.ngram_max});
     options.max_draft = flags.draft;
+    options.adaptive_draft = flags.draft_policy == "adaptive";
   }
   const ModelSource source = load_model_source("generate", flags.source);
   std::fprintf(stderr, "%s", source.description.c_str());
@@ -168,6 +169,12 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--draft", flags->draft, "--speculate: draft tokens per verify window at most")
       ->capture_default_str()
       ->check(whole_number(1, 64));
+  cmd->add_option("--draft-policy", flags->draft_policy,
+                  "--speculate: adaptive (each sequence's draft grows while accepted, shrinks when not, and "
+                  "pauses 1, 2, 4 … 64 tokens after windows that accept nothing) or fixed (every draft at its "
+                  "full length)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"adaptive", "fixed"}));
   cmd->add_option("--ngram-min", flags->ngram_min, "--speculate ngram: shortest suffix looked up")
       ->capture_default_str()
       ->check(whole_number(1));

@@ -71,6 +71,41 @@ TEST(Generate, NeverMatchingDrafterChangesNothing) {
   }
 }
 
+// The adaptive draft length: a drafter that always misses is asked a few times, not once per
+// token (pauses of 1, 2, 4 … tokens), and one that is always right keeps its full windows; both
+// give the plain tokens.
+TEST(Generate, AdaptiveDraftBacksOffAMissingDrafterAndKeepsAGoodOne) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  const int64_t V = backend.config().vocab_size;
+  const auto prompts = prompts_of(V);
+  GenerateOptions options;
+  options.max_new_tokens = 40;
+  const auto plain = run(backend, options, prompts);
+  options.max_draft = 4;
+  options.adaptive_draft = true;
+  for (const int offset : {7, 0}) {  // 7: every draft token wrong; 0: every one right
+    options.drafter = [&, offset](int64_t b, const std::vector<int32_t>& context) {
+      const size_t n = context.size() - prompts[b].size();
+      std::vector<int32_t> draft;
+      for (size_t k = 0; k < 4 && n + k < plain[b].tokens.size(); ++k) draft.push_back((plain[b].tokens[n + k] + offset) % V);
+      return draft;
+    };
+    const auto speculative = run(backend, options, prompts);
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      SCOPED_TRACE(::testing::Message() << "offset " << offset << ", prompt " << b);
+      EXPECT_EQ(speculative[b].tokens, plain[b].tokens);
+      if (offset != 0) {
+        // 39 tokens after the first: windows at the tokens 1, 2, 4, 7, 12, 21, 38 at most.
+        EXPECT_LE(speculative[b].windows, 7);
+        EXPECT_EQ(speculative[b].accepted, 0);
+      } else {
+        EXPECT_EQ(speculative[b].accepted, speculative[b].drafted);
+        EXPECT_LE(speculative[b].windows, 11);  // 39 tokens, 4 + 1 a window (the last ones shorter)
+      }
+    }
+  }
+}
+
 TEST(Generate, SamplingDependsOnlyOnSeedPromptAndPosition) {
   const CpuBackend backend(random_weights(synthetic_config(2), 3));
   const auto prompts = prompts_of(backend.config().vocab_size);
