@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "calib/ssd_internals.h"
 #include "formats/error.h"
 
 namespace ssdq {
@@ -67,30 +66,6 @@ void CalibrationStats::merge(const CalibrationStats& other) {
   if (other.layers.size() != layers.size()) fail("internal: merging statistics of models with different depths");
   for (size_t l = 0; l < layers.size(); ++l)
     for (int p = 0; p < kStatPointCount; ++p) layers[l].points[p].merge(other.layers[l].points[p]);
-}
-
-StatsObserver::StatsObserver(const Mamba2Config& config, bool ssd_internals, int64_t only_layer)
-    : config_(config),
-      ssd_internals_(ssd_internals),
-      only_layer_(only_layer),
-      stats_(CalibrationStats::empty_for(config, only_layer)) {}
-
-void StatsObserver::on_activation(int64_t layer, ActivationPoint point, const float* data, int64_t rows, int64_t width,
-                                  int64_t stride) {
-  if (only_layer_ >= 0 && layer != only_layer_) return;
-  ChannelStats& stats = stats_.layers.at(layer).at(stat_point(point));
-  if (width != stats.channels())
-    fail("internal: {} of layer {} has {} channels, expected {}", activation_point_name(point), layer, width,
-         stats.channels());
-  stats.add_rows(data, rows, stride, fmt::format("layer {} {}", layer, activation_point_name(point)));
-}
-
-void StatsObserver::on_ssd_inputs(int64_t layer, const cpu::SsdDims& dims, const cpu::SsdInputs& inputs,
-                                  int64_t length, int64_t chunk, const float* initial_state) {
-  if (!ssd_internals_ || (only_layer_ >= 0 && layer != only_layer_)) return;
-  LayerStats& stats = stats_.layers.at(layer);
-  observe_ssd_internals(dims, inputs, length, chunk, initial_state, stats.at(StatPoint::kSsdXScaled),
-                        stats.at(StatPoint::kSsdState), stats.at(StatPoint::kSsdCb));
 }
 
 }  // namespace ssdq

@@ -1,6 +1,6 @@
 // What calibration records for a model: per layer, ChannelStats at every quantization point of
-// docs/QUANTIZATION.md ("Quantization points"), in the model's original channel order, and the observer that fills them from a
-// forward.
+// docs/QUANTIZATION.md ("Quantization points"), in the model's original channel order
+// (pipeline/stats_observer.h fills them from a forward).
 #pragma once
 
 #include <array>
@@ -10,12 +10,12 @@
 
 #include "calib/channel_stats.h"
 #include "formats/config.h"
-#include "runtime/forward_observer.h"
+#include "model/activation_points.h"
 
 namespace ssdq {
 
-// The activation points of forward_observer.h, then three SSD internals derived from the SSD
-// inputs (SSDi8 §4.2, definitions in runtime/quantized_ssd.h):
+// The activation points of model/activation_points.h, then three SSD internals derived from the
+// SSD inputs (SSDi8 §4.2, definitions in runtime/quantized_ssd.h):
 //   ssd.x_scaled  LUT_state ⊙ x inside ChunkState, channels (h, p): [H·P]
 //   ssd.state     chunk-local states and the states after StatePassing, channels (h, p, n): [H·P·N]
 //   ssd.cb        C·Bᵀ within a chunk (causal part s ≤ t), one channel per group: [G]
@@ -48,26 +48,6 @@ struct CalibrationStats {
   // only_layer >= 0: statistics of that layer only (the others have no channels).
   static CalibrationStats empty_for(const Mamba2Config& config, int64_t only_layer = -1);
   void merge(const CalibrationStats& other);
-};
-
-// Fills a CalibrationStats from the forwards it watches (one sequence at a time: not thread-safe).
-// `ssd_internals` off skips X_scaled / state / CB, which cost a second pass over the SSD;
-// only_layer >= 0 records that layer only.
-class StatsObserver : public ForwardObserver {
- public:
-  explicit StatsObserver(const Mamba2Config& config, bool ssd_internals = true, int64_t only_layer = -1);
-  void on_activation(int64_t layer, ActivationPoint point, const float* data, int64_t rows, int64_t width,
-                     int64_t stride) override;
-  void on_ssd_inputs(int64_t layer, const cpu::SsdDims& dims, const cpu::SsdInputs& inputs, int64_t length,
-                     int64_t chunk, const float* initial_state) override;
-
-  CalibrationStats& stats() { return stats_; }
-
- private:
-  Mamba2Config config_;
-  bool ssd_internals_;
-  int64_t only_layer_;
-  CalibrationStats stats_;
 };
 
 }  // namespace ssdq

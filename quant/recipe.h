@@ -1,5 +1,5 @@
 // The quantization recipes of docs/QUANTIZATION.md ("Recipes") as options, and what each one quantizes where. Pure:
-// the export driver (calib/quantize_model.h) applies them.
+// the export driver (pipeline/quantize_model.h) applies them.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +46,7 @@ struct RecipeOptions {
   double x_scaled_clip = 1.0;       // ssdi8: X_scaled's int8 scale = clip · absmax / 127 (clip ≤ 1 saturates outliers)
   std::vector<int64_t> w4a16_layers;  // w4a8 layers run with fp16 activations (mixed precision)
   // w4a8: choose w4a16_layers automatically, the K layers whose int8 activations cost the most
-  // KL divergence on calibration samples (calib/mixed_precision.h); 0: off.
+  // KL divergence on calibration samples (pipeline/mixed_precision.h); 0: off.
   int64_t auto_w4a16_layers = 0;
   std::optional<uint64_t> rotation_seed;  // residual rotation Q = diag(±1)·H/√D with signs from this seed
   std::vector<std::string> keep_float;    // ablation: points (or "weights") left in fp16

@@ -5,38 +5,10 @@
 
 #include <cstdint>
 
+#include "model/activation_points.h"
 #include "runtime/cpu_ops.h"
 
 namespace ssdq {
-
-// The activation points a forward reports, in the order a block computes them.
-enum class ActivationPoint : int {
-  kInProjIn,    // u, the block norm's output: [T, D]
-  kConvIn,      // xBC_pre, the in_proj rows x|B|C before the conv: [T, E + 2GN]
-  kSsdX,        // x after conv + SiLU: [T, H·P]
-  kSsdB,        // B after conv + SiLU: [T, G·N]
-  kSsdC,        // C after conv + SiLU: [T, G·N]
-  kSsdDt,       // dt as in_proj gives it (before dt_bias and softplus): [T, H]
-  kSsdY,        // SSD output including D·x: [T, H·P]
-  kOutProjIn,   // gated-norm output (after the online Hadamard where one is used): [T, E]
-  kOutProjOut,  // the block's output, added to the residual stream: [T, D]
-};
-inline constexpr int kActivationPointCount = 9;
-
-inline const char* activation_point_name(ActivationPoint point) {
-  switch (point) {
-    case ActivationPoint::kInProjIn: return "in_proj.in";
-    case ActivationPoint::kConvIn: return "conv.in";
-    case ActivationPoint::kSsdX: return "ssd.x";
-    case ActivationPoint::kSsdB: return "ssd.B";
-    case ActivationPoint::kSsdC: return "ssd.C";
-    case ActivationPoint::kSsdDt: return "ssd.dt";
-    case ActivationPoint::kSsdY: return "ssd.y";
-    case ActivationPoint::kOutProjIn: return "out_proj.in";
-    case ActivationPoint::kOutProjOut: return "out_proj.out";
-  }
-  return "?";
-}
 
 class ForwardObserver {
  public:

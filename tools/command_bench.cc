@@ -12,7 +12,7 @@
 #include "runtime/backend_factory.h"
 #include "runtime/bench.h"
 #include "runtime/cuda_backend.h"
-#include "calib/synthetic_quantized.h"
+#include "pipeline/synthetic_quantized.h"
 #include "quant/recipe.h"
 #include "runtime/cuda_measure.h"
 #include "model/quantized_artifact.h"

@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "calib/calibrate.h"
+#include "pipeline/calibrate.h"
 #include "calib/calibration_file.h"
 #include "formats/hub_cache.h"
 #include "runtime/parallel.h"

@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "calib/export_artifact.h"
+#include "pipeline/export_artifact.h"
 #include "formats/error.h"
 #include "formats/hub_cache.h"
 #include "runtime/parallel.h"

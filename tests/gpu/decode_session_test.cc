@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "calib/synthetic_quantized.h"
+#include "pipeline/synthetic_quantized.h"
 #include "formats/error.h"
 #include "model/model_loader.h"
 #include "runtime/cuda_backend.h"

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "calib/synthetic_quantized.h"
+#include "pipeline/synthetic_quantized.h"
 #include "model/model_loader.h"
 #include "runtime/cuda_backend.h"
 #include "tests/support/recipe_cases.h"

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "calib/quantize_model.h"
+#include "pipeline/quantize_model.h"
 #include "formats/error.h"
 #include "formats/safetensors.h"
 #include "formats/tokenizer.h"

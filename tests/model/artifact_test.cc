@@ -10,8 +10,8 @@
 #include <fstream>
 #include <memory>
 
-#include "calib/export_artifact.h"
-#include "calib/quantize_model.h"
+#include "pipeline/export_artifact.h"
+#include "pipeline/quantize_model.h"
 #include "formats/artifact.h"
 #include "formats/error.h"
 #include "formats/file_io.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "calib/synthetic_quantized.h"
+#include "pipeline/synthetic_quantized.h"
 #include "formats/error.h"
 #include "model/model_weights.h"
 #include "runtime/cpu_backend.h"

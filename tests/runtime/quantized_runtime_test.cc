@@ -10,8 +10,8 @@
 #include <memory>
 #include <random>
 
-#include "calib/calibration_stats.h"
-#include "calib/ssd_internals.h"
+#include "pipeline/stats_observer.h"
+#include "pipeline/ssd_internals.h"
 #include "formats/dtype.h"
 #include "quant/activation_scales.h"
 #include "model/hadamard.h"

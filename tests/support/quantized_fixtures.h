@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
-#include "calib/calibrate.h"
+#include "pipeline/calibrate.h"
 #include "calib/calibration_file.h"
-#include "calib/quantize_model.h"
+#include "pipeline/quantize_model.h"
 #include "runtime/backend.h"
 #include "model/quantized_model.h"
 #include "tests/support/test_models.h"

@@ -1,9 +1,9 @@
-#include "calib/calibrate.h"
+#include "pipeline/calibrate.h"
 
 #include <chrono>
 #include <memory>
 
-#include "calib/ordered_parallel.h"
+#include "pipeline/ordered_parallel.h"
 #include "formats/digest.h"
 #include "formats/error.h"
 #include "formats/file_io.h"

@@ -1,4 +1,4 @@
-#include "calib/export_artifact.h"
+#include "pipeline/export_artifact.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-#include "calib/synthetic_quantized.h"
+#include "pipeline/synthetic_quantized.h"
 
 #include <cmath>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "calib/calibration_stats.h"
-#include "calib/quantize_model.h"
+#include "pipeline/quantize_model.h"
 #include "quant/sort_cluster.h"
 #include "runtime/parallel.h"
 

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "calib/input_gram.h"
-#include "calib/quantize_model.h"
+#include "pipeline/quantize_model.h"
 #include "formats/error.h"
 #include "formats/safetensors.h"
 #include "quant/activation_scales.h"

@@ -1,4 +1,4 @@
-#include "calib/ssd_internals.h"
+#include "pipeline/ssd_internals.h"
 
 #include <Eigen/Core>
 

@@ -6,8 +6,8 @@
 
 #include <optional>
 
-#include "calib/mixed_precision.h"
-#include "calib/quantize_model.h"
+#include "pipeline/mixed_precision.h"
+#include "pipeline/quantize_model.h"
 
 namespace ssdq {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "calib/calibration_file.h"
-#include "calib/quantize_model.h"
+#include "pipeline/quantize_model.h"
 #include "model/model_weights.h"
 
 namespace ssdq {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <memory>
 
-#include "calib/synthetic_quantized.h"
+#include "pipeline/synthetic_quantized.h"
 #include "runtime/cpu_backend.h"
 #include "tests/support/quantized_fixtures.h"
 #include "tests/support/recipe_cases.h"

@@ -1,4 +1,4 @@
-#include "calib/quantize_model.h"
+#include "pipeline/quantize_model.h"
 
 #include <fmt/format.h>
 
@@ -6,10 +6,10 @@
 #include <limits>
 #include <memory>
 
-#include "calib/calibrate.h"
-#include "calib/calibration_stats.h"
+#include "pipeline/calibrate.h"
+#include "pipeline/stats_observer.h"
 #include "calib/input_gram.h"
-#include "calib/ordered_parallel.h"
+#include "pipeline/ordered_parallel.h"
 #include "formats/error.h"
 #include "quant/activation_clipping.h"
 #include "quant/activation_scales.h"

@@ -9,8 +9,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "calib/mixed_precision.h"
-#include "calib/quantize_model.h"
+#include "pipeline/mixed_precision.h"
+#include "pipeline/quantize_model.h"
 #include "formats/error.h"
 #include "quant/recipe.h"
 #include "runtime/cpu_backend.h"

@@ -1,4 +1,4 @@
-#include "calib/mixed_precision.h"
+#include "pipeline/mixed_precision.h"
 
 #include <algorithm>
 #include <memory>

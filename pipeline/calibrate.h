@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "calib/calibration_file.h"
-#include "calib/calibration_stats.h"
+#include "pipeline/stats_observer.h"
 #include "formats/tokenizer.h"
 #include "model/model_weights.h"
 
