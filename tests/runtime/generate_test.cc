@@ -50,6 +50,19 @@ TEST(Generate, SpeculativeIsPlainForEveryRecipeAndBits) {
   }
 }
 
+// Drafts the next `length` tokens of the reference output `plain`, each shifted by `offset` in
+// the vocabulary (0: always right; otherwise always wrong).
+Drafter shifted_reference_drafter(const std::vector<std::vector<int32_t>>& prompts,
+                                  const std::vector<GeneratedText>& plain, size_t length, int32_t offset, int64_t V) {
+  return [&prompts, &plain, length, offset, V](int64_t b, const std::vector<int32_t>& context) {
+    const size_t n = context.size() - prompts[b].size();
+    std::vector<int32_t> draft;
+    for (size_t k = 0; k < length && n + k < plain[b].tokens.size(); ++k)
+      draft.push_back(static_cast<int32_t>((plain[b].tokens[n + k] + offset) % V));
+    return draft;
+  };
+}
+
 TEST(Generate, NeverMatchingDrafterChangesNothing) {
   const CpuBackend backend(random_weights(synthetic_config(2), 3));
   const int64_t V = backend.config().vocab_size;
@@ -57,12 +70,7 @@ TEST(Generate, NeverMatchingDrafterChangesNothing) {
   GenerateOptions options;
   options.max_new_tokens = 12;
   const auto plain = run(backend, options, prompts);
-  options.drafter = [&](int64_t b, const std::vector<int32_t>& context) {
-    const size_t n = context.size() - prompts[b].size();
-    std::vector<int32_t> draft;
-    for (size_t k = 0; k < 3 && n + k < plain[b].tokens.size(); ++k) draft.push_back((plain[b].tokens[n + k] + 7) % V);
-    return draft;
-  };
+  options.drafter = shifted_reference_drafter(prompts, plain, 3, 7, V);
   options.max_draft = 3;
   const auto speculative = run(backend, options, prompts);
   for (size_t b = 0; b < prompts.size(); ++b) {
@@ -84,12 +92,7 @@ TEST(Generate, AdaptiveDraftBacksOffAMissingDrafterAndKeepsAGoodOne) {
   options.max_draft = 4;
   options.adaptive_draft = true;
   for (const int offset : {7, 0}) {  // 7: every draft token wrong; 0: every one right
-    options.drafter = [&, offset](int64_t b, const std::vector<int32_t>& context) {
-      const size_t n = context.size() - prompts[b].size();
-      std::vector<int32_t> draft;
-      for (size_t k = 0; k < 4 && n + k < plain[b].tokens.size(); ++k) draft.push_back((plain[b].tokens[n + k] + offset) % V);
-      return draft;
-    };
+    options.drafter = shifted_reference_drafter(prompts, plain, 4, offset, V);
     const auto speculative = run(backend, options, prompts);
     for (size_t b = 0; b < prompts.size(); ++b) {
       SCOPED_TRACE(::testing::Message() << "offset " << offset << ", prompt " << b);
