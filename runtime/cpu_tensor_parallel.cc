@@ -1,6 +1,7 @@
 #include "runtime/cpu_tensor_parallel.h"
 
 #include <cstring>
+#include <exception>
 #include <thread>
 
 #include <fmt/format.h>
@@ -90,10 +91,22 @@ void CpuTensorParallelBackend::forward(const int32_t* tokens, int64_t length, In
       if (r == 0) residuals[b] = std::move(residual);
     }
   };
+  // Every rank runs the same shapes, so an error (an Error from the block) reaches every rank at
+  // the same point, before the same collective; the first is rethrown here.
+  std::vector<std::exception_ptr> errors(plan_.tp);
+  auto guarded = [&](int r) {
+    try {
+      run_rank(r);
+    } catch (...) {
+      errors[r] = std::current_exception();
+    }
+  };
   std::vector<std::thread> threads;
-  for (int r = 1; r < plan_.tp; ++r) threads.emplace_back(run_rank, r);
-  run_rank(0);
+  for (int r = 1; r < plan_.tp; ++r) threads.emplace_back(guarded, r);
+  guarded(0);
   for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& error : errors)
+    if (error) std::rethrow_exception(error);
   std::vector<const float*> slices;
   for (const std::vector<float>& slice : head_slices_) slices.push_back(slice.data());
   for (int64_t b = 0; b < batch; ++b)
