@@ -1,5 +1,7 @@
 #include "model/model_loader.h"
 
+#include "model/synthetic_configs.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -55,12 +57,28 @@ TokenizerSource find_tokenizer(const std::string& model_dir, const std::string& 
   return source;
 }
 
+namespace {
+constexpr char kSyntheticPrefix[] = "synthetic:";
+}
+
+std::string synthetic_model_dir(const std::string& name) { return kSyntheticPrefix + name; }
+
 LoadedModel load_model(const std::string& model_dir) {
-  Checkpoint checkpoint = load_checkpoint(model_dir);
   LoadedModel model;
   model.dir = model_dir;
+  if (model_dir.rfind(kSyntheticPrefix, 0) == 0) {
+    model.weights_path = model_dir;
+    model.weights = std::make_shared<const ModelWeights>(
+        random_weights(synthetic_config(model_dir.substr(sizeof(kSyntheticPrefix) - 1)), 0));
+    Sha256 hash;
+    hash.update(model_dir.data(), model_dir.size());
+    model.weights_sha256 = hash.hex_digest();
+    return model;
+  }
+  Checkpoint checkpoint = load_checkpoint(model_dir);
   model.weights_path = checkpoint.weights_path;
   model.weights = std::make_shared<const ModelWeights>(load_fp32_weights(checkpoint));
+  model.weights_sha256 = file_sha256_hex(model.weights_path);
   return model;
 }
 

@@ -26,8 +26,13 @@ TokenizerSource find_tokenizer(const std::string& model_dir, const std::string& 
 struct LoadedModel {
   std::string dir, weights_path;
   std::shared_ptr<const ModelWeights> weights;
+  std::string weights_sha256;  // of the weights file; of the name for a synthetic model
 };
 
+// A checkpoint folder, or `synthetic_model_dir(NAME)`: random weights (random_weights, seed 0)
+// with the shapes of a known config (model/synthetic_configs.h), for timing calibrate and export
+// at real sizes without the weights; its "weights path" is that name (what provenance records).
 LoadedModel load_model(const std::string& model_dir);
+std::string synthetic_model_dir(const std::string& name);  // "synthetic:NAME"
 
 }  // namespace ssdq

@@ -67,7 +67,7 @@ CalibrationFile run_calibration(const CalibrationRequest& request, const Collect
   p.separator = end_of_text_id(tokenizer, tokenizer_source.label);
   p.model_dir = request.model_dir;
   p.weights_file = model.weights_path;
-  p.weights_sha256 = file_sha256_hex(model.weights_path);
+  p.weights_sha256 = model.weights_sha256;
   p.tokenizer_file = tokenizer_source.label;
   p.tokenizer_sha256 = tokenizer_source.sha256;
   p.ssdq_version = request.ssdq_version;

@@ -16,7 +16,7 @@ namespace ssdq {
 ExportSummary export_artifact(const ExportRequest& request, const ExportOptions& options) {
   const LoadedModel model = load_model(request.model_dir);
   const CalibrationFile calib = read_calibration_file(request.calibration_path);
-  const std::string weights_hash = file_sha256_hex(model.weights_path);
+  const std::string& weights_hash = model.weights_sha256;
   if (weights_hash != calib.provenance.weights_sha256)
     fail("{}: the statistics were computed for weights with sha256 {} ({}), but {} has sha256 {}; run ssdq calibrate "
          "on this model",

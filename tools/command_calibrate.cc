@@ -9,13 +9,14 @@
 #include "runtime/progress.h"
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
+#include "tools/model_source.h"
 
 namespace ssdq::cli {
 namespace {
 
 struct CalibrateFlags {
   CalibrationRequest request;
-  std::string out;
+  std::string out, synthetic;
   int threads = 0;
   bool quiet = false;
 };
@@ -49,8 +50,13 @@ void add_calibrate_command(CLI::App& app) {
       "15 M-parameter model: 3.4 CPU-minutes for 512 × 2048 tokens), so an interrupted run, which leaves no file, is "
       "simply started again.");
   CalibrationRequest& r = flags->request;
-  cmd->add_option("--model", r.model_dir, "Checkpoint folder (config.json + weights), or org/name[@revision] on the hub")
-      ->required();
+  CLI::Option* model =
+      cmd->add_option("--model", r.model_dir, "Checkpoint folder (config.json + weights), or org/name[@revision] on the hub");
+  cmd->add_option("--synthetic", flags->synthetic,
+                  "Instead of --model: random weights (seed 0) with the shapes of a known config — mamba2-130m, "
+                  "mamba2-370m, mamba2-780m, mamba2-1.3b, mamba2-2.7b, mamba2-8b-like — to time calibrate and export "
+                  "at real sizes; export takes the same --synthetic NAME")
+      ->excludes(model);
   cmd->add_option("--data", r.data_files,
                   "Calibration text: plain text, or JSON lines with \"text\" (.jsonl, .jsonl.zst); several files are "
                   "joined in the order given, documents separated by the end-of-text token (<|endoftext|>, or </s>)")
@@ -67,7 +73,10 @@ void add_calibrate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(whole_number(0));
   cmd->add_flag("--quiet", flags->quiet, "No progress bar");
-  cmd->callback([flags] { flags->request.model_dir = resolve_model_dir(flags->request.model_dir), run_calibrate(*flags); });
+  cmd->callback([flags] {
+    flags->request.model_dir = model_or_synthetic("calibrate", flags->request.model_dir, flags->synthetic);
+    run_calibrate(*flags);
+  });
 }
 
 }  // namespace ssdq::cli

@@ -9,6 +9,7 @@
 #include "runtime/progress.h"
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
+#include "tools/model_source.h"
 
 namespace ssdq::cli {
 namespace {
@@ -16,6 +17,7 @@ namespace {
 struct ExportFlags {
   ExportRequest request;
   ExportOptions options;
+  std::string synthetic;
   std::string recipe, bits, act_clip = "percentile:99.99";
   std::vector<std::string> w4a16_layers;
   bool gptq = false, no_gptq = false;
@@ -83,8 +85,11 @@ void add_export_command(CLI::App& app) {
       "and ssdi8 run the calibration samples through the model layer by layer (GPTQ Hessians, activation scales "
       "after the Hadamard transforms, SSDi8 mean correction).");
   RecipeOptions& r = flags->options.recipe;
-  cmd->add_option("--model", flags->request.model_dir, "Checkpoint folder (the one calibrated), or org/name[@revision]")
-      ->required();
+  CLI::Option* model =
+      cmd->add_option("--model", flags->request.model_dir, "Checkpoint folder (the one calibrated), or org/name[@revision]");
+  cmd->add_option("--synthetic", flags->synthetic,
+                  "Instead of --model: the random weights calibrate --synthetic NAME ran (mamba2-130m … mamba2-8b-like)")
+      ->excludes(model);
   cmd->add_option("--calib", flags->request.calibration_path, "Statistics file written by ssdq calibrate")
       ->required()
       ->check(CLI::ExistingFile);
@@ -146,7 +151,10 @@ void add_export_command(CLI::App& app) {
       ->capture_default_str()
       ->check(whole_number(0));
   cmd->add_flag("--quiet", flags->quiet, "No progress bars");
-  cmd->callback([flags] { flags->request.model_dir = resolve_model_dir(flags->request.model_dir), run_export(*flags); });
+  cmd->callback([flags] {
+    flags->request.model_dir = model_or_synthetic("export", flags->request.model_dir, flags->synthetic);
+    run_export(*flags);
+  });
 }
 
 }  // namespace ssdq::cli

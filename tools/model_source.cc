@@ -5,6 +5,7 @@
 #include "formats/error.h"
 #include "formats/hub_cache.h"
 #include "model/model_loader.h"
+#include "model/synthetic_configs.h"
 #include "model/quantized_artifact.h"
 #include "runtime/backend_factory.h"
 #include "runtime/cpu_tensor_parallel.h"
@@ -28,6 +29,15 @@ void add_model_source_options(CLI::App* command, ModelSourceFlags& flags) {
                    "run the CPU specification of sharded execution; CUDA tensor parallelism is not available yet")
       ->check(whole_number(1, 1024))
       ->capture_default_str();
+}
+
+std::string model_or_synthetic(const std::string& command, const std::string& model, const std::string& synthetic) {
+  if (model.empty() == synthetic.empty()) fail("{} needs exactly one of --model and --synthetic", command);
+  if (model.empty()) {
+    synthetic_config(synthetic);  // an unknown name fails here, listing the known ones
+    return synthetic_model_dir(synthetic);
+  }
+  return resolve_model_dir(model);
 }
 
 ModelSource load_model_source(const std::string& command, const ModelSourceFlags& flags) {

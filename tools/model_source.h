@@ -28,6 +28,10 @@ struct ModelSourceFlags {
 };
 void add_model_source_options(CLI::App* command, ModelSourceFlags& flags);
 
+// The folder calibrate and export load: --model (a folder or a hub name, resolved) or
+// --synthetic NAME (model/model_loader.h's synthetic_model_dir), exactly one of them.
+std::string model_or_synthetic(const std::string& command, const std::string& model, const std::string& synthetic);
+
 // `command` names the caller in the error when not exactly one of model and artifact is given.
 ModelSource load_model_source(const std::string& command, const ModelSourceFlags& flags);
 
