@@ -99,6 +99,17 @@ class RowScatter {
   const char* what_;
 };
 
+// Which global indices rank `rank` holds, in its local order: heads, their channels, conv channels
+// (x | B | C), in_proj rows (z | x | B | C | dt). The same for every layer.
+struct RankIndices {
+  std::vector<int64_t> heads, channels, conv, in_proj;
+  RankIndices(const Mamba2Config& c, const TensorParallelPlan& p, int rank)
+      : heads(range(p.first_head(rank), p.local_heads())),
+        channels(range(p.first_head(rank) * c.headdim, p.local_heads() * c.headdim)),
+        conv(conv_channels(c, p, rank)),
+        in_proj(in_proj_rows(c, p, rank)) {}
+};
+
 }  // namespace
 
 std::vector<int> valid_tensor_parallel_sizes(const Mamba2Config& config, int limit) {
@@ -138,9 +149,7 @@ ModelWeights shard_weights(const ModelWeights& w, const TensorParallelPlan& plan
   const Mamba2Config& c = w.config;
   if (rank < 0 || rank >= plan.tp) fail("tensor parallel: rank {} of {}", rank, plan.tp);
   const int64_t D = c.d_model, E = c.d_inner(), K = c.d_conv;
-  const std::vector<int64_t> heads = range(plan.first_head(rank), plan.local_heads());
-  const std::vector<int64_t> channels = range(plan.first_head(rank) * c.headdim, plan.local_heads() * c.headdim);
-  const std::vector<int64_t> conv = conv_channels(c, plan, rank);
+  const RankIndices at(c, plan, rank);
   ModelWeights s;
   s.config = shard_config(c, plan);
   s.embedding = w.embedding;
@@ -149,14 +158,14 @@ ModelWeights shard_weights(const ModelWeights& w, const TensorParallelPlan& plan
   for (const LayerWeights& l : w.layers) {
     LayerWeights o;
     o.norm = l.norm;
-    o.in_proj = gather_rows(l.in_proj, D, in_proj_rows(c, plan, rank));
-    o.conv_weight = gather_rows(l.conv_weight, K, conv);
-    o.conv_bias = gather_rows(l.conv_bias, 1, conv);
-    o.dt_bias = gather_rows(l.dt_bias, 1, heads);
-    o.A = gather_rows(l.A, 1, heads);
-    o.D = gather_rows(l.D, 1, heads);
-    o.gated_norm = gather_rows(l.gated_norm, 1, channels);
-    o.out_proj = gather_cols(l.out_proj, D, E, channels);
+    o.in_proj = gather_rows(l.in_proj, D, at.in_proj);
+    o.conv_weight = gather_rows(l.conv_weight, K, at.conv);
+    o.conv_bias = gather_rows(l.conv_bias, 1, at.conv);
+    o.dt_bias = gather_rows(l.dt_bias, 1, at.heads);
+    o.A = gather_rows(l.A, 1, at.heads);
+    o.D = gather_rows(l.D, 1, at.heads);
+    o.gated_norm = gather_rows(l.gated_norm, 1, at.channels);
+    o.out_proj = gather_cols(l.out_proj, D, E, at.channels);
     s.layers.push_back(std::move(o));
   }
   return s;
@@ -182,22 +191,23 @@ ModelWeights unshard_weights(const std::vector<ModelWeights>& shards, const Mamb
     if (w.lm_head != w.embedding) fail("tensor parallel: the shards' lm_head is not the tied embedding");
     w.lm_head.clear();
   }
+  std::vector<RankIndices> ranks;
+  for (int r = 0; r < plan.tp; ++r) ranks.emplace_back(c, plan, r);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     RowScatter norm(D, 1, "norm"), in_proj(c.d_in_proj(), D, "in_proj"), conv_weight(c.conv_dim(), K, "conv weight"),
         conv_bias(c.conv_dim(), 1, "conv bias"), dt_bias(c.nheads(), 1, "dt_bias"), A(c.nheads(), 1, "A"),
         Dv(c.nheads(), 1, "D"), gated_norm(E, 1, "gated norm"), out_proj_t(E, D, "out_proj");
     for (int r = 0; r < plan.tp; ++r) {
       const LayerWeights& s = shards[r].layers.at(l);
-      const std::vector<int64_t> heads = range(plan.first_head(r), plan.local_heads());
-      const std::vector<int64_t> channels = range(plan.first_head(r) * c.headdim, plan.local_heads() * c.headdim);
-      const std::vector<int64_t> conv = conv_channels(c, plan, r);
+      const RankIndices& at = ranks[r];
+      const std::vector<int64_t>& channels = at.channels;
       norm.put(s.norm, range(0, D), r);
-      in_proj.put(s.in_proj, in_proj_rows(c, plan, r), r);
-      conv_weight.put(s.conv_weight, conv, r);
-      conv_bias.put(s.conv_bias, conv, r);
-      dt_bias.put(s.dt_bias, heads, r);
-      A.put(s.A, heads, r);
-      Dv.put(s.D, heads, r);
+      in_proj.put(s.in_proj, at.in_proj, r);
+      conv_weight.put(s.conv_weight, at.conv, r);
+      conv_bias.put(s.conv_bias, at.conv, r);
+      dt_bias.put(s.dt_bias, at.heads, r);
+      A.put(s.A, at.heads, r);
+      Dv.put(s.D, at.heads, r);
       gated_norm.put(s.gated_norm, channels, r);
       // out_proj's columns are rows of its transpose.
       std::vector<float> transposed(channels.size() * D);

@@ -70,7 +70,7 @@ void CpuTensorParallelBackend::forward(const int32_t* tokens, int64_t length, In
   check_forward_ids(tokens, batch, length, V, outputs);
   // Every rank advances every sequence through every layer; their residuals stay bit-identical
   // (each adds the same all-reduced sum), so rank 0's feeds the head.
-  std::vector<std::vector<float>> residuals(batch, std::vector<float>(length * D));
+  std::vector<std::vector<float>> residuals(batch);
   VirtualRanks ranks(plan_.tp);
   auto run_rank = [&](int r) {
     const QuantizedModel& m = *shards_[r];
