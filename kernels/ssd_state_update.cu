@@ -32,10 +32,13 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kerne
   }
   wait_for_previous_grid();
   allow_next_grid();
+  const int steps = a.seq_steps ? a.seq_steps[slice.seq] : a.steps;
+  if (steps <= 0) return;
   for (int p = first; p < slice.row_end; p += kStateUpdateWarps) {
     if (!kBeforeWait || p != first) row.load(a, slice, p, lane);
     row.dequantize();
-    for (int j = 0; j < a.steps; ++j) {
+    for (int j = 0; j < steps; ++j) {
+      if (a.round_every_step && j > 0) row.round_as_stored(a);
       const int64_t token = static_cast<int64_t>(slice.seq) * a.steps + j;
       const float dt = head.dt(a, to_float(dt_base[token * a.dt_stride]));
       const float xp = to_float(x_base[token * a.x_stride + p]);
@@ -235,7 +238,7 @@ cudaError_t launch_typed(const SsdStateUpdateArgs& a, cudaStream_t stream) {
   const bool fits = blocks <= 8 * int64_t(current_device_attribute(cudaDevAttrMultiProcessorCount));
   if (fits) return launch_state_update<T, S, true>(a, shape, stream);
   if constexpr (std::is_same_v<S, int8_t>) {
-    if (a.steps == 1 && (a.dstate == 64 || a.dstate == 128 || a.dstate == 256) &&
+    if (a.steps == 1 && !a.seq_steps && (a.dstate == 64 || a.dstate == 128 || a.dstate == 256) &&
         reinterpret_cast<uintptr_t>(a.state) % 8 == 0)
       return a.state_scale_inner == 1 ? launch_s8_rows<T, false>(a, shape, stream) : launch_s8_rows<T, true>(a, shape, stream);
   }

@@ -122,6 +122,19 @@ struct StateRow {
     return __fmaf_rn(head.skip, x, acc);
   }
 
+  // The state as store() then load() would leave it (int8 codes or fp16 values, dequantized):
+  // the rounding between the tokens of a launch with round_every_step.
+  __device__ void round_as_stored(const SsdStateUpdateArgs& a) {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      if constexpr (std::is_same_v<S, int8_t>) {
+        s[i] = __fmul_rn(static_cast<float>(quantize_int8(s[i], scale[i])), scale[i]);
+      } else if (a.state_fp16_values) {
+        s[i] = round_to_fp16(s[i]);
+      }
+    }
+  }
+
   // a.state_fp16_values is read here from the kernel's parameters rather than kept in a register:
   // the fused conv + state update runs at 48 registers (five blocks an SM) and spills already.
   __device__ void store(const SsdStateUpdateArgs& a, int lane) const {

@@ -7,7 +7,8 @@
 // ActQuant: per (h, p) for SSDi8, per (head cluster, channel cluster, n) for Quamba2); the
 // kernel dequantizes it in registers, runs the steps in fp32 and stores sat±127(rne(s / scale))
 // at the end of the launch — after every token when steps = 1, as the CPU rounds the state after
-// each forward call. One token of a large batch is stepped in the scales' units instead
+// each forward call — or after every token of the launch with round_every_step (a speculative
+// verify window: its steps then give the bits of single steps). One token of a large batch is stepped in the scales' units instead
 // (exp(dt·A)·q + dt·x·B / scale, rounded): the same integers but where s / scale lies within ~1e-5
 // of a half-integer, one step away, as __expf already allows.
 // CPU reference: runtime/cpu_ops.h `cpu::ssd_step`, applied once per token (int8: on the
@@ -25,6 +26,12 @@ namespace ssdq::kernels {
 struct SsdStateUpdateArgs {
   int batch = 0, heads = 0, headdim = 0, groups = 0, dstate = 0;
   int steps = 1;                          // tokens per sequence; token j of sequence b is row b * steps + j
+  // If set: sequence b advances only seq_steps[b] ≤ steps tokens (its first ones; 0 leaves its state
+  // and y untouched): the replay of a verify window's accepted tokens (runtime/decode_session.h).
+  const int32_t* seq_steps = nullptr;
+  // The state rounded to its stored type (int8 codes, or fp16 values) after every token rather
+  // than at the end of the launch: what `steps` single-token launches store.
+  bool round_every_step = false;
   ElementType io_type = ElementType::kF32;  // type of x, B, C, dt and y
   const void* x = nullptr;                // row: [heads * headdim]
   int64_t x_stride = 0;

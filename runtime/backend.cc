@@ -99,4 +99,12 @@ void check_forward_ids(const int32_t* tokens, int64_t batch, int64_t length, int
       fail("target id {} at position {} is outside the vocabulary (0..{})", outputs.targets[i], i, vocab - 1);
 }
 
+void Backend::forward_window(const int32_t*, int64_t, InferenceState&, const ForwardOutputs&) const {
+  fail("internal: the {} backend has no verify window (runs_window() is false)", name());
+}
+
+void Backend::replay_window(InferenceState&, const std::vector<int64_t>&) const {
+  fail("internal: the {} backend has no verify window (runs_window() is false)", name());
+}
+
 }  // namespace ssdq

@@ -38,8 +38,9 @@ class InferenceState {
   // the same backend (it may be this state; each destination row must appear once).
   void copy_rows(const InferenceState& source, const std::vector<int64_t>& src_rows,
                  const std::vector<int64_t>& dst_rows);
-  // Every row of `source` (same backend, same batch) copied into this state.
-  void copy_all(const InferenceState& source);
+  // Every row of `source` (same backend, same batch) copied into this state (virtual: a backend
+  // whose buffers are one block copies it at once).
+  virtual void copy_all(const InferenceState& source);
   // The given rows start again from a zero state.
   void zero_rows(const std::vector<int64_t>& rows);
 
@@ -100,6 +101,20 @@ class Backend {
   virtual std::string describe_plan(int64_t batch, int64_t length) const = 0;
   // Whether the backend runs on a GPU (timings then use device events).
   virtual bool on_device() const { return false; }
+
+  // Speculative verification in one call (DecodeSession::verify / accept, Activation Replay).
+  // Whether forward_window runs here for this model; false: the session verifies token by token.
+  virtual bool runs_window() const { return false; }
+  // forward over a window of `length` tokens of each sequence, with the recurrence stepped token by
+  // token and the state rounded after each as a single step stores it, keeping in `state` what
+  // replay_window needs (every layer's in_proj and conv outputs of the window).
+  virtual void forward_window(const int32_t* tokens, int64_t length, InferenceState& state,
+                              const ForwardOutputs& outputs) const;
+  // After forward_window, with each sequence b where steps[b] > 0 restored to its state before the
+  // window: advances it by the first steps[b] tokens of the window from the kept activations (the
+  // conv state and the state update replayed, no projection recomputed); steps[b] = 0 leaves b.
+  // What the window kept is then spent.
+  virtual void replay_window(InferenceState& state, const std::vector<int64_t>& steps) const;
 };
 
 }  // namespace ssdq

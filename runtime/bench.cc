@@ -5,6 +5,7 @@
 #include <random>
 
 #include "formats/error.h"
+#include "runtime/decode_session.h"
 
 namespace ssdq {
 namespace {
@@ -71,6 +72,53 @@ std::vector<ModelBenchRow> bench_model(const Backend& backend, const ModelBenchO
     row.decode_tokens_per_s = batch / (row.tpot_ms / 1e3);
     if (after_batch) after_batch(row);
     rows.push_back(row);
+  }
+  return rows;
+}
+
+std::vector<VerifyBenchRow> bench_verify(const Backend& backend, const std::vector<int64_t>& batches,
+                                         const std::vector<int64_t>& windows, int64_t iterations, uint64_t seed) {
+  if (iterations < 1) fail("verify timing: iterations must be at least 1");
+  const int64_t vocab = backend.config().vocab_size, prompt_length = 64;
+  std::vector<VerifyBenchRow> rows;
+  for (const int64_t batch : batches) {
+    std::mt19937_64 rng(seed + batch);
+    auto random_tokens = [&](int64_t n) {
+      std::vector<int32_t> t(n);
+      for (auto& v : t) v = static_cast<int32_t>(rng() % vocab);
+      return t;
+    };
+    DecodeSession session(backend, batch);
+    for (int64_t b = 0; b < batch; ++b) session.prefill(b, random_tokens(prompt_length).data(), prompt_length, nullptr);
+    const std::vector<int32_t> column = random_tokens(batch);
+    std::vector<float> logits;
+    auto timed = [&](int warmups, const std::function<void()>& once) {
+      for (int w = 0; w < warmups; ++w) once();
+      const double start = now_ms();
+      for (int64_t i = 0; i < iterations; ++i) once();
+      return (now_ms() - start) / iterations;
+    };
+    logits.resize(batch * vocab);
+    const double step_ms = timed(2, [&] { session.step(column.data(), logits.data()); });
+    for (const int64_t window : windows) {
+      if (window < 1) fail("verify timing: windows must be at least 1 token, got {}", window);
+      const std::vector<int32_t> tokens = random_tokens(batch * window);
+      logits.resize(batch * window * vocab);
+      VerifyBenchRow row;
+      row.batch = batch;
+      row.window = window;
+      row.step_ms = step_ms;
+      const std::vector<int64_t> whole(batch, window), half(batch, window / 2);
+      row.verify_ms = timed(3, [&] {
+        session.verify(tokens.data(), window, logits.data());
+        session.accept(whole);
+      });
+      row.verify_replay_ms = timed(3, [&] {
+        session.verify(tokens.data(), window, logits.data());
+        session.accept(half);
+      });
+      rows.push_back(row);
+    }
   }
   return rows;
 }

@@ -28,6 +28,17 @@ struct ModelBenchRow {
 std::vector<ModelBenchRow> bench_model(const Backend& backend, const ModelBenchOptions& options,
                                        const std::function<void(ModelBenchRow&)>& after_batch);
 
+// The cost of a speculative verify window against a plain decode step, on one DecodeSession of
+// `batch` sequences (prompts of 64 random tokens), logits of every position copied back as
+// generate uses them: one step; verify(window) accepted whole (no replay); verify(window) with
+// every sequence keeping half of it (the snapshot restored and the kept half replayed).
+struct VerifyBenchRow {
+  int64_t batch = 0, window = 0;
+  double step_ms = 0, verify_ms = 0, verify_replay_ms = 0;
+};
+std::vector<VerifyBenchRow> bench_verify(const Backend& backend, const std::vector<int64_t>& batches,
+                                         const std::vector<int64_t>& windows, int64_t iterations, uint64_t seed);
+
 // FLOPs of one forward over `tokens` tokens: 2 × parameters × tokens plus the SSD's.
 double model_flops(const Mamba2Config& config, int64_t tokens);
 // FLOPs of the chunked SSD over `tokens` tokens (state, inter-chunk output, causal intra-chunk, C·Bᵀ).

@@ -35,12 +35,18 @@ std::unique_ptr<InferenceState> CudaBackend::new_state(int64_t batch) const {
   return state;
 }
 
+CudaState& CudaBackend::cuda_state(InferenceState& state) const {
+  auto* s = dynamic_cast<CudaState*>(&state);
+  if (!s || s->owner != impl_.get()) fail("the CUDA backend was given a state it did not make");
+  return *s;
+}
+
 void CudaBackend::forward(const int32_t* tokens, int64_t length, InferenceState& state,
                           const ForwardOutputs& outputs) const {
-  auto* cuda_state = dynamic_cast<CudaState*>(&state);
-  if (!cuda_state || cuda_state->owner != impl_.get()) fail("the CUDA backend was given a state it did not make");
+  CudaState& s = cuda_state(state);
   if (length <= 0) return;
-  run_cuda_forward(*impl_, tokens, length, *cuda_state, outputs, impl_->options.use_graphs);
+  s.window.length = 0;  // a forward after a window leaves nothing to replay
+  run_cuda_forward(*impl_, tokens, length, s, outputs, impl_->options.use_graphs);
 }
 
 void CudaBackend::reserve(int64_t batch, int64_t length) const { impl_->reserve(batch, length); }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/model_weights.h"
 #include "model/quantized_model.h"
@@ -23,9 +24,14 @@
 
 namespace ssdq {
 
+class CudaState;
+
 struct CudaBackendOptions {
   int device = 0;
-  bool use_graphs = true;  // capture decode steps (length 1) into CUDA graphs
+  bool use_graphs = true;  // capture decode steps (length 1), verify windows and replays into CUDA graphs
+  // Speculative verification as one multi-token window with Activation Replay (false: token by
+  // token, bit for bit a plain step's logits and states; runtime/decode_session.h).
+  bool verify_window = true;
 };
 
 class CudaBackend : public Backend {
@@ -54,10 +60,16 @@ class CudaBackend : public Backend {
   bool on_device() const override { return true; }
   std::string device_name() const override;
   std::string describe_plan(int64_t batch, int64_t length) const override;
+  bool runs_window() const override;
+  void forward_window(const int32_t* tokens, int64_t length, InferenceState& state,
+                      const ForwardOutputs& outputs) const override;
+  void replay_window(InferenceState& state, const std::vector<int64_t>& steps) const override;
 
   struct Impl;
 
  private:
+  // The state as this backend's (a CudaState it made), or an Error.
+  CudaState& cuda_state(InferenceState& state) const;
   std::unique_ptr<Impl> impl_;
 };
 

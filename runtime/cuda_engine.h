@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "kernels/activation_format.h"
 #include "kernels/add_rmsnorm.h"
 #include "kernels/causal_conv1d.h"
+#include "kernels/conv_state_replay.h"
 #include "kernels/embedding.h"
 #include "kernels/fill_random.h"
 #include "kernels/gated_rmsnorm.h"
@@ -137,6 +139,25 @@ class CudaState : public DeviceState {
       : DeviceState(batch, bytes_per_sequence, stream, counter, owner) {}
   void* conv(int64_t layer) const { return buffer<void>(2 * layer); }
   void* ssm(int64_t layer) const { return buffer<void>(2 * layer + 1); }
+
+  // A verify window's kept activations (CudaBackend::forward_window): per layer, in_proj's output
+  // rows and the conv's output rows of the window's tokens, which the window's layers write in
+  // place of the workspace's and replay_window reads back (Activation Replay).
+  struct Window {
+    DeviceBlock block;
+    int64_t capacity = 0;                    // tokens a sequence the block holds
+    int64_t length = 0;                      // tokens of the last forward_window (0: nothing to replay)
+    size_t zxbcdt_bytes = 0, layer_bytes = 0;  // per layer: in_proj's rows, then the conv's
+    int32_t* steps = nullptr;                // device [batch]: the replay's tokens a sequence
+    PinnedBuffer<int32_t> host_steps;
+    uint64_t generation = 0;                 // new buffers: graphs captured before are stale
+    std::map<int64_t, std::unique_ptr<DecodeGraph>> forward_graphs, replay_graphs;  // by length
+  };
+  Window window;
+  float* window_zxbcdt(int64_t layer) const { return window.block.at<float>(layer * window.layer_bytes); }
+  float* window_conv_out(int64_t layer) const {
+    return window.block.at<float>(layer * window.layer_bytes + window.zxbcdt_bytes);
+  }
 };
 
 struct CudaBackend::Impl : CudaEngineCore {
@@ -194,7 +215,8 @@ struct CudaBackend::Impl : CudaEngineCore {
     int64_t logits_rows;
   };
   mutable Work work{};
-  // Plans by (batch, length), valid for the workspace generation they were made in.
+  // Plans by (batch, length; −length for a verify window), valid for the workspace generation
+  // they were made in.
   mutable std::map<std::pair<int64_t, int64_t>, ForwardPlan> plans;
   mutable uint64_t plans_generation = 0;
 
@@ -295,18 +317,31 @@ struct CudaBackend::Impl : CudaEngineCore {
   // Decides everything layer l runs for (batch, length) rows. `previous`: the plan of layer l - 1.
   // The capability checks read the state's buffers of layer l; every state's buffers are 256-byte
   // aligned device memory, so the plan holds for any state of this batch.
+  // `window`: a verify window (ForwardPlan::window).
   LayerPlan plan_layer(const DeviceLayer& d, int64_t batch, int64_t length, CudaState& state, int64_t l,
-                       const LayerPlan* previous) const;
+                       const LayerPlan* previous, bool window) const;
 
   // The FP model's layer: one decode row runs both projections as GEMVs with the norms in their
   // prologues (4 launches a layer, not 6: docs/kernels/gemm.md, "gemv"); more rows run
   // cuBLASLt's bf16 GEMMs, out_proj accumulating into the fp32 residual. Prefill runs the chunked
   // scan where it takes the shape, else (and for decode) the recurrence, exact for any length.
-  LayerPlan plan_bf16_layer(const DeviceLayer& d, int64_t batch, int64_t length, CudaState& state, int64_t l) const;
+  LayerPlan plan_bf16_layer(const DeviceLayer& d, int64_t batch, int64_t length, CudaState& state, int64_t l,
+                            bool window) const;
 
   // The plan of a forward of (batch, length), made on first use and kept; a resized workspace
   // (new buffer addresses) makes them again.
-  const ForwardPlan& forward_plan(int64_t batch, int64_t length, CudaState& state) const;
+  const ForwardPlan& forward_plan(int64_t batch, int64_t length, CudaState& state, bool window = false) const;
+
+  // ---- cuda_window.cc: verify windows and their replay ----
+
+  // Whether every layer's state takes its format inside the recurrence's kernel (int8 codes, fp16
+  // values or fp32), so that a window's steps round it as single steps do.
+  bool runs_window() const;
+  // The state's window buffers for `length` tokens a sequence (grown, never shrunk).
+  void reserve_window(CudaState& state, int64_t length) const;
+  // Replays the first state.window.steps[b] kept tokens of every sequence, layer by layer: the conv
+  // state (kernels/conv_state_replay) and the state update from the kept conv outputs and dt.
+  void enqueue_replay(CudaState& state) const;
 
   // ---- cuda_kernel_args.cc: kernel arguments for the layer's buffers and weights ----
 
@@ -358,7 +393,9 @@ struct CudaBackend::Impl : CudaEngineCore {
 
   // The decode recurrence's arguments (the state update over every token of the rows), reading the
   // conv's output in work.conv_out and dt from in_proj's output.
-  kernels::SsdStateUpdateArgs state_update_args(const DeviceLayer& d, int64_t batch, int64_t length, void* ssm_state) const;
+  // `window`: the state rounded after every token (SsdStateUpdateArgs::round_every_step).
+  kernels::SsdStateUpdateArgs state_update_args(const DeviceLayer& d, int64_t batch, int64_t length, void* ssm_state,
+                                                bool window = false) const;
   void next_in_proj_prefetch(const DeviceLayer& next, kernels::L2Prefetch (&to)[kernels::kL2PrefetchRanges]) const;
 
   // The conv's arguments for layer l (its x|B|C input as in_proj left it, its fp32 output), before
@@ -393,7 +430,9 @@ struct CudaBackend::Impl : CudaEngineCore {
   // artifact's through kernels/hadamard_quant (with the online rotation, if any), the FP model's
   // through kernels/gated_rmsnorm in bf16, or nothing when out_proj's GEMV builds it itself.
   void enqueue_gated_norm(const DeviceLayer& d, const LayerPlan& p, int64_t M) const;
-  void enqueue_body(int64_t batch, int64_t length, CudaState& state) const;
+  // `window`: a verify window's forward (ForwardPlan::window), each layer's in_proj and conv
+  // outputs written to the state's window buffers.
+  void enqueue_body(int64_t batch, int64_t length, CudaState& state, bool window = false) const;
 
   // cuda_forward.h's hook: the logits of `rows` rows from the quantized head, kQgemvMaxRows rows a
   // launch, when there is one. False: the caller runs the fp16 GEMM.
@@ -411,6 +450,24 @@ struct CudaBackend::Impl : CudaEngineCore {
     if (last_position_only) return {x + (length - 1) * D, length * D};
     return {x, D};
   }
+};
+
+// Points the workspace's in_proj and conv output buffers elsewhere (a verify window's kept
+// activations) until it goes out of scope, also when a launch throws.
+class WorkRedirect {
+ public:
+  explicit WorkRedirect(CudaBackend::Impl::Work& work) : work_(work), zxbcdt_(work.zxbcdt), conv_out_(work.conv_out) {}
+  ~WorkRedirect() { to(zxbcdt_, conv_out_); }
+  WorkRedirect(const WorkRedirect&) = delete;
+  WorkRedirect& operator=(const WorkRedirect&) = delete;
+  void to(float* zxbcdt, float* conv_out) {
+    work_.zxbcdt = zxbcdt;
+    work_.conv_out = conv_out;
+  }
+
+ private:
+  CudaBackend::Impl::Work& work_;
+  float *zxbcdt_, *conv_out_;
 };
 
 }  // namespace ssdq

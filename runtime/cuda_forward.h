@@ -8,7 +8,8 @@
 //   head_input(length, last_position_only) → {device rows, row stride} of the final norm's output;
 //   head_weights() → {lm_head [vocab, d_model], its element type (that of the head input)};
 //   enqueue_head_gemv(x, ldx, rows) → whether it wrote the logits itself (a decode GEMV).
-// A State provides batch() and a DecodeGraph `graph`.
+// A State provides batch(), a DecodeGraph `graph` and, for verify windows, `window` (its
+// forward_graphs by length and its buffers' generation).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -53,6 +54,13 @@ class DeviceState : public InferenceState {
     cuda_ok(cudaStreamSynchronize(stream_), "reset state");
   }
   std::vector<StateTensor> tensors() const override { return tensors_; }
+  // A state of the same owner and batch has the same layout: the whole block in one copy.
+  void copy_all(const InferenceState& source) override {
+    const auto* same = dynamic_cast<const DeviceState*>(&source);
+    if (!same || same->owner != owner || same->batch_ != batch_ || same->block_.bytes() != block_.bytes())
+      return InferenceState::copy_all(source);
+    if (same != this) copy_bytes(block_.at<char>(0), same->block_.at<char>(0), block_.bytes());
+  }
   // Buffer i's first sequence.
   template <typename T>
   T* buffer(size_t i) const {
@@ -119,6 +127,8 @@ struct CudaEngineCore {
   mutable uint64_t work_generation = 0;
   mutable PinnedBuffer<int32_t> pinned_tokens, pinned_targets, pinned_argmax;
   mutable PinnedBuffer<float> pinned_nll, pinned_logits;
+  // Counts the pinned buffers' replacements: captured graphs copy to and from their addresses.
+  mutable uint64_t pinned_generation = 0;
 };
 
 // The chunked SSD's shape for a prefill of `length` tokens of `batch` sequences (pointers unset).
@@ -134,10 +144,10 @@ inline kernels::SsdChunkScanArgs ssd_chunk_shape(const Mamba2Config& c, int64_t 
   return a;
 }
 
-// What a captured decode step depends on besides the state: the workspace (its generation) and
-// which outputs it writes.
-inline uint64_t decode_graph_key(uint64_t work_generation, const ForwardOutputs& out) {
-  return work_generation * 16 + (out.logits ? 1 : 0) + (out.nll ? 2 : 0) + (out.argmax ? 4 : 0) +
+// What a captured decode step depends on besides the state: the buffers it copies through (the
+// workspace's and the pinned buffers' generations, combined) and which outputs it writes.
+inline uint64_t decode_graph_key(uint64_t buffers_generation, const ForwardOutputs& out) {
+  return buffers_generation * 16 + (out.logits ? 1 : 0) + (out.nll ? 2 : 0) + (out.argmax ? 4 : 0) +
          (out.last_position_only ? 8 : 0);
 }
 
@@ -190,9 +200,10 @@ void enqueue_head_block(const Impl& impl, const T* x, int64_t ldx, int64_t first
   enqueue_logits_outputs(impl, first_row, rows, out, pinned_logits_block);
 }
 
+// `window`: a verify window (the state's window buffers reserved), captured per length.
 template <typename Impl, typename State>
 void run_cuda_forward(const Impl& impl, const int32_t* tokens, int64_t length, State& state, const ForwardOutputs& out,
-                      bool use_graphs) {
+                      bool use_graphs, bool window = false) {
   const int64_t batch = state.batch(), M = batch * length, V = impl.config.vocab_size;
   check_forward_ids(tokens, batch, length, V, out);
   const int64_t rows = batch * out.rows(length);
@@ -200,14 +211,17 @@ void run_cuda_forward(const Impl& impl, const int32_t* tokens, int64_t length, S
   const auto& work = impl.work;
   cudaStream_t stream = impl.stream;
 
-  int32_t* host_tokens = impl.pinned_tokens.get(M);
+  uint64_t* pinned_generation = &impl.pinned_generation;
+  int32_t* host_tokens = impl.pinned_tokens.get(M, pinned_generation);
   std::memcpy(host_tokens, tokens, M * 4);
-  int32_t* host_targets = out.targets && out.nll ? impl.pinned_targets.get(rows) : nullptr;
+  int32_t* host_targets = out.targets && out.nll ? impl.pinned_targets.get(rows, pinned_generation) : nullptr;
   if (host_targets) std::memcpy(host_targets, out.targets, rows * 4);
-  float* host_nll = out.nll ? impl.pinned_nll.get(rows) : nullptr;
-  int32_t* host_argmax = out.argmax ? impl.pinned_argmax.get(rows) : nullptr;
+  float* host_nll = out.nll ? impl.pinned_nll.get(rows, pinned_generation) : nullptr;
+  int32_t* host_argmax = out.argmax ? impl.pinned_argmax.get(rows, pinned_generation) : nullptr;
   const int64_t block_rows = std::min(rows, work.logits_rows);
-  float* host_logits = out.logits ? impl.pinned_logits.get(block_rows * V) : nullptr;
+  float* host_logits = out.logits ? impl.pinned_logits.get(block_rows * V, pinned_generation) : nullptr;
+  // What a captured graph depends on: the workspace and the pinned buffers it copies through.
+  const uint64_t buffers = impl.work_generation * 4096 + impl.pinned_generation % 4096;
   const auto [head_x, head_ldx] = impl.head_input(length, out.last_position_only);
 
   auto copy_reductions = [&] {
@@ -219,15 +233,20 @@ void run_cuda_forward(const Impl& impl, const int32_t* tokens, int64_t length, S
     cuda_ok(cudaMemcpyAsync(work.tokens, host_tokens, M * 4, cudaMemcpyHostToDevice, stream), "copy tokens");
     if (host_targets)
       cuda_ok(cudaMemcpyAsync(work.targets, host_targets, rows * 4, cudaMemcpyHostToDevice, stream), "copy targets");
-    impl.enqueue_body(batch, length, state);
+    impl.enqueue_body(batch, length, state, window);
     if (!whole_head) return;
     if (out.any()) enqueue_head_block(impl, head_x, head_ldx, 0, rows, out, host_logits);
     copy_reductions();
   };
 
   const bool one_block = rows <= work.logits_rows;
-  if (use_graphs && length == 1 && one_block) {
-    state.graph.run(stream, decode_graph_key(impl.work_generation, out), [&] { enqueue_all(true); });
+  if (use_graphs && window && one_block) {
+    auto& graph = state.window.forward_graphs[length];
+    if (!graph) graph = std::make_unique<DecodeGraph>();
+    graph->run(stream, decode_graph_key(buffers, out) * 1024 + state.window.generation % 1024,
+               [&] { enqueue_all(true); });
+  } else if (use_graphs && length == 1 && one_block) {
+    state.graph.run(stream, decode_graph_key(buffers, out), [&] { enqueue_all(true); });
   } else if (one_block) {
     enqueue_all(true);
   } else {

@@ -163,7 +163,8 @@ kernels::Ssdi8ChunkScanArgs CudaBackend::Impl::ssdi8_args(const DeviceLayer& d, 
   return s;
 }
 
-kernels::SsdStateUpdateArgs CudaBackend::Impl::state_update_args(const DeviceLayer& d, int64_t batch, int64_t length, void* ssm_state) const {
+kernels::SsdStateUpdateArgs CudaBackend::Impl::state_update_args(const DeviceLayer& d, int64_t batch, int64_t length, void* ssm_state,
+                                                               bool window) const {
   const Mamba2Config& c = config;
   const int64_t E = c.d_inner(), H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state, GN = G * N;
   const int64_t conv_dim = c.conv_dim();
@@ -174,6 +175,7 @@ kernels::SsdStateUpdateArgs CudaBackend::Impl::state_update_args(const DeviceLay
   step.groups = static_cast<int>(G);
   step.dstate = static_cast<int>(N);
   step.steps = static_cast<int>(length);
+  step.round_every_step = window;
   step.io_type = act_type();
   step.x = work.conv_out;
   step.x_stride = conv_dim;

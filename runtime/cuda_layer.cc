@@ -290,7 +290,7 @@ void CudaBackend::Impl::enqueue_layer(const DeviceLayer& d, const LayerPlan& p, 
       break;
     }
     case Ssd::kRecurrence:
-      cuda_ok(kernels::launch_ssd_state_update(state_update_args(d, batch, length, state.ssm(l)), stream),
+      cuda_ok(kernels::launch_ssd_state_update(state_update_args(d, batch, length, state.ssm(l), p.window), stream),
               "ssd_state_update");
       break;
   }
@@ -366,10 +366,10 @@ void CudaBackend::Impl::enqueue_gated_norm(const DeviceLayer& d, const LayerPlan
   }
 }
 
-void CudaBackend::Impl::enqueue_body(int64_t batch, int64_t length, CudaState& state) const {
+void CudaBackend::Impl::enqueue_body(int64_t batch, int64_t length, CudaState& state, bool window) const {
   const Mamba2Config& c = config;
   const int64_t M = batch * length, D = c.d_model;
-  const ForwardPlan& plan = forward_plan(batch, length, state);
+  const ForwardPlan& plan = forward_plan(batch, length, state, window);
   kernels::EmbeddingArgs e;
   e.rows = M;
   e.dim = static_cast<int>(D);
@@ -379,8 +379,14 @@ void CudaBackend::Impl::enqueue_body(int64_t batch, int64_t length, CudaState& s
   e.row_scales = embedding_scales.bytes() ? embedding_scales.at<float>(0) : nullptr;
   e.out = work.residual;
   cuda_ok(kernels::launch_embedding(e, stream), "embedding");
-  for (int64_t l = 0; l < c.n_layer; ++l)
-    enqueue_layer(layers[l], plan.layers[l], batch, length, state, l, l > 0 ? &layers[l - 1] : nullptr);
+  {
+    // A window's layers write in_proj's and the conv's outputs to the state's window buffers.
+    WorkRedirect redirect(work);
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      if (window) redirect.to(state.window_zxbcdt(l), state.window_conv_out(l));
+      enqueue_layer(layers[l], plan.layers[l], batch, length, state, l, l > 0 ? &layers[l - 1] : nullptr);
+    }
+  }
   const DeviceLayer& last = layers.back();
   kernels::AddRmsNormArgs norm;
   norm.rows = M;

@@ -126,39 +126,41 @@ bool CudaBackend::Impl::runs_split_in_proj(const DeviceLayer& d, int64_t m) cons
 }
 
 LayerPlan CudaBackend::Impl::plan_layer(const DeviceLayer& d, int64_t batch, int64_t length, CudaState& state, int64_t l,
-                     const LayerPlan* previous) const {
-  if (bf16_model) return plan_bf16_layer(d, batch, length, state, l);
+                     const LayerPlan* previous, bool window) const {
+  if (bf16_model) return plan_bf16_layer(d, batch, length, state, l, window);
   const Mamba2Config& c = config;
   const int64_t M = batch * length, H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state;
   LayerPlan p;
+  p.window = window;
   p.pending_delta = previous && !previous->out_proj.residual_add;
-  const bool ssdi8_prefill = d.ssdi8 && length > 1;
+  // A verify window runs the recurrence whatever its length, reading the conv's output from memory.
+  const bool ssdi8_prefill = d.ssdi8 && length > 1 && !window;
   if (!p.pending_delta && norm_in_gemv(d, M)) {
     p.in_proj = plan_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, false, d.norm.at<float>(0));
   } else {
     // Prefill only: in a decode step the two streams cost more than the conv saves
     // (docs/kernels/gemm.md).
-    p.split_in_proj = length > 1 && runs_split_in_proj(d, M);
+    p.split_in_proj = length > 1 && !window && runs_split_in_proj(d, M);
     // With dt's format applied in the SSDi8 kernels, its ChunkCumsum follows dt on the second stream.
     p.tables_early = p.split_in_proj && ssdi8_prefill && d.dt_format_in_kernel();
     if (!p.split_in_proj) p.in_proj = plan_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, false, nullptr);
   }
   if (ssdi8_prefill) ssdi8_args(d, batch, length, state.ssm(l));  // fails when the kernel does not take the shape
   const kernels::SsdChunkScanArgs chunked = float_ssd_args(d, batch, length, state.ssm(l));
-  const bool float_chunked = d.fp16_chunked_ssd && length > 1 && kernels::ssd_chunk_scan_supported(chunked);
+  const bool float_chunked = d.fp16_chunked_ssd && length > 1 && !window && kernels::ssd_chunk_scan_supported(chunked);
   // Decode, and shapes the chunked scans do not take: the recurrence over every token, exact for
   // any length; one decode token a sequence runs the conv inside the state update's launch where
   // that kernel takes the shape.
   const bool recurrence = !ssdi8_prefill && !float_chunked;
   kernels::SsdConvStepArgs conv_step;
   conv_step.conv = conv_args(d, batch, length, state.conv(l), p.split_in_proj);
-  if (recurrence) conv_step.step = state_update_args(d, batch, length, state.ssm(l));
+  if (recurrence) conv_step.step = state_update_args(d, batch, length, state.ssm(l), window);
   conv_step.arrivals = work.arrivals;
   if (ssdi8_prefill) {
     p.ssd = LayerPlan::Ssd::kSsdi8Chunked;
   } else if (float_chunked) {
     p.ssd = LayerPlan::Ssd::kFloatChunked;
-  } else if (length == 1 && batch <= kConvStepMaxBatch && kernels::ssd_conv_step_supported(conv_step)) {
+  } else if (length == 1 && !window && batch <= kConvStepMaxBatch && kernels::ssd_conv_step_supported(conv_step)) {
     p.ssd = LayerPlan::Ssd::kConvStep;
   } else {
     if (!kernels::ssd_state_update_supported(conv_step.step))
@@ -186,11 +188,13 @@ LayerPlan CudaBackend::Impl::plan_layer(const DeviceLayer& d, int64_t batch, int
   return p;
 }
 
-LayerPlan CudaBackend::Impl::plan_bf16_layer(const DeviceLayer& d, int64_t batch, int64_t length, CudaState& state, int64_t l) const {
+LayerPlan CudaBackend::Impl::plan_bf16_layer(const DeviceLayer& d, int64_t batch, int64_t length, CudaState& state, int64_t l,
+                                              bool window) const {
   const Mamba2Config& c = config;
   const int64_t M = batch * length;
   LayerPlan p;
   p.bf16 = true;
+  p.window = window;
   const bool gemv =
       M == 1 &&
       kernels::gemv_supported(
@@ -206,7 +210,7 @@ LayerPlan CudaBackend::Impl::plan_bf16_layer(const DeviceLayer& d, int64_t batch
   p.out_proj.residual_add = true;
   p.gated_out = gemv ? LayerPlan::GatedOut::kInOutProjPrologue : LayerPlan::GatedOut::kBf16;
   const bool chunked =
-      length > 1 && kernels::ssd_chunk_scan_supported(float_ssd_args(d, batch, length, state.ssm(l)));
+      length > 1 && !window && kernels::ssd_chunk_scan_supported(float_ssd_args(d, batch, length, state.ssm(l)));
   p.ssd = chunked ? LayerPlan::Ssd::kFloatChunked : LayerPlan::Ssd::kRecurrence;
   if (!chunked && !kernels::ssd_state_update_supported(state_update_args(d, batch, length, state.ssm(l))))
     fail("CUDA: no SSD kernel supports heads {} × headdim {}, ngroups {}, d_state {}", c.nheads(), c.headdim,
@@ -214,21 +218,23 @@ LayerPlan CudaBackend::Impl::plan_bf16_layer(const DeviceLayer& d, int64_t batch
   return p;
 }
 
-const ForwardPlan& CudaBackend::Impl::forward_plan(int64_t batch, int64_t length, CudaState& state) const {
+const ForwardPlan& CudaBackend::Impl::forward_plan(int64_t batch, int64_t length, CudaState& state, bool window) const {
   if (plans_generation != work_generation) {
     plans.clear();
     plans_generation = work_generation;
   }
-  auto found = plans.find({batch, length});
+  auto found = plans.find({batch, window ? -length : length});
   if (found != plans.end()) return found->second;
   ForwardPlan plan;
   plan.batch = batch;
   plan.length = length;
+  plan.window = window;
   plan.work_generation = work_generation;
   for (int64_t l = 0; l < config.n_layer; ++l)
-    plan.layers.push_back(plan_layer(layers[l], batch, length, state, l, l > 0 ? &plan.layers[l - 1] : nullptr));
+    plan.layers.push_back(
+        plan_layer(layers[l], batch, length, state, l, l > 0 ? &plan.layers[l - 1] : nullptr, window));
   plan.final_pending_delta = !plan.layers.back().out_proj.residual_add;
-  return plans.emplace(std::make_pair(batch, length), std::move(plan)).first->second;
+  return plans.emplace(std::make_pair(batch, window ? -length : length), std::move(plan)).first->second;
 }
 
 }  // namespace ssdq

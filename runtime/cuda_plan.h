@@ -74,6 +74,9 @@ struct LayerPlan {
   enum class GatedOut { kInt8, kFp16, kFp32ThenFormat, kBf16, kInOutProjPrologue } gated_out = GatedOut::kFp16;
   bool prefetch_next_in_proj = false;  // out_proj's GEMV brings the next layer's in_proj into L2
   bool bf16 = false;  // the FP model's layer: bf16 activations between the steps, fp32 residual and state
+  // A speculative verify window: the recurrence token by token with the state rounded after each
+  // (the bits single steps store), in_proj's and the conv's outputs kept for the replay.
+  bool window = false;
 
   std::string describe() const {
     const char* const ssd_names[] = {"ssdi8_chunk_scan",
@@ -90,7 +93,8 @@ struct LayerPlan {
     text += fmt::format("  in_proj     {}\n", split_in_proj ? std::string("two gemm_s8_scaled on two streams (z|dt fp32, "
                                                                         "x|B|C int8 codes)")
                                                             : in_proj.describe());
-    text += fmt::format("  ssd         {}{}{}\n", ssd_names[static_cast<int>(ssd)],
+    text += fmt::format("  ssd         {}{}{}{}\n", ssd_names[static_cast<int>(ssd)],
+                        window ? " (token by token, the state rounded after each; inputs kept for replay)" : "",
                         dt_format_pass ? "; dt format pass first" : "", state_format_pass ? "; state format pass" : "");
     text += fmt::format("  gated norm  {}\n", gated_names[static_cast<int>(gated_out)]);
     text += fmt::format("  out_proj    {}{}\n", out_proj.describe(),
@@ -103,14 +107,15 @@ struct LayerPlan {
 // Every layer's plan for one (batch, length), and the final norm's.
 struct ForwardPlan {
   int64_t batch = 0, length = 0;
+  bool window = false;  // a speculative verify window (LayerPlan::window)
   uint64_t work_generation = 0;
   std::vector<LayerPlan> layers;
   bool final_pending_delta = false;
 
   // Layers with the same plan printed once ("layers 1-63").
   std::string describe() const {
-    std::string text = fmt::format("plan for batch {} x {} token{} ({} rows)\n", batch, length, length == 1 ? "" : "s",
-                                   batch * length);
+    std::string text = fmt::format("plan for {}batch {} x {} token{} ({} rows)\n", window ? "a verify window, " : "",
+                                   batch, length, length == 1 ? "" : "s", batch * length);
     for (size_t l = 0; l < layers.size();) {
       size_t last = l;
       while (last + 1 < layers.size() && layers[last + 1] == layers[l]) ++last;

@@ -99,12 +99,15 @@ class PinnedBuffer {
   ~PinnedBuffer() {
     if (ptr_) cudaFreeHost(ptr_);
   }
-  T* get(size_t count) {
+  // At least `count` elements; a larger request replaces the buffer and counts one more in
+  // *generation (when given), since a captured graph that copies to or from it is then stale.
+  T* get(size_t count, uint64_t* generation = nullptr) {
     if (count > capacity_) {
       if (ptr_) cudaFreeHost(ptr_);
       ptr_ = nullptr;
       cuda_ok(cudaMallocHost(reinterpret_cast<void**>(&ptr_), count * sizeof(T)), "cudaMallocHost");
       capacity_ = count;
+      if (generation) ++*generation;
     }
     return ptr_;
   }

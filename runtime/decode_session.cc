@@ -1,5 +1,6 @@
 #include "runtime/decode_session.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "formats/error.h"
@@ -32,6 +33,16 @@ void DecodeSession::step(const int32_t* tokens, float* logits) {
 void DecodeSession::verify(const int32_t* tokens, int64_t K, float* logits) {
   if (K <= 0) fail("verify: K must be at least 1, got {}", K);
   const int64_t V = backend_.config().vocab_size;
+  pending_window_ = backend_.runs_window();
+  if (pending_window_) {
+    if (before_token_.empty()) before_token_.push_back(backend_.new_state(batch_));
+    before_token_[0]->copy_all(*state_);
+    ForwardOutputs out;
+    out.logits = logits;
+    backend_.forward_window(tokens, K, *state_, out);
+    pending_k_ = K;
+    return;
+  }
   while (static_cast<int64_t>(before_token_.size()) < K) before_token_.push_back(backend_.new_state(batch_));
   column_.resize(batch_);
   if (logits) step_logits_.resize(batch_ * V);
@@ -56,6 +67,23 @@ void DecodeSession::accept(const std::vector<int64_t>& counts) {
     if (counts[b] < 0 || counts[b] > pending_k_)
       fail("accept: sequence {} keeps {} tokens; the count must be in 0..{} (the verified K)", b, counts[b],
            pending_k_);
+  if (pending_window_) {
+    // Sequences that keep fewer than K tokens restart from the snapshot and replay their count.
+    std::vector<int64_t> rows, replay(batch_, 0);
+    for (int64_t b = 0; b < batch_; ++b)
+      if (counts[b] < pending_k_) {
+        rows.push_back(b);
+        replay[b] = counts[b];
+      }
+    if (static_cast<int64_t>(rows.size()) == batch_)
+      state_->copy_all(*before_token_[0]);
+    else if (!rows.empty())
+      state_->copy_rows(*before_token_[0], rows, rows);
+    if (std::any_of(replay.begin(), replay.end(), [](int64_t n) { return n > 0; }))
+      backend_.replay_window(*state_, replay);
+    pending_k_ = 0;
+    return;
+  }
   // Sequences that keep fewer than K tokens take the state from before token counts[b].
   for (int64_t b = 0; b < batch_; ++b)
     if (counts[b] < pending_k_) state_->copy_rows(*before_token_[counts[b]], {b}, {b});

@@ -4,12 +4,18 @@
 //   step(tokens[batch])       one token per sequence, logits of each;
 //   verify(tokens[batch, K])  K tokens per sequence, logits at every one of the K positions;
 //   accept(n[batch])          each sequence keeps only its first n of the K verified tokens.
-// Exactness: verify runs K single-token steps (the same call a plain decode makes) and keeps the
-// state before each one; accept(n) restores the state after token n. So verify + accept leaves
-// every state, and the logits it returns, bit for bit what n plain steps give on that backend
-// (tests/runtime/decode_session_test.cc, tests/gpu/decode_session_test.cc). It costs K state
-// copies per verify; replaying kept activations instead (docs/RUNTIME.md) is the faster
-// implementation of the same contract.
+// Two ways to verify, one contract: verify + accept(n) leaves each sequence where n plain steps
+// of its tokens would.
+// - A backend with a verify window (Backend::runs_window: the CUDA engine) runs the K tokens as
+//   one forward — the projections over K rows a sequence at once, the recurrence token by token
+//   with the state rounded after each as a step stores it — after one snapshot of the state;
+//   accept(n < K) restores the snapshot and replays n tokens from the activations the window kept
+//   (Activation Replay). The SSD's arithmetic is a step's; the projections and norms run a K-row
+//   schedule, so logits and states equal plain steps' to rounding (tests/gpu/decode_session_test.cc
+//   bounds it), not bit for bit.
+// - Otherwise (the CPU specification) verify runs K single-token steps, the same call a plain
+//   decode makes, keeping the state before each; accept(n) restores the state after token n: bit
+//   for bit what n plain steps give (tests/runtime/decode_session_test.cc).
 #pragma once
 
 #include <cstdint>
@@ -46,8 +52,9 @@ class DecodeSession {
   int64_t batch_;
   std::unique_ptr<InferenceState> state_;
   std::unique_ptr<InferenceState> prompt_state_;              // batch 1: one sequence's prefill
-  std::vector<std::unique_ptr<InferenceState>> before_token_;  // before_token_[k]: state before verified token k
+  std::vector<std::unique_ptr<InferenceState>> before_token_;  // stepped verify: state before token k
   int64_t pending_k_ = 0;                                     // K of a verify not yet accepted
+  bool pending_window_ = false;                               // that verify ran as a window (before_token_[0] its snapshot)
   std::vector<int32_t> column_;
   std::vector<float> step_logits_;
 };

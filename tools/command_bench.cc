@@ -39,6 +39,7 @@ struct BenchFlags {
   uint64_t seed = 0;
   bool head_to_toe = false;
   bool show_plan = false;
+  std::vector<int64_t> verify_windows;  // speculative verify windows to time against a step
 };
 
 json ceilings_json(const DeviceCeilings& c) {
@@ -169,6 +170,20 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
                      {"tpot_floor_ms", floor_ms}, {"prefill_fraction_of_bf16_rate", prefill_share}});
     }
   }
+  json verify = json::array();
+  if (!flags.verify_windows.empty()) {
+    fmt::print("verify windows ({}; logits of every position copied back, as generate uses them)\n",
+               backend->runs_window() ? "one multi-token call, Activation Replay on partial acceptance"
+                                      : "token by token on this backend");
+    fmt::print("{:>5} {:>7} {:>9} {:>10} {:>8} {:>16} {:>8}\n", "batch", "window", "step ms", "verify ms", "÷ step",
+               "verify+replay ms", "÷ step");
+    for (const VerifyBenchRow& r : bench_verify(*backend, flags.batches, flags.verify_windows, flags.gen, flags.seed)) {
+      fmt::print("{:>5} {:>7} {:>9.3f} {:>10.3f} {:>8.2f} {:>16.3f} {:>8.2f}\n", r.batch, r.window, r.step_ms,
+                 r.verify_ms, r.verify_ms / r.step_ms, r.verify_replay_ms, r.verify_replay_ms / r.step_ms);
+      verify.push_back(json{{"batch", r.batch}, {"window", r.window}, {"step_ms", r.step_ms}, {"verify_ms", r.verify_ms},
+                            {"verify_replay_ms", r.verify_replay_ms}});
+    }
+  }
   // After the timings: planning a shape reserves its workspace, which the peak column would count.
   if (flags.show_plan) {  // what each timed shape runs: the prefill of each prompt length, then decode
     for (const int64_t batch : flags.batches) {
@@ -181,7 +196,8 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
                                {"device", backend->device_name()},
                                {"ceilings", ceilings_json(ceilings)},
                                {"weight_bytes", weight_bytes},
-                               {"rows", out}});
+                               {"rows", out},
+                               {"verify", verify}});
 }
 
 void run_bench(const BenchFlags& flags) {
@@ -241,6 +257,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--repeats", flags->repeats, "Timed repeats (median reported)")->capture_default_str()->check(whole_number(1));
   cmd->add_option("--seed", flags->seed, "Seed of the random prompt and synthetic weights")->capture_default_str();
   cmd->add_option("--json", flags->json_path, "Also write every figure to this JSON file");
+  cmd->add_option("--verify", flags->verify_windows,
+                  "Also time speculative verify windows of these token counts (comma separated; a window is the "
+                  "pending token + K drafts) against a plain step, --gen iterations each, per batch size")
+      ->delimiter(',')
+      ->check(whole_number(1, 64));
   cmd->add_flag("--show-plan", flags->show_plan,
                 "Print what each timed shape runs (prefill and decode of every batch size), layer by layer");
   cmd->callback([flags] { flags->model = flags->model.empty() ? "" : resolve_model_dir(flags->model), run_bench(*flags); });

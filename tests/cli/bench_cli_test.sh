@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `ssdq bench` on the CPU with the bundled model: several prompt lengths in one invocation give a
 # table each under its own header and every (prompt, batch) row in the JSON; a bad length is
-# refused before any timing, with no JSON written; --show-plan prints what each shape runs; a
+# refused before any timing, with no JSON written; --show-plan prints what each shape runs;
+# --verify times verify windows against a step (a row each in the table and the JSON); a
 # numeric flag out of range names its range in words; --help shows the defaults (integers
 # formatted through iostreams: empty when the binary's static libstdc++ and libsentencepiece's
 # shared one were mixed, third_party/system.BUILD).
@@ -34,6 +35,14 @@ out=$("$ssdq" bench --device cpu --model "$model" --batch 2 --prompt 8 --gen 2 -
 grep -q "^plan for batch 2 x 8 tokens, CPU specification" <<<"$out"
 grep -q "^plan for batch 2 x 1 token, CPU specification" <<<"$out"
 grep -q "ssd_step (the recurrence)" <<<"$out"
+
+# --verify: a row per (batch, window) in the table and the JSON; on the CPU token by token.
+out=$("$ssdq" bench --device cpu --model "$model" --batch 1,2 --prompt 8 --gen 2 --repeats 1 --verify 2,3 --json "$json")
+grep -q "^verify windows (token by token on this backend" <<<"$out"
+[ "$(grep -cE '^ +[12] +[23] +[0-9.]+ +[0-9.]+ ' <<<"$out")" -eq 4 ]
+[ "$(grep -c '"verify_replay_ms"' "$json")" -eq 4 ]
+if "$ssdq" bench --device cpu --model "$model" --verify 0 2>"$TEST_TMPDIR/err"; then exit 1; fi
+grep -qF -- "--verify" "$TEST_TMPDIR/err"
 
 if "$ssdq" bench --device cpu --model "$model" --batch 0 2>"$TEST_TMPDIR/err"; then exit 1; fi
 grep -qF "must be 1 or more, got 0" "$TEST_TMPDIR/err"

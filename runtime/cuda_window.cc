@@ -1,0 +1,102 @@
+// Speculative verify windows on the CUDA engine (runtime/decode_session.h): a window of K tokens a
+// sequence runs as one forward whose recurrence steps token by token with the state rounded after
+// each, every layer writing in_proj's and the conv's outputs to the state's window buffers; a
+// sequence that keeps only its first n tokens is restored to its state before the window and
+// replayed from those buffers (the conv state and the state update: Activation Replay), its
+// projections not recomputed.
+#include "runtime/cuda_engine.h"
+
+namespace ssdq {
+
+bool CudaBackend::Impl::runs_window() const {
+  for (const DeviceLayer& d : layers)
+    if (!d.int8_state && d.state_format.format != Format::kFloat32 && d.state_format.format != Format::kFloat16)
+      return false;
+  return true;
+}
+
+void CudaBackend::Impl::reserve_window(CudaState& state, int64_t length) const {
+  CudaState::Window& w = state.window;
+  if (length <= w.capacity) return;
+  const Mamba2Config& c = config;
+  const int64_t rows = state.batch() * length, act = bf16_model ? 2 : 4;
+  cuda_ok(cudaStreamSynchronize(stream), "synchronize before resizing the window buffers");
+  w.forward_graphs.clear();
+  w.replay_graphs.clear();
+  w.block = DeviceBlock();
+  w.zxbcdt_bytes = align_up(rows * c.d_in_proj() * act);
+  w.layer_bytes = w.zxbcdt_bytes + align_up(rows * c.conv_dim() * act);
+  w.block = DeviceBlock(c.n_layer * w.layer_bytes + state.batch() * 4, "a verify window's kept activations", &counter);
+  w.steps = w.block.at<int32_t>(c.n_layer * w.layer_bytes);
+  w.host_steps.get(state.batch());
+  w.capacity = length;
+  w.length = 0;
+  ++w.generation;
+}
+
+void CudaBackend::Impl::enqueue_replay(CudaState& state) const {
+  const Mamba2Config& c = config;
+  const int64_t batch = state.batch(), length = state.window.length;
+  WorkRedirect redirect(work);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const DeviceLayer& d = layers[l];
+    redirect.to(state.window_zxbcdt(l), state.window_conv_out(l));
+    kernels::ConvStateReplayArgs conv;
+    conv.batch = static_cast<int>(batch);
+    conv.channels = static_cast<int>(c.conv_dim());
+    conv.width = static_cast<int>(c.d_conv);
+    conv.steps = static_cast<int>(length);
+    conv.seq_steps = state.window.steps;
+    conv.in = act_at(work.zxbcdt, d.xbc_at);
+    conv.in_stride = c.d_in_proj();
+    conv.type = act_type();
+    conv.in_formats = d.conv_in_codes.bytes() ? d.conv_in_codes.at<float>(0) : nullptr;
+    conv.state = state.conv(l);
+    cuda_ok(kernels::launch_conv_state_replay(conv, stream), "conv_state_replay");
+    kernels::SsdStateUpdateArgs step = state_update_args(d, batch, length, state.ssm(l), true);
+    step.seq_steps = state.window.steps;
+    cuda_ok(kernels::launch_ssd_state_update(step, stream), "ssd_state_update (replay)");
+  }
+}
+
+bool CudaBackend::runs_window() const { return impl_->options.verify_window && impl_->runs_window(); }
+
+void CudaBackend::forward_window(const int32_t* tokens, int64_t length, InferenceState& state,
+                                 const ForwardOutputs& outputs) const {
+  CudaState& s = cuda_state(state);
+  if (length <= 0) fail("verify window: length must be positive, got {}", length);
+  if (!runs_window()) fail("internal: this model's state formats need a pass the window cannot round per token");
+  impl_->reserve_window(s, length);
+  s.window.length = 0;
+  run_cuda_forward(*impl_, tokens, length, s, outputs, impl_->options.use_graphs, true);
+  s.window.length = length;
+}
+
+void CudaBackend::replay_window(InferenceState& state, const std::vector<int64_t>& steps) const {
+  CudaState& s = cuda_state(state);
+  CudaState::Window& w = s.window;
+  if (w.length == 0) fail("replay: no verify window to replay (forward_window first)");
+  if (static_cast<int64_t>(steps.size()) != s.batch()) fail("replay: {} counts for a batch of {}", steps.size(), s.batch());
+  int32_t* host = w.host_steps.get(s.batch());
+  for (int64_t b = 0; b < s.batch(); ++b) {
+    if (steps[b] < 0 || steps[b] > w.length)
+      fail("replay: sequence {} replays {} tokens of a window of {}", b, steps[b], w.length);
+    host[b] = static_cast<int32_t>(steps[b]);
+  }
+  cudaStream_t stream = impl_->stream;
+  auto enqueue = [&] {
+    cuda_ok(cudaMemcpyAsync(w.steps, host, s.batch() * 4, cudaMemcpyHostToDevice, stream), "copy replay counts");
+    impl_->enqueue_replay(s);
+  };
+  if (impl_->options.use_graphs) {
+    auto& graph = w.replay_graphs[w.length];
+    if (!graph) graph = std::make_unique<DecodeGraph>();
+    graph->run(stream, impl_->work_generation * 1024 + w.generation % 1024, enqueue);
+  } else {
+    enqueue();
+  }
+  cuda_ok(cudaStreamSynchronize(stream), "replay");
+  w.length = 0;
+}
+
+}  // namespace ssdq
