@@ -77,8 +77,10 @@ std::vector<ModelBenchRow> bench_model(const Backend& backend, const ModelBenchO
 }
 
 std::vector<VerifyBenchRow> bench_verify(const Backend& backend, const std::vector<int64_t>& batches,
-                                         const std::vector<int64_t>& windows, int64_t iterations, uint64_t seed) {
+                                         const std::vector<int64_t>& windows, int64_t iterations, uint64_t seed,
+                                         double acceptance) {
   if (iterations < 1) fail("verify timing: iterations must be at least 1");
+  if (!(acceptance >= 0 && acceptance <= 1)) fail("verify timing: the acceptance rate must be in 0..1, got {}", acceptance);
   const int64_t vocab = backend.config().vocab_size, prompt_length = 64;
   std::vector<VerifyBenchRow> rows;
   for (const int64_t batch : batches) {
@@ -117,6 +119,24 @@ std::vector<VerifyBenchRow> bench_verify(const Backend& backend, const std::vect
         session.verify(tokens.data(), window, logits.data());
         session.accept(half);
       });
+      if (acceptance > 0) {
+        // Each sequence keeps its pending token and the drafts accepted before the first rejection;
+        // the tokens per window average every simulated window (warm-ups too: the draws are alike).
+        std::bernoulli_distribution accepted(acceptance);
+        std::vector<int64_t> keep(batch);
+        int64_t kept = 0, calls = 0;
+        row.window_ms = timed(3, [&] {
+          for (int64_t b = 0; b < batch; ++b) {
+            keep[b] = 1;
+            while (keep[b] < window && accepted(rng)) ++keep[b];
+            kept += keep[b];
+          }
+          ++calls;
+          session.verify(tokens.data(), window, logits.data());
+          session.accept(keep);
+        });
+        row.tokens_per_window = static_cast<double>(kept) / (calls * batch);
+      }
       rows.push_back(row);
     }
   }

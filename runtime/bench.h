@@ -32,12 +32,20 @@ std::vector<ModelBenchRow> bench_model(const Backend& backend, const ModelBenchO
 // `batch` sequences (prompts of 64 random tokens), logits of every position copied back as
 // generate uses them: one step; verify(window) accepted whole (no replay); verify(window) with
 // every sequence keeping half of it (the snapshot restored and the kept half replayed).
+// With `acceptance` in (0, 1]: speculative decoding simulated at that rate — each draft token of a
+// window accepted with probability `acceptance` while the ones before it were (a seeded draw per
+// sequence and window; the tokens fed are random, so the model's choices are not compared, but
+// every window, snapshot and replay runs as generate runs it) — for `iterations` windows: the
+// tokens each window yields (accepted drafts + the model's own token) and its mean time, so the
+// speed-up over plain steps is tokens_per_window × step_ms / window_ms.
 struct VerifyBenchRow {
   int64_t batch = 0, window = 0;
   double step_ms = 0, verify_ms = 0, verify_replay_ms = 0;
+  double tokens_per_window = 0, window_ms = 0;  // the simulation (0 without one)
 };
 std::vector<VerifyBenchRow> bench_verify(const Backend& backend, const std::vector<int64_t>& batches,
-                                         const std::vector<int64_t>& windows, int64_t iterations, uint64_t seed);
+                                         const std::vector<int64_t>& windows, int64_t iterations, uint64_t seed,
+                                         double acceptance = 0);
 
 // FLOPs of one forward over `tokens` tokens: 2 × parameters × tokens plus the SSD's.
 double model_flops(const Mamba2Config& config, int64_t tokens);

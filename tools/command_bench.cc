@@ -40,6 +40,7 @@ struct BenchFlags {
   bool head_to_toe = false;
   bool show_plan = false;
   std::vector<int64_t> verify_windows;  // speculative verify windows to time against a step
+  double acceptance = 0;                // with verify windows: speculation simulated at this rate
 };
 
 json ceilings_json(const DeviceCeilings& c) {
@@ -175,13 +176,25 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
     fmt::print("verify windows ({}; logits of every position copied back, as generate uses them)\n",
                backend->runs_window() ? "one multi-token call, Activation Replay on partial acceptance"
                                       : "token by token on this backend");
-    fmt::print("{:>5} {:>7} {:>9} {:>10} {:>8} {:>16} {:>8}\n", "batch", "window", "step ms", "verify ms", "÷ step",
-               "verify+replay ms", "÷ step");
-    for (const VerifyBenchRow& r : bench_verify(*backend, flags.batches, flags.verify_windows, flags.gen, flags.seed)) {
-      fmt::print("{:>5} {:>7} {:>9.3f} {:>10.3f} {:>8.2f} {:>16.3f} {:>8.2f}\n", r.batch, r.window, r.step_ms,
-                 r.verify_ms, r.verify_ms / r.step_ms, r.verify_replay_ms, r.verify_replay_ms / r.step_ms);
-      verify.push_back(json{{"batch", r.batch}, {"window", r.window}, {"step_ms", r.step_ms}, {"verify_ms", r.verify_ms},
-                            {"verify_replay_ms", r.verify_replay_ms}});
+    const bool simulated = flags.acceptance > 0;
+    fmt::print("{:>5} {:>7} {:>9} {:>10} {:>8} {:>16} {:>8}{}\n", "batch", "window", "step ms", "verify ms", "÷ step",
+               "verify+replay ms", "÷ step",
+               simulated ? fmt::format(" {:>13} {:>10} {:>9}", "tokens/window", "window ms", "speed-up") : "");
+    for (const VerifyBenchRow& r :
+         bench_verify(*backend, flags.batches, flags.verify_windows, flags.gen, flags.seed, flags.acceptance)) {
+      const double speedup = simulated ? r.tokens_per_window * r.step_ms / r.window_ms : 0;
+      fmt::print("{:>5} {:>7} {:>9.3f} {:>10.3f} {:>8.2f} {:>16.3f} {:>8.2f}{}\n", r.batch, r.window, r.step_ms,
+                 r.verify_ms, r.verify_ms / r.step_ms, r.verify_replay_ms, r.verify_replay_ms / r.step_ms,
+                 simulated ? fmt::format(" {:>13.2f} {:>10.3f} {:>8.2f}×", r.tokens_per_window, r.window_ms, speedup) : "");
+      json row{{"batch", r.batch}, {"window", r.window}, {"step_ms", r.step_ms}, {"verify_ms", r.verify_ms},
+               {"verify_replay_ms", r.verify_replay_ms}};
+      if (simulated) {
+        row["acceptance"] = flags.acceptance;
+        row["tokens_per_window"] = r.tokens_per_window;
+        row["window_ms"] = r.window_ms;
+        row["speedup"] = speedup;
+      }
+      verify.push_back(row);
     }
   }
   // After the timings: planning a shape reserves its workspace, which the peak column would count.
@@ -205,6 +218,8 @@ void run_bench(const BenchFlags& flags) {
     fail("bench: give exactly one of --model, --synthetic or --artifact");
   if (flags.module == "model" && flags.recipe.empty() != flags.bits.empty())
     fail("bench: --recipe and --bits go together");
+  if (flags.acceptance > 0 && flags.verify_windows.empty())
+    fail("bench: --accept simulates speculation in the verify windows: give --verify too");
   if (flags.head_to_toe && (flags.recipe.empty() || flags.module != "model"))
     fail("bench: --head-to-toe quantizes a synthetic model's embedding and lm_head: give --recipe and --bits");
   for (const int64_t prompt : flags.prompts)  // refused before any timing, so nothing is half written
@@ -262,6 +277,11 @@ void add_bench_command(CLI::App& app) {
                   "pending token + K drafts) against a plain step, --gen iterations each, per batch size")
       ->delimiter(',')
       ->check(whole_number(1, 64));
+  cmd->add_option("--accept", flags->acceptance,
+                  "With --verify: also simulate speculative decoding in which each draft token is accepted with this "
+                  "probability (0 < p <= 1; random tokens, so the model's choices are not compared) and report the "
+                  "tokens a window yields and the speed-up over plain steps")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--show-plan", flags->show_plan,
                 "Print what each timed shape runs (prefill and decode of every batch size), layer by layer");
   cmd->callback([flags] { flags->model = flags->model.empty() ? "" : resolve_model_dir(flags->model), run_bench(*flags); });

@@ -41,6 +41,10 @@ out=$("$ssdq" bench --device cpu --model "$model" --batch 1,2 --prompt 8 --gen 2
 grep -q "^verify windows (token by token on this backend" <<<"$out"
 [ "$(grep -cE '^ +[12] +[23] +[0-9.]+ +[0-9.]+ ' <<<"$out")" -eq 4 ]
 [ "$(grep -c '"verify_replay_ms"' "$json")" -eq 4 ]
+out=$("$ssdq" bench --device cpu --model "$model" --prompt 8 --gen 3 --repeats 1 --verify 4 --accept 1)
+grep -qE '^ +1 +4 .* 4\.00 +[0-9.]+ +[0-9.]+×$' <<<"$out"  # every draft accepted: 4 tokens a window
+if "$ssdq" bench --device cpu --model "$model" --accept 0.5 2>"$TEST_TMPDIR/err"; then exit 1; fi
+grep -qF -- "--accept simulates speculation" "$TEST_TMPDIR/err"
 if "$ssdq" bench --device cpu --model "$model" --verify 0 2>"$TEST_TMPDIR/err"; then exit 1; fi
 grep -qF -- "--verify" "$TEST_TMPDIR/err"
 
