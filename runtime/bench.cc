@@ -90,7 +90,7 @@ std::vector<VerifyBenchRow> bench_verify(const Backend& backend, const std::vect
       for (auto& v : t) v = static_cast<int32_t>(rng() % vocab);
       return t;
     };
-    DecodeSession session(backend, batch);
+    DecodeSession session(backend, batch, VerifyMode::kWindow);
     for (int64_t b = 0; b < batch; ++b) session.prefill(b, random_tokens(prompt_length).data(), prompt_length, nullptr);
     const std::vector<int32_t> column = random_tokens(batch);
     std::vector<float> logits;

@@ -29,7 +29,7 @@ std::vector<ModelBenchRow> bench_model(const Backend& backend, const ModelBenchO
                                        const std::function<void(ModelBenchRow&)>& after_batch);
 
 // The cost of a speculative verify window against a plain decode step, on one DecodeSession of
-// `batch` sequences (prompts of 64 random tokens), logits of every position copied back as
+// `batch` sequences (VerifyMode::kWindow: one call where the backend has windows) (prompts of 64 random tokens), logits of every position copied back as
 // generate uses them: one step; verify(window) accepted whole (no replay); verify(window) with
 // every sequence keeping half of it (the snapshot restored and the kept half replayed).
 // With `acceptance` in (0, 1]: speculative decoding simulated at that rate — each draft token of a

@@ -29,9 +29,6 @@ class CudaState;
 struct CudaBackendOptions {
   int device = 0;
   bool use_graphs = true;  // capture decode steps (length 1), verify windows and replays into CUDA graphs
-  // Speculative verification as one multi-token window with Activation Replay (false: token by
-  // token, bit for bit a plain step's logits and states; runtime/decode_session.h).
-  bool verify_window = true;
 };
 
 class CudaBackend : public Backend {

@@ -59,7 +59,7 @@ void CudaBackend::Impl::enqueue_replay(CudaState& state) const {
   }
 }
 
-bool CudaBackend::runs_window() const { return impl_->options.verify_window && impl_->runs_window(); }
+bool CudaBackend::runs_window() const { return impl_->runs_window(); }
 
 void CudaBackend::forward_window(const int32_t* tokens, int64_t length, InferenceState& state,
                                  const ForwardOutputs& outputs) const {

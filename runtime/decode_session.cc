@@ -7,8 +7,11 @@
 
 namespace ssdq {
 
-DecodeSession::DecodeSession(const Backend& backend, int64_t batch)
-    : backend_(backend), batch_(batch), state_(backend.new_state(batch)) {}
+DecodeSession::DecodeSession(const Backend& backend, int64_t batch, VerifyMode mode)
+    : backend_(backend),
+      batch_(batch),
+      window_(mode == VerifyMode::kWindow && backend.runs_window()),
+      state_(backend.new_state(batch)) {}
 
 void DecodeSession::prefill(int64_t seq, const int32_t* tokens, int64_t length, float* last_logits) {
   if (seq < 0 || seq >= batch_) fail("prefill: sequence {} is outside 0..{}", seq, batch_ - 1);
@@ -33,7 +36,7 @@ void DecodeSession::step(const int32_t* tokens, float* logits) {
 void DecodeSession::verify(const int32_t* tokens, int64_t K, float* logits) {
   if (K <= 0) fail("verify: K must be at least 1, got {}", K);
   const int64_t V = backend_.config().vocab_size;
-  pending_window_ = backend_.runs_window();
+  pending_window_ = window_;
   if (pending_window_) {
     if (before_token_.empty()) before_token_.push_back(backend_.new_state(batch_));
     before_token_[0]->copy_all(*state_);

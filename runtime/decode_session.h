@@ -4,18 +4,20 @@
 //   step(tokens[batch])       one token per sequence, logits of each;
 //   verify(tokens[batch, K])  K tokens per sequence, logits at every one of the K positions;
 //   accept(n[batch])          each sequence keeps only its first n of the K verified tokens.
-// Two ways to verify, one contract: verify + accept(n) leaves each sequence where n plain steps
-// of its tokens would.
-// - A backend with a verify window (Backend::runs_window: the CUDA engine) runs the K tokens as
-//   one forward — the projections over K rows a sequence at once, the recurrence token by token
+// Two ways to verify (VerifyMode, the caller's choice), one contract: verify + accept(n) leaves
+// each sequence where n plain steps of its tokens would.
+// - kExact (the default), and kWindow on a backend without windows (the CPU specification): K
+//   single-token steps, the same call a plain decode makes, keeping the state before each;
+//   accept(n) restores the state after token n. Bit for bit what n plain steps give
+//   (tests/runtime and tests/gpu decode_session_test.cc).
+// - kWindow on a backend with a verify window (Backend::runs_window: the CUDA engine): the K tokens
+//   as one forward — the projections over K rows a sequence at once, the recurrence token by token
 //   with the state rounded after each as a step stores it — after one snapshot of the state;
 //   accept(n < K) restores the snapshot and replays n tokens from the activations the window kept
 //   (Activation Replay). The SSD's arithmetic is a step's; the projections and norms run a K-row
 //   schedule, so logits and states equal plain steps' to rounding (tests/gpu/decode_session_test.cc
-//   bounds it), not bit for bit.
-// - Otherwise (the CPU specification) verify runs K single-token steps, the same call a plain
-//   decode makes, keeping the state before each; accept(n) restores the state after token n: bit
-//   for bit what n plain steps give (tests/runtime/decode_session_test.cc).
+//   bounds it), not bit for bit: a choice between two nearly tied tokens can then differ from
+//   plain decoding's (docs/GENERATION.md counts how often).
 #pragma once
 
 #include <cstdint>
@@ -26,9 +28,13 @@
 
 namespace ssdq {
 
+enum class VerifyMode { kExact, kWindow };
+
 class DecodeSession {
  public:
-  DecodeSession(const Backend& backend, int64_t batch);
+  DecodeSession(const Backend& backend, int64_t batch, VerifyMode mode = VerifyMode::kExact);
+  // Whether verify runs as one window (kWindow asked and the backend has one).
+  bool runs_window() const { return window_; }
 
   int64_t batch() const { return batch_; }
   const Backend& backend() const { return backend_; }
@@ -50,6 +56,7 @@ class DecodeSession {
  private:
   const Backend& backend_;
   int64_t batch_;
+  bool window_;
   std::unique_ptr<InferenceState> state_;
   std::unique_ptr<InferenceState> prompt_state_;              // batch 1: one sequence's prefill
   std::vector<std::unique_ptr<InferenceState>> before_token_;  // stepped verify: state before token k

@@ -143,7 +143,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
   Generator generator(tokenizer, options, on_text);
   const auto start = Clock::now();
   std::vector<Progress> seq(B);
-  DecodeSession session(backend, B);
+  DecodeSession session(backend, B, options.verify);
   std::vector<float> logits(V);
   std::vector<int32_t> pending(B);  // the chosen token each sequence feeds next
   for (int64_t b = 0; b < B; ++b) {

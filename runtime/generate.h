@@ -12,6 +12,7 @@
 
 #include "formats/tokenizer.h"
 #include "runtime/backend.h"
+#include "runtime/decode_session.h"
 #include "runtime/ngram_drafter.h"
 #include "runtime/sampling.h"
 
@@ -38,6 +39,10 @@ struct GenerateOptions {
   // failing), so a drafter that keeps missing costs a few windows, not one per token. Off: every
   // draft is verified at its full length (the exactness tests' fixed windows).
   bool adaptive_draft = false;
+  // How windows are verified (runtime/decode_session.h): kExact token by token, the plain tokens
+  // bit for bit; kWindow one multi-token call with Activation Replay where the backend has it,
+  // faster on large models, equal to plain decoding to rounding (a near-tie can change the text).
+  VerifyMode verify = VerifyMode::kExact;
 };
 
 // A drafter by prompt lookup (ngram_drafter.h).

@@ -22,7 +22,8 @@ using nlohmann::json;
 
 struct GenerateFlags {
   ModelSourceFlags source;
-  std::string prompt, prompt_file, json_path, speculate = "off", draft_policy = "adaptive";
+  std::string prompt, prompt_file, json_path, speculate = "off", draft_policy = "adaptive",
+              verify = "exact";
   std::vector<std::string> stop;
   int64_t max_new_tokens = 128, top_k = 0, draft = 6, ngram_min = 1, ngram_max = 3;
   double temperature = 0, top_p = 1;
@@ -86,6 +87,7 @@ void run_generate(const GenerateFlags& flags) {
     options.drafter = ngram_drafter({flags.draft, flags.ngram_min, flags.ngram_max});
     options.max_draft = flags.draft;
     options.adaptive_draft = flags.draft_policy == "adaptive";
+    options.verify = flags.verify == "window" ? VerifyMode::kWindow : VerifyMode::kExact;
   }
   const ModelSource source = load_model_source("generate", flags.source);
   std::fprintf(stderr, "%s", source.description.c_str());
@@ -175,6 +177,12 @@ void add_generate_command(CLI::App& app) {
                   "full length)")
       ->capture_default_str()
       ->check(CLI::IsMember({"adaptive", "fixed"}));
+  cmd->add_option("--verify", flags->verify,
+                  "--speculate: exact (each window verified token by token: the plain tokens bit for bit) or "
+                  "window (one multi-token call with Activation Replay on CUDA: faster on large models, equal "
+                  "to plain decoding to rounding, so a near-tie can change the text; docs/GENERATION.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"exact", "window"}));
   cmd->add_option("--ngram-min", flags->ngram_min, "--speculate ngram: shortest suffix looked up")
       ->capture_default_str()
       ->check(whole_number(1));

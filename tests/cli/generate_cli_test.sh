@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `ssdq generate` on the CPU with the bundled model: greedy text streams to stdout and equals the
-# speculative run's; a .jsonl prompt file runs as one batch with a JSON report per prompt; bad
+# speculative run's (--verify exact or window); a .jsonl prompt file runs as one batch with a JSON report per prompt; bad
 # sampling values, an empty prompt, an empty prompt file and an unknown device are refused.
 set -euo pipefail
 ssdq=tools/ssdq
@@ -14,6 +14,12 @@ spec=$("$ssdq" generate --model "$model" --prompt "The city of London" --max-new
   --json "$tmp/spec.json" 2>"$tmp/err")
 [ "$plain" = "$spec" ]
 grep -q '"windows"' "$tmp/spec.json"
+# --verify window: the CPU has no window, so it verifies token by token, the same text.
+window=$("$ssdq" generate --model "$model" --prompt "The city of London" --max-new-tokens 24 --speculate ngram \
+  --verify window 2>/dev/null)
+[ "$plain" = "$window" ]
+if "$ssdq" generate --model "$model" --prompt "x" --speculate ngram --verify fast 2>"$tmp/err"; then exit 1; fi
+grep -q -- "--verify" "$tmp/err"
 
 printf '{"prompt": "Once upon a time"}\n\n{"text": "The history of"}\n' >"$tmp/prompts.jsonl"
 out=$("$ssdq" generate --model "$model" --prompt-file "$tmp/prompts.jsonl" --max-new-tokens 8 --temperature 0.8 \

@@ -1,9 +1,11 @@
 // The decode session on the CUDA engine: verify(K) + accept(n) against the single-step path at the
 // same batch size, for the bundled model in bf16 and synthetic models of every recipe × bit width —
-// verified token by token, bit for bit (logits of every verified position, each sequence's state
-// after accept, the logits of the next step); verified as one window with Activation Replay, to
+// verified token by token (VerifyMode::kExact), bit for bit (logits of every verified position, each sequence's state
+// after accept, the logits of the next step); verified as one window with Activation Replay
+// (kWindow), to
 // rounding (the projections run a K-row schedule), and the replay bit for bit the window's own
-// steps. The state API's device-to-device row copies.
+// steps; windows replayed from CUDA graphs equal to eager ones. The state API's device-to-device
+// row copies.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -54,7 +56,8 @@ double relative_difference(const float* a, const float* b, int64_t n) {
 
 // `tolerance` 0: bit for bit; otherwise the largest relative difference of logits allowed (states
 // are then compared through the logits of the step after accept).
-void expect_verify_accept_is_plain_decode(const Backend& backend, const std::string& name, double tolerance = 0) {
+void expect_verify_accept_is_plain_decode(const Backend& backend, const std::string& name, VerifyMode mode,
+                                          double tolerance = 0) {
   const int64_t V = backend.config().vocab_size, B = 3, K = 4;
   const std::vector<int64_t> prompt_lengths = {70, 9, 1}, counts = {0, 2, 4};
   std::vector<std::vector<int32_t>> prompts;
@@ -65,7 +68,8 @@ void expect_verify_accept_is_plain_decode(const Backend& backend, const std::str
     for (int64_t b = 0; b < B; ++b) s.prefill(b, prompts[b].data(), prompt_lengths[b], nullptr);
     s.step(first.data(), nullptr);
   };
-  DecodeSession session(backend, B);
+  DecodeSession session(backend, B, mode);
+  ASSERT_EQ(session.runs_window(), mode == VerifyMode::kWindow) << name;
   start(session);
   std::vector<float> verified(B * K * V), after(B * V);
   session.verify(drafts.data(), K, verified.data());
@@ -108,24 +112,17 @@ void expect_verify_accept_is_plain_decode(const Backend& backend, const std::str
   }
 }
 
-CudaBackendOptions stepped_verify() {
-  CudaBackendOptions options;
-  options.verify_window = false;
-  return options;
-}
-
 TEST(CudaDecodeSession, SteppedVerifyIsPlainDecodeInBf16) {
-  const CudaBackend backend(*load_model(kTinyModel).weights, stepped_verify());
-  ASSERT_FALSE(backend.runs_window());
-  expect_verify_accept_is_plain_decode(backend, "bf16 " + backend.device_name());
+  const CudaBackend backend(*load_model(kTinyModel).weights, CudaBackendOptions{});
+  expect_verify_accept_is_plain_decode(backend, "bf16 " + backend.device_name(), VerifyMode::kExact);
 }
 
 TEST(CudaDecodeSession, SteppedVerifyIsPlainDecodeForEveryRecipeAndBits) {
   const Mamba2Config c = synthetic_config(2);
   for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {
     const RecipeOptions& o = recipe_case.options;
-    const CudaBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)), stepped_verify());
-    expect_verify_accept_is_plain_decode(backend, recipe_case.name);
+    const CudaBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)), CudaBackendOptions{});
+    expect_verify_accept_is_plain_decode(backend, recipe_case.name, VerifyMode::kExact);
   }
 }
 
@@ -137,7 +134,7 @@ constexpr double kWindowToleranceBf16 = 2e-2, kWindowToleranceArtifact = 5e-2;
 TEST(CudaDecodeSession, WindowIsPlainDecodeToRoundingInBf16) {
   const CudaBackend backend(*load_model(kTinyModel).weights, CudaBackendOptions{});
   ASSERT_TRUE(backend.runs_window());
-  expect_verify_accept_is_plain_decode(backend, "bf16 window", kWindowToleranceBf16);
+  expect_verify_accept_is_plain_decode(backend, "bf16 window", VerifyMode::kWindow, kWindowToleranceBf16);
 }
 
 TEST(CudaDecodeSession, WindowIsPlainDecodeToRoundingForEveryRecipeAndBits) {
@@ -146,7 +143,8 @@ TEST(CudaDecodeSession, WindowIsPlainDecodeToRoundingForEveryRecipeAndBits) {
     const CudaBackend backend(
         std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, recipe_case.options, 5)), CudaBackendOptions{});
     if (!backend.runs_window()) continue;  // verified token by token (tested above)
-    expect_verify_accept_is_plain_decode(backend, recipe_case.name + " window", kWindowToleranceArtifact);
+    expect_verify_accept_is_plain_decode(backend, recipe_case.name + " window", VerifyMode::kWindow,
+                                         kWindowToleranceArtifact);
   }
 }
 
@@ -177,6 +175,35 @@ TEST(CudaDecodeSession, ReplayIsTheWindowsOwnSteps) {
         std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, recipe_case.options, 5)), CudaBackendOptions{});
     if (backend.runs_window()) expect_replay_is_the_window(backend, recipe_case.name);
   }
+}
+
+// Windows and replays captured into CUDA graphs give the eager launches' bits: three windows of
+// the same length (eager warm-up, capture, replay) each accepted in part, against a backend
+// without graphs.
+TEST(CudaDecodeSession, WindowGraphReplayIsEager) {
+  const auto loaded = load_model(kTinyModel);
+  const ModelWeights& weights = *loaded.weights;
+  CudaBackendOptions eager_options;
+  eager_options.use_graphs = false;
+  const CudaBackend graphs(weights, CudaBackendOptions{}), eager(weights, eager_options);
+  const int64_t V = weights.config.vocab_size, B = 2, K = 4;
+  auto run = [&](const Backend& backend) {
+    DecodeSession session(backend, B, VerifyMode::kWindow);
+    for (int64_t b = 0; b < B; ++b) session.prefill(b, random_tokens(20 + b, V, 40 + b).data(), 20 + b, nullptr);
+    std::vector<float> all, logits(B * K * V);
+    for (int round = 0; round < 3; ++round) {
+      session.verify(random_tokens(B * K, V, 50 + round).data(), K, logits.data());
+      all.insert(all.end(), logits.begin(), logits.end());
+      session.accept({round % (K + 1), K - 1});
+    }
+    std::vector<float> next(B * V);
+    session.step(random_tokens(B, V, 60).data(), next.data());
+    all.insert(all.end(), next.begin(), next.end());
+    return all;
+  };
+  const std::vector<float> with_graphs = run(graphs), without = run(eager);
+  ASSERT_EQ(with_graphs.size(), without.size());
+  EXPECT_EQ(std::memcmp(with_graphs.data(), without.data(), with_graphs.size() * 4), 0);
 }
 
 TEST(CudaStateApi, CopiesAndZeroesRowsOnTheDevice) {

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Plain against speculative generation, one prompt at a time, over the prompt sets of
+# examples/prompts (docs/GENERATION.md): tokens/s and TPOT of each, the speculative run's windows
+# and accepted / drafted tokens, and whether both wrote the same text.
+#
+#   tools/bench_generate.sh SSDQ OUTDIR [generate flags ...]   (e.g. --model examples/mamba2-tiny --device cuda)
+set -uo pipefail
+[ $# -ge 2 ] || { sed -n '2,6p' "$0" >&2; exit 2; }
+ssdq=$1 out=$2
+shift 2
+mkdir -p "$out"
+for set in tldr wikitext humaneval; do
+  n=$(wc -l <"examples/prompts/$set.jsonl")
+  for ((i = 1; i <= n; i++)); do
+    sed -n "${i}p" "examples/prompts/$set.jsonl" >"$out/$set.$i.jsonl"
+    for mode in plain spec; do
+      extra=(); [ $mode = spec ] && extra=(--speculate ngram --draft 6)
+      "$ssdq" generate "$@" --prompt-file "$out/$set.$i.jsonl" --max-new-tokens 128 "${extra[@]}" \
+        --json "$out/$set.$i.$mode.json" >"$out/$set.$i.$mode.txt" 2>"$out/$set.$i.$mode.err" ||
+        { echo "$set $i $mode failed (see $out/$set.$i.$mode.err)"; continue; }
+    done
+    python3 - "$out/$set.$i" "$set $i" <<'PY'
+import json, sys
+base, name = sys.argv[1], sys.argv[2]
+def one(mode):
+    r = json.load(open(f"{base}.{mode}.json"))
+    return r["results"][0] if "results" in r else r
+p, s = one("plain"), one("spec")
+sp = s.get("speculation", {})
+same = open(f"{base}.plain.txt").read() == open(f"{base}.spec.txt").read()
+print(f"{name:14} plain {p['tokens_per_second']:7.1f} tok/s TPOT {p['tpot_ms']:.3f} | spec {s['tokens_per_second']:7.1f} tok/s "
+      f"TPOT {s['tpot_ms']:.3f} windows {sp.get('windows')} accepted {sp.get('accepted')} / {sp.get('drafted')} | "
+      f"{'same text' if same else 'TEXT DIFFERS'}")
+PY
+  done
+done
