@@ -150,8 +150,8 @@ class CudaState : public DeviceState {
     size_t zxbcdt_bytes = 0, layer_bytes = 0;  // per layer: in_proj's rows, then the conv's
     int32_t* steps = nullptr;                // device [batch]: the replay's tokens a sequence
     PinnedBuffer<int32_t> host_steps;
-    uint64_t generation = 0;                 // new buffers: graphs captured before are stale
-    std::map<int64_t, std::unique_ptr<DecodeGraph>> forward_graphs, replay_graphs;  // by length
+    // By length; cleared with the buffers they were captured on.
+    std::map<int64_t, std::unique_ptr<DecodeGraph>> forward_graphs, replay_graphs;
   };
   Window window;
   float* window_zxbcdt(int64_t layer) const { return window.block.at<float>(layer * window.layer_bytes); }

@@ -9,7 +9,7 @@
 //   head_weights() → {lm_head [vocab, d_model], its element type (that of the head input)};
 //   enqueue_head_gemv(x, ldx, rows) → whether it wrote the logits itself (a decode GEMV).
 // A State provides batch(), a DecodeGraph `graph` and, for verify windows, `window` (its
-// forward_graphs by length and its buffers' generation).
+// forward_graphs by length, cleared when its buffers are replaced).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -124,11 +124,11 @@ struct CudaEngineCore {
   std::unique_ptr<kernels::Gemm> gemm;
   mutable DeviceBlock work_block;
   mutable int64_t work_batch = 0, work_length = 0;
+  // Counts replacements of the activation block and of the pinned buffers: captured graphs copy
+  // through both, and plans read the block's addresses.
   mutable uint64_t work_generation = 0;
   mutable PinnedBuffer<int32_t> pinned_tokens, pinned_targets, pinned_argmax;
   mutable PinnedBuffer<float> pinned_nll, pinned_logits;
-  // Counts the pinned buffers' replacements: captured graphs copy to and from their addresses.
-  mutable uint64_t pinned_generation = 0;
 };
 
 // The chunked SSD's shape for a prefill of `length` tokens of `batch` sequences (pointers unset).
@@ -144,10 +144,10 @@ inline kernels::SsdChunkScanArgs ssd_chunk_shape(const Mamba2Config& c, int64_t 
   return a;
 }
 
-// What a captured decode step depends on besides the state: the buffers it copies through (the
-// workspace's and the pinned buffers' generations, combined) and which outputs it writes.
-inline uint64_t decode_graph_key(uint64_t buffers_generation, const ForwardOutputs& out) {
-  return buffers_generation * 16 + (out.logits ? 1 : 0) + (out.nll ? 2 : 0) + (out.argmax ? 4 : 0) +
+// What a captured decode step depends on besides the state: the buffers it copies through (their
+// generation) and which outputs it writes.
+inline uint64_t decode_graph_key(uint64_t work_generation, const ForwardOutputs& out) {
+  return work_generation * 16 + (out.logits ? 1 : 0) + (out.nll ? 2 : 0) + (out.argmax ? 4 : 0) +
          (out.last_position_only ? 8 : 0);
 }
 
@@ -211,17 +211,15 @@ void run_cuda_forward(const Impl& impl, const int32_t* tokens, int64_t length, S
   const auto& work = impl.work;
   cudaStream_t stream = impl.stream;
 
-  uint64_t* pinned_generation = &impl.pinned_generation;
-  int32_t* host_tokens = impl.pinned_tokens.get(M, pinned_generation);
+  uint64_t* generation = &impl.work_generation;  // a replaced pinned buffer makes captured graphs stale
+  int32_t* host_tokens = impl.pinned_tokens.get(M, generation);
   std::memcpy(host_tokens, tokens, M * 4);
-  int32_t* host_targets = out.targets && out.nll ? impl.pinned_targets.get(rows, pinned_generation) : nullptr;
+  int32_t* host_targets = out.targets && out.nll ? impl.pinned_targets.get(rows, generation) : nullptr;
   if (host_targets) std::memcpy(host_targets, out.targets, rows * 4);
-  float* host_nll = out.nll ? impl.pinned_nll.get(rows, pinned_generation) : nullptr;
-  int32_t* host_argmax = out.argmax ? impl.pinned_argmax.get(rows, pinned_generation) : nullptr;
+  float* host_nll = out.nll ? impl.pinned_nll.get(rows, generation) : nullptr;
+  int32_t* host_argmax = out.argmax ? impl.pinned_argmax.get(rows, generation) : nullptr;
   const int64_t block_rows = std::min(rows, work.logits_rows);
-  float* host_logits = out.logits ? impl.pinned_logits.get(block_rows * V, pinned_generation) : nullptr;
-  // What a captured graph depends on: the workspace and the pinned buffers it copies through.
-  const uint64_t buffers = impl.work_generation * 4096 + impl.pinned_generation % 4096;
+  float* host_logits = out.logits ? impl.pinned_logits.get(block_rows * V, generation) : nullptr;
   const auto [head_x, head_ldx] = impl.head_input(length, out.last_position_only);
 
   auto copy_reductions = [&] {
@@ -243,10 +241,9 @@ void run_cuda_forward(const Impl& impl, const int32_t* tokens, int64_t length, S
   if (use_graphs && window && one_block) {
     auto& graph = state.window.forward_graphs[length];
     if (!graph) graph = std::make_unique<DecodeGraph>();
-    graph->run(stream, decode_graph_key(buffers, out) * 1024 + state.window.generation % 1024,
-               [&] { enqueue_all(true); });
+    graph->run(stream, decode_graph_key(impl.work_generation, out), [&] { enqueue_all(true); });
   } else if (use_graphs && length == 1 && one_block) {
-    state.graph.run(stream, decode_graph_key(buffers, out), [&] { enqueue_all(true); });
+    state.graph.run(stream, decode_graph_key(impl.work_generation, out), [&] { enqueue_all(true); });
   } else if (one_block) {
     enqueue_all(true);
   } else {

@@ -133,21 +133,23 @@ LayerPlan CudaBackend::Impl::plan_layer(const DeviceLayer& d, int64_t batch, int
   LayerPlan p;
   p.window = window;
   p.pending_delta = previous && !previous->out_proj.residual_add;
-  // A verify window runs the recurrence whatever its length, reading the conv's output from memory.
-  const bool ssdi8_prefill = d.ssdi8 && length > 1 && !window;
+  // Several tokens a sequence run the prefill kernels, except in a verify window, which runs
+  // decode's recurrence over its tokens (reading the conv's output from memory).
+  const bool prefill = length > 1 && !window;
+  const bool ssdi8_prefill = d.ssdi8 && prefill;
   if (!p.pending_delta && norm_in_gemv(d, M)) {
     p.in_proj = plan_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, false, d.norm.at<float>(0));
   } else {
     // Prefill only: in a decode step the two streams cost more than the conv saves
     // (docs/kernels/gemm.md).
-    p.split_in_proj = length > 1 && !window && runs_split_in_proj(d, M);
+    p.split_in_proj = prefill && runs_split_in_proj(d, M);
     // With dt's format applied in the SSDi8 kernels, its ChunkCumsum follows dt on the second stream.
     p.tables_early = p.split_in_proj && ssdi8_prefill && d.dt_format_in_kernel();
     if (!p.split_in_proj) p.in_proj = plan_linear(d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, false, nullptr);
   }
   if (ssdi8_prefill) ssdi8_args(d, batch, length, state.ssm(l));  // fails when the kernel does not take the shape
   const kernels::SsdChunkScanArgs chunked = float_ssd_args(d, batch, length, state.ssm(l));
-  const bool float_chunked = d.fp16_chunked_ssd && length > 1 && !window && kernels::ssd_chunk_scan_supported(chunked);
+  const bool float_chunked = d.fp16_chunked_ssd && prefill && kernels::ssd_chunk_scan_supported(chunked);
   // Decode, and shapes the chunked scans do not take: the recurrence over every token, exact for
   // any length; one decode token a sequence runs the conv inside the state update's launch where
   // that kernel takes the shape.

@@ -100,7 +100,7 @@ class PinnedBuffer {
     if (ptr_) cudaFreeHost(ptr_);
   }
   // At least `count` elements; a larger request replaces the buffer and counts one more in
-  // *generation (when given), since a captured graph that copies to or from it is then stale.
+  // *generation (when given): a captured graph that copies to or from it is then stale.
   T* get(size_t count, uint64_t* generation = nullptr) {
     if (count > capacity_) {
       if (ptr_) cudaFreeHost(ptr_);

@@ -31,7 +31,6 @@ void CudaBackend::Impl::reserve_window(CudaState& state, int64_t length) const {
   w.host_steps.get(state.batch());
   w.capacity = length;
   w.length = 0;
-  ++w.generation;
 }
 
 void CudaBackend::Impl::enqueue_replay(CudaState& state) const {
@@ -41,17 +40,19 @@ void CudaBackend::Impl::enqueue_replay(CudaState& state) const {
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const DeviceLayer& d = layers[l];
     redirect.to(state.window_zxbcdt(l), state.window_conv_out(l));
+    // What the window's conv read (its input, formats and state), replayed per sequence's count.
+    const kernels::CausalConv1dArgs window_conv = conv_args(d, batch, length, state.conv(l), false);
     kernels::ConvStateReplayArgs conv;
-    conv.batch = static_cast<int>(batch);
-    conv.channels = static_cast<int>(c.conv_dim());
-    conv.width = static_cast<int>(c.d_conv);
-    conv.steps = static_cast<int>(length);
+    conv.batch = window_conv.batch;
+    conv.channels = window_conv.channels;
+    conv.width = window_conv.width;
+    conv.steps = window_conv.seqlen;
     conv.seq_steps = state.window.steps;
-    conv.in = act_at(work.zxbcdt, d.xbc_at);
-    conv.in_stride = c.d_in_proj();
-    conv.type = act_type();
-    conv.in_formats = d.conv_in_codes.bytes() ? d.conv_in_codes.at<float>(0) : nullptr;
-    conv.state = state.conv(l);
+    conv.in = window_conv.in;
+    conv.in_stride = window_conv.in_stride;
+    conv.type = window_conv.in_type;
+    conv.in_formats = window_conv.in_formats;
+    conv.state = window_conv.state;
     cuda_ok(kernels::launch_conv_state_replay(conv, stream), "conv_state_replay");
     kernels::SsdStateUpdateArgs step = state_update_args(d, batch, length, state.ssm(l), true);
     step.seq_steps = state.window.steps;
@@ -91,7 +92,7 @@ void CudaBackend::replay_window(InferenceState& state, const std::vector<int64_t
   if (impl_->options.use_graphs) {
     auto& graph = w.replay_graphs[w.length];
     if (!graph) graph = std::make_unique<DecodeGraph>();
-    graph->run(stream, impl_->work_generation * 1024 + w.generation % 1024, enqueue);
+    graph->run(stream, impl_->work_generation, enqueue);
   } else {
     enqueue();
   }

@@ -36,8 +36,7 @@ void DecodeSession::step(const int32_t* tokens, float* logits) {
 void DecodeSession::verify(const int32_t* tokens, int64_t K, float* logits) {
   if (K <= 0) fail("verify: K must be at least 1, got {}", K);
   const int64_t V = backend_.config().vocab_size;
-  pending_window_ = window_;
-  if (pending_window_) {
+  if (window_) {
     if (before_token_.empty()) before_token_.push_back(backend_.new_state(batch_));
     before_token_[0]->copy_all(*state_);
     ForwardOutputs out;
@@ -70,7 +69,7 @@ void DecodeSession::accept(const std::vector<int64_t>& counts) {
     if (counts[b] < 0 || counts[b] > pending_k_)
       fail("accept: sequence {} keeps {} tokens; the count must be in 0..{} (the verified K)", b, counts[b],
            pending_k_);
-  if (pending_window_) {
+  if (window_) {
     // Sequences that keep fewer than K tokens restart from the snapshot and replay their count.
     std::vector<int64_t> rows, replay(batch_, 0);
     for (int64_t b = 0; b < batch_; ++b)

@@ -61,7 +61,7 @@ class DecodeSession {
   std::unique_ptr<InferenceState> prompt_state_;              // batch 1: one sequence's prefill
   std::vector<std::unique_ptr<InferenceState>> before_token_;  // stepped verify: state before token k
   int64_t pending_k_ = 0;                                     // K of a verify not yet accepted
-  bool pending_window_ = false;                               // that verify ran as a window (before_token_[0] its snapshot)
+  // window_: before_token_[0] is the snapshot taken before the window.
   std::vector<int32_t> column_;
   std::vector<float> step_logits_;
 };
