@@ -23,7 +23,13 @@ __global__ void __launch_bounds__(kThreads) gated_rmsnorm_kernel(GatedRmsNormArg
     gated[i] = c < a.group_size ? __bfloat162float(y[c]) * silu(__bfloat162float(z[c])) : 0.f;
     sum += gated[i] * gated[i];
   }
-  const float scale = rsqrtf(block_sum<kThreads>(sum) / a.group_size + a.eps);
+  const float total = block_sum<kThreads>(sum);
+  float scale = 1.f;
+  if (a.sum_squares) {
+    if (threadIdx.x == 0) a.sum_squares[row * gridDim.y + blockIdx.y] = total;
+  } else {
+    scale = rsqrtf(total / a.group_size + a.eps);
+  }
   __nv_bfloat16* out = a.out + row * a.width + g0;
 #pragma unroll
   for (int i = 0; i < kMaxPerThread; ++i) {

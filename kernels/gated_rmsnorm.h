@@ -19,6 +19,10 @@ struct GatedRmsNormArgs {
   int64_t z_stride = 0;
   const float* weight = nullptr;     // [width]
   __nv_bfloat16* out = nullptr;      // [rows, width]
+  // Tensor parallelism's folded norm (kernels/tp_all_reduce.h): when set, out = g · weight left
+  // unnormalised and sum_squares[row · groups + group] = Σ g² over the group's channels here; the
+  // all-reduce after out_proj applies the scale of the sums across the ranks.
+  float* sum_squares = nullptr;
 };
 
 bool gated_rmsnorm_supported(const GatedRmsNormArgs& args);

@@ -35,7 +35,10 @@ __device__ void load_inputs(const GemvArgs& a, __nv_bfloat16* xs) {
           const float g = __bfloat162float(y[g0 + i]) * silu(__bfloat162float(z[g0 + i]));
           sum += g * g;
         }
-        const float scale = rsqrtf(block_sum<kThreads>(sum) / a.group_size + a.eps);
+        const float total = block_sum<kThreads>(sum);
+        const float scale = a.sum_squares ? 1.f : rsqrtf(total / a.group_size + a.eps);
+        if (a.sum_squares && blockIdx.x == 0 && threadIdx.x == 0)
+          a.sum_squares[r * (a.k / a.group_size) + g0 / a.group_size] = total;
         for (int i = threadIdx.x; i < a.group_size; i += kThreads) {
           const float g = __bfloat162float(y[g0 + i]) * silu(__bfloat162float(z[g0 + i]));
           row[g0 + i] = __float2bfloat16_rn(g * scale * a.norm_weight[g0 + i]);
@@ -114,10 +117,10 @@ bool gemv_supported(const GemvArgs& a) {
   if (!a.w || !aligned16(a.w) || !a.out || a.ldout < a.n) return false;
   if (a.accumulate && a.out_type != ElementType::kF32) return false;
   switch (a.input) {
-    case GemvInput::kBf16: return a.x && a.ldx >= a.k;
-    case GemvInput::kRmsNorm: return a.residual && a.norm_weight;
+    case GemvInput::kBf16: return !a.sum_squares && a.x && a.ldx >= a.k;
+    case GemvInput::kRmsNorm: return !a.sum_squares && a.residual && a.norm_weight;
     case GemvInput::kGatedRmsNorm:
-      return a.y && a.z && a.norm_weight && a.group_size > 0 && a.k % a.group_size == 0 && a.z_stride >= a.k;
+      return (!a.sum_squares || !a.accumulate) && a.y && a.z && a.norm_weight && a.group_size > 0 && a.k % a.group_size == 0 && a.z_stride >= a.k;
   }
   return false;
 }

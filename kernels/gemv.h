@@ -36,6 +36,9 @@ struct GemvArgs {
   int64_t ldout = 0;
   ElementType out_type = ElementType::kBF16;
   bool accumulate = false;           // out += (fp32 out only)
+  // kGatedRmsNorm under tensor parallelism's folded norm (kernels/tp_all_reduce.h): x = bf16(g ·
+  // weight) left unnormalised, and sum_squares[r · groups + group] = Σ g² of the group here.
+  float* sum_squares = nullptr;
 };
 
 constexpr int kGemvMaxRows = 4;

@@ -68,4 +68,6 @@ size_t CudaBackend::state_bytes_per_sequence() const {
 
 std::string CudaBackend::device_name() const { return impl_->device_name(); }
 
+CUstream_st* CudaBackend::stream() const { return impl_->stream; }
+
 }  // namespace ssdq

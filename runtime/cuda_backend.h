@@ -25,10 +25,23 @@
 namespace ssdq {
 
 class CudaState;
+class DeviceCommunicator;
+}  // namespace ssdq
+struct CUstream_st;  // cudaStream_t's type
+namespace ssdq {
 
 struct CudaBackendOptions {
   int device = 0;
   bool use_graphs = true;  // capture decode steps (length 1), verify windows and replays into CUDA graphs
+  // Tensor parallelism (runtime/cuda_tensor_parallel.h): the engine runs one rank's shard (its
+  // config's d_inner_shard), out_proj's partial rows summed into the residual through
+  // `communicator`. folded_norm_width: the gated norm group's channels over all ranks when the
+  // norm's sums of squares ride in that all-reduce (kernels/tp_all_reduce.h); 0: the norm is local.
+  DeviceCommunicator* communicator = nullptr;
+  int64_t folded_norm_width = 0;
+  // A vocab-parallel lm_head: this rank holds `head_rows` rows of it (its slice of the vocabulary,
+  // uploaded as an untied head), its logits gathered across the ranks; 0: the whole head.
+  int64_t head_rows = 0;
 };
 
 class CudaBackend : public Backend {
@@ -61,6 +74,8 @@ class CudaBackend : public Backend {
   void forward_window(const int32_t* tokens, int64_t length, InferenceState& state,
                       const ForwardOutputs& outputs) const override;
   void replay_window(InferenceState& state, const std::vector<int64_t>& steps) const override;
+  // The stream every forward and state copy runs on (the device's work is ordered on it).
+  CUstream_st* stream() const;
 
   struct Impl;
 

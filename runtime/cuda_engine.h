@@ -50,6 +50,7 @@
 #include "runtime/cuda_resources.h"
 #include "runtime/quantized_ssd.h"
 #include "runtime/cuda_backend.h"
+#include "runtime/cuda_communicator.h"
 
 namespace ssdq {
 
@@ -203,8 +204,9 @@ struct CudaBackend::Impl : CudaEngineCore {
     float* zxbcdt;    // in_proj's output rows z | x|B|C | dt (a split layer's: z | dt | x|B|C)
     float* conv_out;  // the conv's output x|B|C in fp32; the chunked float scan's fp16 operands over its bytes
     float *y, *gated;
-    float* out_proj_delta;  // out_proj's output where the next norm adds it to the residual
+    float* out_proj_delta;  // out_proj's output where the next norm adds it to the residual (or the all-reduce sums it)
     float *chain, *logits, *nll;
+    float *head_slice, *gathered;  // a vocab-parallel head's logits slice and the ranks' gathered slices
     int8_t* x_int8;    // a projection's int8 input (the format pass or the norm writes it)
     int8_t* ssdi8_bc;  // the SSDi8 kernel's int8 B|C rows
     int8_t* xbc_int8;  // a split in_proj's x|B|C as conv.in's int8 codes
@@ -429,7 +431,10 @@ struct CudaBackend::Impl : CudaEngineCore {
   // The gated RMSNorm of y by silu(z), written as out_proj reads it (LayerPlan::GatedOut): an
   // artifact's through kernels/hadamard_quant (with the online rotation, if any), the FP model's
   // through kernels/gated_rmsnorm in bf16, or nothing when out_proj's GEMV builds it itself.
-  void enqueue_gated_norm(const DeviceLayer& d, const LayerPlan& p, int64_t M) const;
+  void enqueue_gated_norm(const DeviceLayer& d, const LayerPlan& p, int64_t M, int64_t l) const;
+  // Tensor parallelism: where layer l's out_proj writes its M partial rows (then the folded norm's
+  // M sums of squares) for the all-reduce (DeviceCommunicator::partial_buffer).
+  float* tp_partial(int64_t M, int64_t l) const;
   // `window`: a verify window's forward (ForwardPlan::window), each layer's in_proj and conv
   // outputs written to the state's window buffers.
   void enqueue_body(int64_t batch, int64_t length, CudaState& state, bool window = false) const;
@@ -437,6 +442,17 @@ struct CudaBackend::Impl : CudaEngineCore {
   // cuda_forward.h's hook: the logits of `rows` rows from the quantized head, kQgemvMaxRows rows a
   // launch, when there is one. False: the caller runs the fp16 GEMM.
   bool enqueue_head_gemv(const uint16_t* x, int64_t ldx, int64_t rows) const;
+
+  // Rows of the lm_head this engine multiplies: the vocabulary, or a vocab-parallel rank's slice.
+  int64_t head_vocab() const { return options.head_rows ? options.head_rows : config.vocab_size; }
+  // Whether this engine writes a forward's outputs (NLL, argmax, logits to the host): every engine
+  // but a tensor-parallel rank other than 0, which runs the same head (its slice) and no outputs.
+  bool writes_outputs() const { return !options.communicator || options.communicator->rank() == 0; }
+  // Where the head's GEMM writes its logits [rows, head_vocab()].
+  float* head_out() const { return options.head_rows ? work.head_slice : work.logits; }
+  // A vocab-parallel head: the ranks' slices gathered (work.gathered, [ranks][rows][slice]) and laid
+  // out as whole rows in work.logits; nothing for a whole head.
+  void enqueue_head_gather(int64_t rows) const;
 
   // lm_head in 16 bits (bf16 for the FP model, fp16 for an artifact: its dequantized head), fp32 logits.
   std::pair<const void*, ElementType> head_weights() const {

@@ -178,8 +178,6 @@ void enqueue_logits_outputs(const Impl& impl, int64_t first_row, int64_t rows, c
 template <typename Impl, typename T>
 void enqueue_head_block(const Impl& impl, const T* x, int64_t ldx, int64_t first_row, int64_t rows,
                         const ForwardOutputs& out, float* pinned_logits_block) {
-  const int64_t V = impl.config.vocab_size;
-  const auto& work = impl.work;
   if (impl.enqueue_head_gemv(x + first_row * ldx, ldx, rows)) {
     enqueue_logits_outputs(impl, first_row, rows, out, pinned_logits_block);
     return;
@@ -187,17 +185,18 @@ void enqueue_head_block(const Impl& impl, const T* x, int64_t ldx, int64_t first
   const auto [weights, type] = impl.head_weights();
   kernels::GemmArgs head;
   head.m = rows;
-  head.n = V;
+  head.n = impl.head_vocab();
   head.k = impl.config.d_model;
   head.in_type = type;
   head.x = x + first_row * ldx;
   head.ldx = ldx;
   head.w = weights;
-  head.out = work.logits;
-  head.ldout = V;
+  head.out = impl.head_out();
+  head.ldout = head.n;
   head.out_type = kernels::ElementType::kF32;
   impl.gemm->run(head, impl.stream);
-  enqueue_logits_outputs(impl, first_row, rows, out, pinned_logits_block);
+  impl.enqueue_head_gather(rows);
+  if (impl.writes_outputs()) enqueue_logits_outputs(impl, first_row, rows, out, pinned_logits_block);
 }
 
 // `window`: a verify window (the state's window buffers reserved), captured per length.
@@ -214,12 +213,14 @@ void run_cuda_forward(const Impl& impl, const int32_t* tokens, int64_t length, S
   uint64_t* generation = &impl.work_generation;  // a replaced pinned buffer makes captured graphs stale
   int32_t* host_tokens = impl.pinned_tokens.get(M, generation);
   std::memcpy(host_tokens, tokens, M * 4);
-  int32_t* host_targets = out.targets && out.nll ? impl.pinned_targets.get(rows, generation) : nullptr;
+  // A tensor-parallel rank other than 0 runs the head (its slice) for the same rows, and writes nothing back.
+  const bool writes = impl.writes_outputs();
+  int32_t* host_targets = writes && out.targets && out.nll ? impl.pinned_targets.get(rows, generation) : nullptr;
   if (host_targets) std::memcpy(host_targets, out.targets, rows * 4);
-  float* host_nll = out.nll ? impl.pinned_nll.get(rows, generation) : nullptr;
-  int32_t* host_argmax = out.argmax ? impl.pinned_argmax.get(rows, generation) : nullptr;
+  float* host_nll = writes && out.nll ? impl.pinned_nll.get(rows, generation) : nullptr;
+  int32_t* host_argmax = writes && out.argmax ? impl.pinned_argmax.get(rows, generation) : nullptr;
   const int64_t block_rows = std::min(rows, work.logits_rows);
-  float* host_logits = out.logits ? impl.pinned_logits.get(block_rows * V, generation) : nullptr;
+  float* host_logits = writes && out.logits ? impl.pinned_logits.get(block_rows * V, generation) : nullptr;
   const auto [head_x, head_ldx] = impl.head_input(length, out.last_position_only);
 
   auto copy_reductions = [&] {
@@ -251,7 +252,7 @@ void run_cuda_forward(const Impl& impl, const int32_t* tokens, int64_t length, S
     for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
       const int64_t n = std::min(block_rows, rows - r0);
       enqueue_head_block(impl, head_x, head_ldx, r0, n, out, host_logits);
-      if (out.logits) {
+      if (host_logits) {
         cuda_ok(cudaStreamSynchronize(stream), "forward");
         std::memcpy(out.logits + r0 * V, host_logits, n * V * 4);
       }
@@ -259,10 +260,10 @@ void run_cuda_forward(const Impl& impl, const int32_t* tokens, int64_t length, S
     copy_reductions();
   }
   cuda_ok(cudaStreamSynchronize(stream), "forward");
-  if (out.logits && one_block) std::memcpy(out.logits, host_logits, rows * V * 4);
-  if (out.nll)
+  if (host_logits && one_block) std::memcpy(out.logits, host_logits, rows * V * 4);
+  if (host_nll)
     for (int64_t i = 0; i < rows; ++i) out.nll[i] = host_nll[i];
-  if (out.argmax) std::memcpy(out.argmax, host_argmax, rows * 4);
+  if (host_argmax) std::memcpy(out.argmax, host_argmax, rows * 4);
 }
 
 }  // namespace ssdq

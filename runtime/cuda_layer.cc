@@ -20,8 +20,10 @@ void CudaBackend::Impl::reserve(int64_t batch, int64_t length) const {
   const size_t residual = layout.add(M * D * 4), normed = layout.add(artifact * M * D * 4),
                zxbcdt = layout.add(M * in_dim * act), conv_out = layout.add(M * c.conv_dim() * act),
                y = layout.add(M * E * act), gated = layout.add(artifact * M * E * 4),
-               proj = layout.add(artifact * M * D * 4), chain = layout.add(grouped_gemm ? M * widest_out * 4 : 0),
+               proj = layout.add(artifact ? M * D * 4 : options.communicator ? M * (D + 1) * 4 : 0), chain = layout.add(grouped_gemm ? M * widest_out * 4 : 0),
                logits = layout.add(logits_rows * c.vocab_size * 4), nll = layout.add(M * 4);
+  const size_t head_slice = layout.add(options.head_rows ? logits_rows * options.head_rows * 4 : 0),
+               gathered = layout.add(options.head_rows ? logits_rows * c.vocab_size * 4 : 0);
   const size_t x8 = layout.add(artifact * M * widest_in), x16 = layout.add(M * widest_in * 2),
                expanded = layout.add(expand_bytes);
   const size_t ssdi8_bc = layout.add(any_ssdi8 ? M * 2 * c.ngroups * c.d_state : 0);  // the SSDi8 kernel's int8 B|C rows
@@ -45,7 +47,8 @@ void CudaBackend::Impl::reserve(int64_t batch, int64_t length) const {
           b.at<int32_t>(arrivals),
           b.at<float>(residual), b.at<float>(normed),    b.at<float>(zxbcdt),    b.at<float>(conv_out),
           b.at<float>(y),        b.at<float>(gated),     b.at<float>(proj),      b.at<float>(chain),
-          b.at<float>(logits),   b.at<float>(nll),       b.at<int8_t>(x8),       b.at<int8_t>(ssdi8_bc),
+          b.at<float>(logits),   b.at<float>(nll),       b.at<float>(head_slice), b.at<float>(gathered),
+          b.at<int8_t>(x8),       b.at<int8_t>(ssdi8_bc),
           b.at<int8_t>(xbc_int8), b.at<void>(ssdi8_workspace), b.at<void>(chunk_scan_workspace),
           b.at<__half>(x16),     b.at<void>(expanded),   logits_rows};
   cuda_ok(cudaMemsetAsync(work.arrivals, 0, batch * c.ngroups * 4, stream), "cudaMemsetAsync");
@@ -84,7 +87,11 @@ void CudaBackend::Impl::enqueue_linear(const LinearPlan& plan, const DeviceLinea
     const GemvPrologue prologue = plan.norm_prologue         ? GemvPrologue::kRmsNorm
                                   : plan.gated_norm_prologue ? GemvPrologue::kGatedRmsNorm
                                                              : GemvPrologue::kNone;
-    cuda_ok(kernels::launch_gemv(bf16_gemv_args(L, m, out, residual_add, norm_weight, prologue), stream), what);
+    kernels::GemvArgs g = bf16_gemv_args(L, m, out, residual_add, norm_weight, prologue);
+    if (plan.partial_out) g.out_type = ElementType::kF32;
+    if (plan.partial_out && plan.gated_norm_prologue && options.folded_norm_width)
+      g.sum_squares = static_cast<float*>(out) + m * L.n;  // the folded norm's sums after the partial rows
+    cuda_ok(kernels::launch_gemv(g, stream), what);
     return;
   }
   if (plan.schedule == Schedule::kBf16Gemm) {
@@ -98,7 +105,7 @@ void CudaBackend::Impl::enqueue_linear(const LinearPlan& plan, const DeviceLinea
     g.w = L.dense16.at<void>(0);
     g.out = out;
     g.ldout = L.n;
-    g.out_type = residual_add ? ElementType::kF32 : ElementType::kBF16;
+    g.out_type = residual_add || plan.partial_out ? ElementType::kF32 : ElementType::kBF16;
     g.accumulate = residual_add;
     gemm->run(g, stream);
     return;
@@ -297,16 +304,32 @@ void CudaBackend::Impl::enqueue_layer(const DeviceLayer& d, const LayerPlan& p, 
   if (p.state_format_pass)
     enqueue_format(d.state_format, static_cast<float*>(state.ssm(l)), batch * H * P, N, N, Reader::kFloat32, "ssd state");
 
-  enqueue_gated_norm(d, p, M);
+  enqueue_gated_norm(d, p, M, l);
   kernels::L2Prefetch next_weights[kernels::kL2PrefetchRanges];
   if (p.prefetch_next_in_proj) next_in_proj_prefetch(layers[l + 1], next_weights);
-  enqueue_linear(p.out_proj, d.out_proj, M, d.out_proj_in.scale0, d.out_bias.bytes() ? d.out_bias.at<float>(0) : nullptr,
-                 p.out_proj.residual_add ? work.residual : work.out_proj_delta, "out_proj",
-                 p.out_proj.gated_norm_prologue ? d.gated_norm.at<float>(0) : nullptr,
+  const float* bias = d.out_bias.bytes() ? d.out_bias.at<float>(0) : nullptr;
+  float* out = p.out_proj.residual_add ? work.residual : p.all_reduce.empty() ? work.out_proj_delta : tp_partial(M, l);
+  enqueue_linear(p.out_proj, d.out_proj, M, d.out_proj_in.scale0, p.all_reduce.empty() ? bias : nullptr, out,
+                 "out_proj", p.out_proj.gated_norm_prologue ? d.gated_norm.at<float>(0) : nullptr,
                  p.prefetch_next_in_proj ? next_weights : nullptr);
+  if (p.all_reduce.empty()) return;
+  kernels::TpReduceArgs sum;
+  sum.rows = M;
+  sum.width = D;
+  sum.residual = work.residual;
+  sum.bias = bias;
+  sum.folded_norm = options.folded_norm_width > 0;
+  sum.norm_width = static_cast<float>(options.folded_norm_width);
+  sum.eps = eps;
+  options.communicator->sum_into_residual(sum, out, stream);
 }
 
-void CudaBackend::Impl::enqueue_gated_norm(const DeviceLayer& d, const LayerPlan& p, int64_t M) const {
+float* CudaBackend::Impl::tp_partial(int64_t M, int64_t l) const {
+  const int64_t floats = M * (config.d_model + (options.folded_norm_width ? 1 : 0));
+  return options.communicator->partial_buffer(floats, l, work.out_proj_delta);
+}
+
+void CudaBackend::Impl::enqueue_gated_norm(const DeviceLayer& d, const LayerPlan& p, int64_t M, int64_t l) const {
   const Mamba2Config& c = config;
   const int64_t E = c.d_inner(), in_dim = c.d_in_proj(), G = c.ngroups;
   const float eps = static_cast<float>(c.norm_eps);
@@ -322,6 +345,7 @@ void CudaBackend::Impl::enqueue_gated_norm(const DeviceLayer& d, const LayerPlan
     g.z_stride = in_dim;
     g.weight = d.gated_norm.at<float>(0);
     g.out = reinterpret_cast<bf16*>(work.x16);
+    if (!p.all_reduce.empty() && options.folded_norm_width) g.sum_squares = tp_partial(M, l) + M * c.d_model;
     cuda_ok(kernels::launch_gated_rmsnorm(g, stream), "gated_rmsnorm");
     return;
   }
@@ -406,6 +430,18 @@ void CudaBackend::Impl::enqueue_body(int64_t batch, int64_t length, CudaState& s
   norm.out_type = ElementType::kF32;
   cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "final rmsnorm");
   enqueue_format(DeviceFormat{}, work.normed, M, D, D, Reader::kFloat16, "lm_head input");
+}
+
+void CudaBackend::Impl::enqueue_head_gather(int64_t rows) const {
+  if (!options.head_rows) return;
+  const int64_t slice = options.head_rows;
+  const int ranks = options.communicator->size();
+  options.communicator->all_gather(work.head_slice, work.gathered, rows * slice, stream);
+  if (!writes_outputs()) return;
+  for (int q = 0; q < ranks; ++q)  // rank q's [rows, slice] into columns [q · slice, (q + 1) · slice)
+    cuda_ok(cudaMemcpy2DAsync(work.logits + q * slice, config.vocab_size * 4, work.gathered + q * rows * slice,
+                              slice * 4, slice * 4, rows, cudaMemcpyDeviceToDevice, stream),
+            "lay out the gathered logits");
 }
 
 bool CudaBackend::Impl::enqueue_head_gemv(const uint16_t* x, int64_t ldx, int64_t rows) const {

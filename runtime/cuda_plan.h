@@ -33,6 +33,7 @@ struct LinearPlan {
   int weight_bits = 0, groups = 1;
   bool int8_input = false;
   bool bf16 = false;  // bf16 weights and input (the FP model)
+  bool partial_out = false;  // fp32 partial rows for the tensor-parallel all-reduce
 
   std::string describe() const {
     static const char* const names[] = {"qgemv",          "gemm_w4a16 (mixed input)",
@@ -50,6 +51,7 @@ struct LinearPlan {
     if (norm_prologue) text += ", RMSNorm in its prologue";
     if (gated_norm_prologue) text += ", gated RMSNorm in its prologue";
     if (residual_add) text += ", adds into the residual";
+    if (partial_out) text += ", this rank's partial rows in fp32";
     return text;
   }
 };
@@ -77,6 +79,9 @@ struct LayerPlan {
   // A speculative verify window: the recurrence token by token with the state rounded after each
   // (the bits single steps store), in_proj's and the conv's outputs kept for the replay.
   bool window = false;
+  // Tensor parallelism: out_proj's partial rows (and the folded gated norm's sums of squares)
+  // summed across the ranks into the residual, by this route ("one-shot (peer)" or "NCCL").
+  std::string all_reduce;
 
   std::string describe() const {
     const char* const ssd_names[] = {"ssdi8_chunk_scan",
@@ -99,6 +104,7 @@ struct LayerPlan {
     text += fmt::format("  gated norm  {}\n", gated_names[static_cast<int>(gated_out)]);
     text += fmt::format("  out_proj    {}{}\n", out_proj.describe(),
                         prefetch_next_in_proj ? ", prefetches the next in_proj into L2" : "");
+    if (!all_reduce.empty()) text += fmt::format("  all-reduce  {} into the residual\n", all_reduce);
     return text;
   }
   bool operator==(const LayerPlan& o) const { return describe() == o.describe(); }

@@ -166,7 +166,7 @@ void CudaBackend::Impl::allocate_bf16_model() {
   };
   embedding_table = kernels::EmbeddingArgs::Table::kBf16;
   embedding = block(c.vocab_size * c.d_model, 2, "embedding");
-  if (!c.tie_embeddings) head16 = block(c.vocab_size * c.d_model, 2, "lm_head");
+  if (!c.tie_embeddings) head16 = block(head_vocab() * c.d_model, 2, "lm_head");
   head_type = ElementType::kBF16;
   norm_f = block(c.d_model, 4, "norm_f");
   for (int64_t l = 0; l < c.n_layer; ++l) {

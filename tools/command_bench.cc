@@ -10,8 +10,11 @@
 #include "formats/file_io.h"
 #include "formats/hub_cache.h"
 #include "runtime/backend_factory.h"
+#include "runtime/all_reduce_bench.h"
 #include "runtime/bench.h"
+#include "model/tensor_parallel.h"
 #include "runtime/cuda_backend.h"
+#include "runtime/cuda_tensor_parallel.h"
 #include "pipeline/synthetic_quantized.h"
 #include "quant/recipe.h"
 #include "runtime/cuda_measure.h"
@@ -41,6 +44,7 @@ struct BenchFlags {
   bool show_plan = false;
   std::vector<int64_t> verify_windows;  // speculative verify windows to time against a step
   double acceptance = 0;                // with verify windows: speculation simulated at this rate
+  std::vector<int64_t> tp = {1};        // tensor-parallel sizes, each timed on its own model build
 };
 
 json ceilings_json(const DeviceCeilings& c) {
@@ -67,9 +71,17 @@ std::string model_label(const BenchFlags& flags) {
 
 // The backend to time: a checkpoint or synthetic model (FP, bf16 on the GPU), an artifact, or a
 // synthetic model in a recipe's formats.
-std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec& device) {
+std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec& device, int tp) {
   CudaBackendOptions cuda_options;
   cuda_options.device = device.index;
+  if (tp > 1) {
+    if (!device.cuda) fail("bench --tp {}: tensor parallelism is timed on GPUs (--device cuda)", tp);
+    if (!flags.artifact.empty() || !flags.recipe.empty())
+      fail("bench --tp {}: quantized models do not run tensor-parallel on CUDA yet; time the FP model", tp);
+    if (!flags.synthetic.empty())
+      return std::make_unique<CudaTensorParallelBackend>(synthetic_config(flags.synthetic), flags.seed, tp, cuda_options);
+    return std::make_unique<CudaTensorParallelBackend>(*load_model(flags.model).weights, tp, cuda_options);
+  }
   if (!flags.artifact.empty()) return make_quantized_backend(flags.device, read_quantized_artifact(flags.artifact).model);
   if (!flags.recipe.empty()) {
     if (flags.synthetic.empty()) fail("--recipe/--bits time a synthetic quantized model: give --synthetic NAME too");
@@ -122,10 +134,11 @@ void run_ssd_module(const BenchFlags& flags, const DeviceSpec& device) {
                                {"rows", rows}});
 }
 
-void run_model(const BenchFlags& flags, const DeviceSpec& device) {
-  DeviceCeilings ceilings;
-  if (device.cuda) ceilings = measure_device_ceilings(device.index);
-  const std::unique_ptr<Backend> backend = bench_backend(flags, device);
+// Times one build (tensor-parallel size `tp`) and returns its JSON report; `timed` receives its
+// rows, per prompt length.
+json run_model_on(const BenchFlags& flags, const DeviceSpec& device, const DeviceCeilings& ceilings, int tp,
+                  std::vector<std::pair<int64_t, std::vector<ModelBenchRow>>>& runs) {
+  const std::unique_ptr<Backend> backend = bench_backend(flags, device, tp);
   const Mamba2Config& config = backend->config();
   const bool cuda = backend->on_device();
   fmt::print("model   {}\n        {}\n", model_label(flags), config.summary());
@@ -143,7 +156,6 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
   ProgressBar progress("bench", static_cast<int64_t>(flags.batches.size() * flags.prompts.size()), "runs");
   int64_t done = 0;
   // (prompt length, a row per batch size); a row's peak memory is the high-water mark so far.
-  std::vector<std::pair<int64_t, std::vector<ModelBenchRow>>> runs;
   for (const int64_t prompt : flags.prompts) {
     options.prompt = prompt;
     runs.emplace_back(prompt, bench_model(*backend, options, [&](ModelBenchRow& row) {
@@ -204,13 +216,64 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
       fmt::print("{}", backend->describe_plan(batch, 1));
     }
   }
-  write_json_report(flags.json_path, {{"module", "model"},
-                               {"model", model_label(flags)},
-                               {"device", backend->device_name()},
-                               {"ceilings", ceilings_json(ceilings)},
-                               {"weight_bytes", weight_bytes},
-                               {"rows", out},
-                               {"verify", verify}});
+  return {{"module", "model"},      {"model", model_label(flags)}, {"device", backend->device_name()},
+          {"tp", tp},               {"ceilings", ceilings_json(ceilings)}, {"weight_bytes", weight_bytes},
+          {"rows", out},            {"verify", verify}};
+}
+
+// The all-reduce after each layer's out_proj, alone: the model's d_model wide, --batch rows, over
+// the largest --tp; each route's µs per call and, times the layers, per decode step.
+void run_all_reduce_module(const BenchFlags& flags, const DeviceSpec& device) {
+  const Mamba2Config config = config_of(flags);
+  const int tp = static_cast<int>(*std::max_element(flags.tp.begin(), flags.tp.end()));
+  const TensorParallelPlan plan = plan_tensor_parallel(config, tp);
+  const bool folded = plan.ranks_per_norm_group() > 1;
+  std::string group;
+  const auto timings = measure_all_reduce(tp, device.index, config.d_model, folded, flags.batches, 64,
+                                          std::max(flags.repeats, 5), &group);
+  fmt::print("all-reduce of out_proj's rows into the residual: {} floats a row{}, {} layers\n{}\n", config.d_model,
+             folded ? " + the folded norm's sum" : "", config.n_layer, group);
+  fmt::print("{:>6} {:>10} {:>16} {:>16} {:>12} {:>12} {:>16}\n", "rows", "bytes", "one-shot graph µs",
+             "one-shot eager µs", "NCCL graph µs", "NCCL eager µs", "per step (graph)");
+  json rows = json::array();
+  for (const AllReduceTiming& t : timings) {
+    auto cell = [](double us) { return us > 0 ? fmt::format("{:.2f}", us) : std::string("-"); };
+    const double best_graph = t.one_shot_graph_us > 0 ? t.one_shot_graph_us : t.nccl_graph_us;
+    fmt::print("{:>6} {:>10} {:>17} {:>17} {:>13} {:>13} {:>13.1f} µs\n", t.rows, t.bytes, cell(t.one_shot_graph_us),
+               cell(t.one_shot_eager_us), cell(t.nccl_graph_us), cell(t.nccl_eager_us), best_graph * config.n_layer);
+    rows.push_back(json{{"rows", t.rows}, {"bytes", t.bytes}, {"one_shot_graph_us", t.one_shot_graph_us},
+                        {"one_shot_eager_us", t.one_shot_eager_us}, {"nccl_graph_us", t.nccl_graph_us},
+                        {"nccl_eager_us", t.nccl_eager_us}});
+  }
+  write_json_report(flags.json_path, {{"module", "allreduce"}, {"tp", tp}, {"group", group}, {"rows", rows}});
+}
+
+void run_model(const BenchFlags& flags, const DeviceSpec& device) {
+  DeviceCeilings ceilings;
+  if (device.cuda) ceilings = measure_device_ceilings(device.index);
+  if (flags.tp.size() == 1) {
+    std::vector<std::pair<int64_t, std::vector<ModelBenchRow>>> runs;
+    write_json_report(flags.json_path, run_model_on(flags, device, ceilings, static_cast<int>(flags.tp[0]), runs));
+    return;
+  }
+  // Several sizes: each build in turn (the previous one freed first), then each size against the first.
+  json reports = json::array();
+  std::vector<std::vector<std::pair<int64_t, std::vector<ModelBenchRow>>>> by_tp(flags.tp.size());
+  for (size_t i = 0; i < flags.tp.size(); ++i) {
+    fmt::print("── tensor parallel: {} GPU{} ──\n", flags.tp[i], flags.tp[i] == 1 ? "" : "s");
+    reports.push_back(run_model_on(flags, device, ceilings, static_cast<int>(flags.tp[i]), by_tp[i]));
+  }
+  fmt::print("against --tp {}:\n{:>4} {:>7} {:>5} {:>11} {:>11} {:>14}\n", flags.tp[0], "tp", "prompt", "batch",
+             "TTFT ×", "TPOT ×", "decode t/s ×");
+  for (size_t i = 1; i < flags.tp.size(); ++i)
+    for (size_t p = 0; p < by_tp[i].size(); ++p)
+      for (size_t b = 0; b < by_tp[i][p].second.size(); ++b) {
+        const ModelBenchRow& base = by_tp[0][p].second[b];
+        const ModelBenchRow& r = by_tp[i][p].second[b];
+        fmt::print("{:>4} {:>7} {:>5} {:>11.3f} {:>11.3f} {:>14.3f}\n", flags.tp[i], by_tp[i][p].first, r.batch,
+                   r.ttft_ms / base.ttft_ms, r.tpot_ms / base.tpot_ms, r.decode_tokens_per_s / base.decode_tokens_per_s);
+      }
+  write_json_report(flags.json_path, {{"module", "model"}, {"tensor_parallel", reports}});
 }
 
 void run_bench(const BenchFlags& flags) {
@@ -228,6 +291,9 @@ void run_bench(const BenchFlags& flags) {
   if (flags.module == "ssd") {
     if (!device.cuda) fail("--module ssd times the CUDA kernels: use --device cuda");
     run_ssd_module(flags, device);
+  } else if (flags.module == "allreduce") {
+    if (!device.cuda) fail("--module allreduce times GPUs: use --device cuda");
+    run_all_reduce_module(flags, device);
   } else {
     run_model(flags, device);
   }
@@ -264,12 +330,20 @@ void add_bench_command(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--gen", flags->gen, "Generated tokens per sequence")->capture_default_str()->check(whole_number(1));
-  cmd->add_option("--module", flags->module, "model (end to end) or ssd (the SSD prefill kernels alone)")
-      ->check(CLI::IsMember({"model", "ssd"}))
+  cmd->add_option("--module", flags->module,
+                  "model (end to end), ssd (the SSD prefill kernels alone) or allreduce (the tensor-parallel "
+                  "all-reduce alone: --batch rows of d_model over --tp GPUs, one-shot and NCCL)")
+      ->check(CLI::IsMember({"model", "ssd", "allreduce"}))
       ->capture_default_str();
   cmd->add_option("--ssd-batches", flags->ssd_batches, "--module ssd: batch sizes at length 2048")->delimiter(',');
   cmd->add_option("--ssd-lengths", flags->ssd_lengths, "--module ssd: lengths at batch 32")->delimiter(',');
   cmd->add_option("--repeats", flags->repeats, "Timed repeats (median reported)")->capture_default_str()->check(whole_number(1));
+  cmd->add_option("--tp", flags->tp,
+                  "Tensor-parallel sizes to time, each on its own build, e.g. 1,2 (the FP model on GPUs K, K+1, … "
+                  "of --device cuda:K); the later ones are compared with the first")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), int64_t(8)))
+      ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "Seed of the random prompt and synthetic weights")->capture_default_str();
   cmd->add_option("--json", flags->json_path, "Also write every figure to this JSON file");
   cmd->add_option("--verify", flags->verify_windows,

@@ -9,6 +9,7 @@
 #include "model/quantized_artifact.h"
 #include "runtime/backend_factory.h"
 #include "runtime/cpu_tensor_parallel.h"
+#include "runtime/cuda_tensor_parallel.h"
 #include "tools/flag_checks.h"
 
 namespace ssdq::cli {
@@ -25,8 +26,8 @@ void add_model_source_options(CLI::App* command, ModelSourceFlags& flags) {
   command
       ->add_option("--tp", flags.tp,
                    "Tensor-parallel ranks: the model sharded over N ranks (heads split, out_proj summed across "
-                   "them, the lm_head split by vocabulary; docs/TENSOR_PARALLEL.md). With --device cpu, N threads "
-                   "run the CPU specification of sharded execution; CUDA tensor parallelism is not available yet")
+                   "them; docs/TENSOR_PARALLEL.md). With --device cuda[:K], N GPUs (K, K+1, …), one thread each; "
+                   "with --device cpu, N threads run the CPU specification of sharded execution")
       ->check(whole_number(1, 1024))
       ->capture_default_str();
 }
@@ -47,10 +48,6 @@ ModelSource load_model_source(const std::string& command, const ModelSourceFlags
   const std::string& device = flags.device;
   if (model.empty() == artifact.empty()) fail("{} needs exactly one of --model and --artifact", command);
   const DeviceSpec spec = parse_device(device);  // an unknown device is refused before anything is read
-  if (flags.tp > 1 && spec.cuda)
-    fail("--tp {} --device {}: tensor parallelism runs on the CPU only so far (--device cpu --tp {} runs the "
-         "sharded model on {} threads); CUDA tensor parallelism is not available yet",
-         flags.tp, device, flags.tp, flags.tp);
   if (flags.tp > 1 && !artifact.empty())
     fail("--tp {} --artifact {}: quantized artifacts do not run tensor-parallel yet (an artifact's online Hadamard "
          "spans all of d_inner); use --model", flags.tp, artifact);
@@ -84,7 +81,12 @@ ModelSource load_model_source(const std::string& command, const ModelSourceFlags
   source.description =
       fmt::format("model   {} ({})\n        {}\n", model, loaded.weights_path, loaded.weights->config.summary()) +
       tokenizer_line();
-  if (flags.tp > 1) {
+  if (flags.tp > 1 && spec.cuda) {
+    CudaBackendOptions options;
+    options.device = spec.index;
+    source.backend = std::make_unique<CudaTensorParallelBackend>(*loaded.weights, flags.tp, options);
+    source.description += fmt::format("        tensor parallel: {} GPUs\n", flags.tp);
+  } else if (flags.tp > 1) {
     source.backend = std::make_unique<CpuTensorParallelBackend>(*loaded.weights, flags.tp);
     source.description += fmt::format("        tensor parallel: {} virtual ranks\n", flags.tp);
   } else {

@@ -88,3 +88,63 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Gemv,
 
 }  // namespace
 }  // namespace ssdq
+
+namespace ssdq {
+namespace {
+
+// Tensor parallelism's folded norm (GemvArgs::sum_squares): the gated values times the weight left
+// unnormalised, multiplied into fp32 partial rows, and each row's Σ g² written beside them.
+TEST(GemvFoldedNorm, UnnormalisedRowsAndTheirSumsOfSquares) {
+  testing::require_device();
+  const int m = 2, n = 2560, k = 2560;
+  std::mt19937 rng(11);
+  auto w = testing::bf16_rounded(testing::random_vector(size_t(n) * k, -1.f, 1.f, rng));
+  auto norm_w = testing::random_vector(k, 0.5f, 1.5f, rng);
+  auto y = testing::bf16_rounded(testing::random_vector(size_t(m) * k, -2.f, 2.f, rng));
+  const int64_t z_stride = 3 * k;
+  auto z = testing::bf16_rounded(testing::random_vector(size_t(m) * z_stride, -3.f, 3.f, rng));
+  std::vector<float> x(size_t(m) * k), sums(m, 0.f);
+  for (int r = 0; r < m; ++r)
+    for (int i = 0; i < k; ++i) {
+      const float zi = z[r * z_stride + i], g = y[r * k + i] * (zi / (1.f + std::exp(-zi)));
+      sums[r] += g * g;
+      x[r * k + i] = g * norm_w[i];
+    }
+  x = testing::bf16_rounded(x);
+  std::vector<float> expected(size_t(m) * n);
+  cpu::matmul_wt(x.data(), w.data(), expected.data(), m, k, n);
+  testing::DeviceBuffer<uint16_t> d_w(testing::to_bf16(w)), d_y(testing::to_bf16(y)), d_z(testing::to_bf16(z));
+  testing::DeviceBuffer<float> d_norm(norm_w), d_out(std::vector<float>(size_t(m) * n + m, -1.f));
+  kernels::GemvArgs a;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.input = kernels::GemvInput::kGatedRmsNorm;
+  a.y = testing::as_bf16(d_y);
+  a.z = testing::as_bf16(d_z);
+  a.z_stride = z_stride;
+  a.group_size = k;
+  a.norm_weight = d_norm.get();
+  a.w = testing::as_bf16(d_w);
+  a.out = d_out.get();
+  a.ldout = n;
+  a.out_type = kernels::ElementType::kF32;
+  a.sum_squares = d_out.get() + m * n;
+  ASSERT_TRUE(kernels::gemv_supported(a));
+  a.accumulate = true;
+  EXPECT_FALSE(kernels::gemv_supported(a)) << "sums of squares beside accumulated rows";
+  a.accumulate = false;
+  ASSERT_EQ(kernels::launch_gemv(a, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto got = d_out.to_host();
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    diff = std::max(diff, std::abs(double(got[i]) - expected[i]));
+    scale = std::max(scale, std::abs(double(expected[i])));
+  }
+  EXPECT_LT(diff / scale, 2e-3);
+  for (int r = 0; r < m; ++r) EXPECT_NEAR(got[m * n + r], sums[r], 1e-4 * sums[r]) << "row " << r;
+}
+
+}  // namespace
+}  // namespace ssdq
