@@ -23,4 +23,16 @@ std::vector<DeviceInfo> list_devices(std::string* error) {
   return out;
 }
 
+PeerLink peer_link(int from, int to) {
+  PeerLink link;
+  int value = 0;
+  if (cudaDeviceGetP2PAttribute(&value, cudaDevP2PAttrAccessSupported, from, to) == cudaSuccess) link.access = value;
+  if (cudaDeviceGetP2PAttribute(&value, cudaDevP2PAttrNativeAtomicSupported, from, to) == cudaSuccess)
+    link.native_atomics = value;
+  if (cudaDeviceGetP2PAttribute(&value, cudaDevP2PAttrPerformanceRank, from, to) == cudaSuccess)
+    link.performance_rank = value;
+  cudaGetLastError();  // a failed query is an answer here, not an error for the next launch
+  return link;
+}
+
 }  // namespace ssdq::kernels
