@@ -69,8 +69,8 @@ std::vector<AllReduceTiming> measure_all_reduce(int tp, int first_device, int64_
       a.norm_width = static_cast<float>(width);
       auto enqueue = [&] {
         for (int i = 0; i < calls; ++i)
-          comm.sum_into_residual(a, one_shot ? comm.partial_buffer(m * (width + 1), i, run.fallback) : run.fallback,
-                                 run.stream);
+          // One float always fits the one-shot: the registered buffer of this parity, whatever m is.
+          comm.sum_into_residual(a, one_shot ? comm.partial_buffer(1, i, run.fallback) : run.fallback, run.stream);
       };
       cudaGraphExec_t exec = nullptr;
       if (graph) {

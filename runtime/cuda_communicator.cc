@@ -1,5 +1,6 @@
 #include "runtime/cuda_communicator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <thread>
@@ -54,7 +55,7 @@ class CudaRankGroup::Rank : public DeviceCommunicator {
   }
 
  private:
-  bool one_shot(int64_t floats) const { return group_.peer_access_ && floats <= kOneShotMaxFloats; }
+  bool one_shot(int64_t floats) const { return group_.peer_access_ && floats <= group_.one_shot_limit(); }
   const CudaRankGroup& group_;
   int rank_;
 };
@@ -154,13 +155,18 @@ CudaRankGroup::~CudaRankGroup() {
   }
 }
 
+int64_t CudaRankGroup::one_shot_limit() const {
+  const int64_t peers = std::max(1, size() - 1);
+  return kOneShotMaxFloats / (peers * peers);
+}
+
 DeviceCommunicator& CudaRankGroup::rank(int r) const { return *ranks_.at(r); }
 
 std::string CudaRankGroup::describe() const {
   std::string nccl = comms_.empty() ? fmt::format("NCCL absent ({})", nccl_note_)
                                     : fmt::format("NCCL {}", NcclLibrary::get().version_string());
   return fmt::format("{} GPUs, peer access {}; all-reduce: {}{}", size(), peer_access_ ? "on" : "off (one-shot off)",
-                     peer_access_ ? fmt::format("one-shot up to {} KB, ", kOneShotMaxFloats * 4 / 1024) : "", nccl);
+                     peer_access_ ? fmt::format("one-shot up to {} KB, ", one_shot_limit() * 4 / 1024) : "", nccl);
 }
 
 }  // namespace ssdq

@@ -55,8 +55,12 @@ class CudaRankGroup {
   // Peer access, NCCL's version and the one-shot limit, in words.
   std::string describe() const;
 
-  // Floats a one-shot all-reduce carries at most (a partial buffer's size).
+  // Floats a partial buffer holds: the one-shot all-reduce's largest message.
   static constexpr int64_t kOneShotMaxFloats = int64_t(1) << 21;
+  // Floats the one-shot takes before NCCL does: each rank reads (ranks − 1) messages over its links,
+  // so the limit falls with the square of the peers (measured crossovers against NCCL: above 5 MB at
+  // 2 GPUs, between 0.3 and 1.3 MB at 4; docs/kernels/tp_all_reduce.md).
+  int64_t one_shot_limit() const;
 
  private:
   class Rank;
