@@ -13,26 +13,14 @@
 #include "formats/safetensors.h"
 #include "runtime/cpu_backend.h"
 #include "model/model_loader.h"
+#include "tests/gpu/model_test_util.h"
 #include "tests/support/compare.h"
 
 namespace ssdq {
 namespace {
 
-std::vector<float> logits_of(const Backend& backend, const std::vector<int32_t>& tokens, int64_t batch) {
-  const int64_t length = tokens.size() / batch;
-  std::vector<float> logits(tokens.size() * backend.config().vocab_size);
-  auto state = backend.new_state(batch);
-  ForwardOutputs out;
-  out.logits = logits.data();
-  backend.forward(tokens.data(), length, *state, out);
-  return logits;
-}
-
-std::vector<int32_t> golden_tokens(int64_t count) {
-  const auto golden = read_safetensors("tests/fixtures/golden/golden-wikitext2-first512.safetensors");
-  const Tensor& t = golden.tensors.at("tokens");
-  return {t.as<int32_t>(), t.as<int32_t>() + count};
-}
+using testing::golden_tokens;
+using testing::logits_of;
 
 class TinyModelOnCuda : public ::testing::Test {
  protected:
@@ -62,19 +50,7 @@ TEST_F(TinyModelOnCuda, LogitsMatchCpu) {
 
 TEST_F(TinyModelOnCuda, MeanNllMatchesCpuWithinHalfPercent) {
   const auto tokens = golden_tokens(512);
-  std::vector<int32_t> inputs(tokens.begin(), tokens.end() - 1), targets(tokens.begin() + 1, tokens.end());
-  auto mean_nll = [&](const Backend& backend) {
-    std::vector<double> nll(inputs.size());
-    auto state = backend.new_state(1);
-    ForwardOutputs out;
-    out.targets = targets.data();
-    out.nll = nll.data();
-    backend.forward(inputs.data(), inputs.size(), *state, out);
-    double sum = 0;
-    for (double v : nll) sum += v;
-    return sum / nll.size();
-  };
-  const double gpu = mean_nll(*cuda_), cpu = mean_nll(*cpu_);
+  const double gpu = testing::mean_nll(*cuda_, tokens), cpu = testing::mean_nll(*cpu_, tokens);
   std::printf("mean NLL: cuda %.5f cpu %.5f\n", gpu, cpu);
   EXPECT_NEAR(std::exp(gpu), std::exp(cpu), std::exp(cpu) * 5e-3);
 }

@@ -12,47 +12,18 @@
 #include <memory>
 
 #include "formats/error.h"
-#include "formats/safetensors.h"
 #include "model/model_loader.h"
 #include "runtime/cuda_backend.h"
+#include "tests/gpu/model_test_util.h"
 #include "tests/support/compare.h"
 
 namespace ssdq {
 namespace {
 
-int visible_gpus() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-}
-
-std::vector<int32_t> golden_tokens(int64_t count) {
-  const auto golden = read_safetensors("tests/fixtures/golden/golden-wikitext2-first512.safetensors");
-  const Tensor& t = golden.tensors.at("tokens");
-  return {t.as<int32_t>(), t.as<int32_t>() + count};
-}
-
-std::vector<float> logits_of(const Backend& backend, const std::vector<int32_t>& tokens, int64_t batch) {
-  std::vector<float> logits(tokens.size() * backend.config().vocab_size);
-  auto state = backend.new_state(batch);
-  ForwardOutputs out;
-  out.logits = logits.data();
-  backend.forward(tokens.data(), tokens.size() / batch, *state, out);
-  return logits;
-}
-
-double mean_nll(const Backend& backend, const std::vector<int32_t>& tokens) {
-  std::vector<int32_t> inputs(tokens.begin(), tokens.end() - 1), targets(tokens.begin() + 1, tokens.end());
-  std::vector<double> nll(inputs.size());
-  auto state = backend.new_state(1);
-  ForwardOutputs out;
-  out.targets = targets.data();
-  out.nll = nll.data();
-  backend.forward(inputs.data(), inputs.size(), *state, out);
-  double sum = 0;
-  for (double v : nll) sum += v;
-  return sum / nll.size();
-}
+using testing::golden_tokens;
+using testing::logits_of;
+using testing::mean_nll;
+using testing::visible_gpus;
 
 // Greedy continuation of `prompt` for `count` tokens, one decode step at a time.
 std::vector<int32_t> greedy(const Backend& backend, const std::vector<int32_t>& prompt, int count) {

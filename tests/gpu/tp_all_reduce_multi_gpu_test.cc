@@ -13,18 +13,13 @@
 #include "kernels/tp_all_reduce.h"
 #include "runtime/cuda_communicator.h"
 #include "runtime/cuda_tensor_parallel.h"
+#include "tests/gpu/model_test_util.h"
 
 namespace ssdq {
 namespace {
 
-int visible_gpus() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-}
-
 std::vector<int> test_devices() {
-  const int n = std::min(visible_gpus(), kernels::kMaxTpRanks);
+  const int n = std::min(testing::visible_gpus(), kernels::kMaxTpRanks);
   std::vector<int> devices;
   for (int d = 0; d < n; ++d) devices.push_back(d);
   return devices;
