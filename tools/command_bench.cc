@@ -234,13 +234,12 @@ void run_all_reduce_module(const BenchFlags& flags, const DeviceSpec& device) {
   fmt::print("all-reduce of out_proj's rows into the residual: {} floats a row{}, {} layers\n{}\n", config.d_model,
              folded ? " + the folded norm's sum" : "", config.n_layer, group);
   fmt::print("{:>6} {:>10} {:>16} {:>16} {:>12} {:>12} {:>16}\n", "rows", "bytes", "one-shot graph µs",
-             "one-shot eager µs", "NCCL graph µs", "NCCL eager µs", "per step (graph)");
+             "one-shot eager µs", "NCCL graph µs", "NCCL eager µs", "per step (engine's route)");
   json rows = json::array();
   for (const AllReduceTiming& t : timings) {
     auto cell = [](double us) { return us > 0 ? fmt::format("{:.2f}", us) : std::string("-"); };
-    const double best_graph = t.one_shot_graph_us > 0 ? t.one_shot_graph_us : t.nccl_graph_us;
     fmt::print("{:>6} {:>10} {:>17} {:>17} {:>13} {:>13} {:>13.1f} µs\n", t.rows, t.bytes, cell(t.one_shot_graph_us),
-               cell(t.one_shot_eager_us), cell(t.nccl_graph_us), cell(t.nccl_eager_us), best_graph * config.n_layer);
+               cell(t.one_shot_eager_us), cell(t.nccl_graph_us), cell(t.nccl_eager_us), t.engine_graph_us() * config.n_layer);
     rows.push_back(json{{"rows", t.rows}, {"bytes", t.bytes}, {"one_shot_graph_us", t.one_shot_graph_us},
                         {"one_shot_eager_us", t.one_shot_eager_us}, {"nccl_graph_us", t.nccl_graph_us},
                         {"nccl_eager_us", t.nccl_eager_us}});
@@ -273,7 +272,24 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
         fmt::print("{:>4} {:>7} {:>5} {:>11.3f} {:>11.3f} {:>14.3f}\n", flags.tp[i], by_tp[i][p].first, r.batch,
                    r.ttft_ms / base.ttft_ms, r.tpot_ms / base.tpot_ms, r.decode_tokens_per_s / base.decode_tokens_per_s);
       }
-  write_json_report(flags.json_path, {{"module", "model"}, {"tensor_parallel", reports}});
+  // The all-reduces' share of a decode step: the layers' all-reduces of each batch's rows timed
+  // alone (in graphs, after the builds are freed), against the step they belong to.
+  json shares = json::array();
+  const Mamba2Config config = config_of(flags);
+  for (size_t i = 1; i < flags.tp.size(); ++i) {
+    const int tp = static_cast<int>(flags.tp[i]);
+    const bool folded = plan_tensor_parallel(config, tp).ranks_per_norm_group() > 1;
+    const auto timings = measure_all_reduce(tp, device.index, config.d_model, folded, flags.batches, 64, 5, nullptr);
+    for (size_t b = 0; b < timings.size(); ++b) {
+      const AllReduceTiming& t = timings[b];
+      const double call_us = t.engine_graph_us();
+      const double step_us = call_us * config.n_layer, tpot_us = 1000 * by_tp[i][0].second[b].tpot_ms;
+      fmt::print("--tp {} batch {}: all-reduces {:.1f} µs a step ({} × {:.2f} µs alone) = {:.1f} % of TPOT\n", tp,
+                 t.rows, step_us, config.n_layer, call_us, 100 * step_us / tpot_us);
+      shares.push_back(json{{"tp", tp}, {"batch", t.rows}, {"all_reduce_us_per_step", step_us}, {"tpot_us", tpot_us}});
+    }
+  }
+  write_json_report(flags.json_path, {{"module", "model"}, {"tensor_parallel", reports}, {"all_reduce_share", shares}});
 }
 
 void run_bench(const BenchFlags& flags) {
