@@ -26,11 +26,12 @@ struct RankThreads::Shared {
   uint64_t generation = 0;
   int running = 0;
   bool stop = false;
-  std::vector<std::exception_ptr> errors;
+  // The first error of a run in the order they happened: a rank that fails (out of memory) comes
+  // before the peers that then wait for it at an all-reduce and time out.
+  std::exception_ptr first_error;
 };
 
 RankThreads::RankThreads(const std::vector<int>& devices) : shared_(std::make_unique<Shared>()) {
-  shared_->errors.resize(devices.size());
   for (size_t r = 0; r < devices.size(); ++r)
     threads_.emplace_back([this, r, device = devices[r]] {
       Shared& s = *shared_;
@@ -51,7 +52,7 @@ RankThreads::RankThreads(const std::vector<int>& devices) : shared_(std::make_un
           error = std::current_exception();
         }
         lock.lock();
-        s.errors[r] = error;
+        if (error && !s.first_error) s.first_error = error;
         if (--s.running == 0) s.changed.notify_all();
       }
     });
@@ -74,8 +75,7 @@ void RankThreads::run(const std::function<void(int)>& job) {
   ++s.generation;
   s.changed.notify_all();
   s.changed.wait(lock, [&] { return s.running == 0; });
-  for (std::exception_ptr& error : s.errors)
-    if (error) std::rethrow_exception(std::exchange(error, nullptr));
+  if (s.first_error) std::rethrow_exception(std::exchange(s.first_error, nullptr));
 }
 
 // ---- the state: one CudaState per rank, on its GPU ----
@@ -249,6 +249,9 @@ void CudaTensorParallelBackend::forward(const int32_t* tokens, int64_t length, I
   TensorParallelState& s = tp_state(state, this);
   check_forward_ids(tokens, s.batch(), length, config_.vocab_size, outputs);
   if (length <= 0) return;
+  // Every rank's workspace first: a rank that cannot allocate fails before any rank has enqueued an
+  // all-reduce that would wait for it.
+  reserve(s.batch(), length);
   threads_.run([&](int r) { ranks_[r]->forward(tokens, length, *s.ranks[r], rank_outputs(r, outputs)); });
 }
 
@@ -291,6 +294,7 @@ void CudaTensorParallelBackend::forward_window(const int32_t* tokens, int64_t le
                                                const ForwardOutputs& outputs) const {
   TensorParallelState& s = tp_state(state, this);
   check_forward_ids(tokens, s.batch(), length, config_.vocab_size, outputs);
+  reserve(s.batch(), length);
   threads_.run([&](int r) { ranks_[r]->forward_window(tokens, length, *s.ranks[r], rank_outputs(r, outputs)); });
 }
 
