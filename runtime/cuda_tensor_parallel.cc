@@ -184,7 +184,8 @@ CudaTensorParallelBackend::CudaTensorParallelBackend(const Mamba2Config& config,
         for (int r = 0; r < tp; ++r) d.push_back(options.device + r);
         return d;
       }()),
-      group_(std::make_unique<CudaRankGroup>(devices_)), threads_(devices_) {
+      group_(tp >= 2 ? std::make_unique<CudaRankGroup>(devices_) : nullptr), threads_(devices_) {
+  if (tp < 2) fail("internal: the tensor-parallel backend needs 2 or more ranks (one GPU is CudaBackend)");
   folded_norm_width(config_, plan_);  // refuses what the engine cannot run, before any upload
 }
 
