@@ -105,7 +105,7 @@ std::vector<AllReduceTiming> measure_all_reduce(int tp, int first_device, int64_
     t.width = width;
     const int64_t floats = m * (width + (folded ? 1 : 0));
     t.bytes = floats * 4;
-    t.engine_one_shot = group.rank(0).route(floats) == "one-shot (peer)";
+    t.engine_one_shot = group.rank(0).one_shot(floats);
     if (group.peer_access() && floats <= CudaRankGroup::kOneShotMaxFloats) {
       t.one_shot_graph_us = time_calls(m, true, true);
       t.one_shot_eager_us = time_calls(m, true, false);

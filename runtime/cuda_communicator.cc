@@ -46,16 +46,15 @@ class CudaRankGroup::Rank : public DeviceCommunicator {
     cuda_ok(kernels::launch_tp_residual_add(a, stream), "tensor-parallel residual add");
   }
 
-  std::string route(int64_t floats) const override { return one_shot(floats) ? "one-shot (peer)" : "NCCL"; }
-
   void all_gather(const float* send, float* recv, int64_t count, cudaStream_t stream) const override {
     if (!group_.nccl()) fail("tensor parallel: gathering the vocab-parallel logits needs NCCL ({})", group_.nccl_note_);
     NcclLibrary::get().all_gather(send, recv, static_cast<size_t>(count), static_cast<NcclComm>(group_.comms_[rank_]),
                                   stream);
   }
 
+  bool one_shot(int64_t floats) const override { return group_.peer_access_ && floats <= group_.one_shot_limit(); }
+
  private:
-  bool one_shot(int64_t floats) const { return group_.peer_access_ && floats <= group_.one_shot_limit(); }
   const CudaRankGroup& group_;
   int rank_;
 };

@@ -28,8 +28,9 @@ class DeviceCommunicator {
   // residual += the ranks' partials summed, as kernels/tp_all_reduce.h says: `args` gives the shape
   // and the epilogue, `partial` is what partial_buffer returned. Every rank calls it in the same order.
   virtual void sum_into_residual(kernels::TpReduceArgs args, float* partial, cudaStream_t stream) const = 0;
-  // The route a message of `floats` floats takes ("one-shot (peer)" or "NCCL").
-  virtual std::string route(int64_t floats) const = 0;
+  // Whether a message of `floats` floats takes the one-shot kernel (else NCCL), and that in words.
+  virtual bool one_shot(int64_t floats) const = 0;
+  std::string route(int64_t floats) const { return one_shot(floats) ? "one-shot (peer)" : "NCCL"; }
   // recv[q · count, (q + 1) · count) ← rank q's send[0, count) on every rank (NCCL): the
   // vocab-parallel lm_head's slices of the logits. Every rank calls it in the same order.
   virtual void all_gather(const float* send, float* recv, int64_t count, cudaStream_t stream) const = 0;

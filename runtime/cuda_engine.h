@@ -381,7 +381,11 @@ struct CudaBackend::Impl : CudaEngineCore {
 
   // The decode GEMV's arguments for a projection at m rows (output and epilogue left to the caller).
   kernels::QgemvArgs qgemv_args(const DeviceLinear& L, int64_t m, float x_scale) const;
-  kernels::GemvArgs bf16_gemv_args(const DeviceLinear& L, int64_t m, void* out, bool residual_add,
+  // Where the FP model's GEMV writes: bf16 rows, fp32 added into the residual, or a tensor-parallel
+  // rank's fp32 partial rows (with the folded norm's sums of squares after them when its prologue
+  // computes the gated norm).
+  enum class GemvOutput { kBf16, kResidualAdd, kTpPartial };
+  kernels::GemvArgs bf16_gemv_args(const DeviceLinear& L, int64_t m, void* out, GemvOutput output,
                                    const float* norm_weight, GemvPrologue prologue) const;
   kernels::GemmW4A16Args w4a16_args(const DeviceLinear& L, int64_t m, float* out) const;
 
@@ -435,6 +439,8 @@ struct CudaBackend::Impl : CudaEngineCore {
   // Tensor parallelism: where layer l's out_proj writes its M partial rows (then the folded norm's
   // M sums of squares) for the all-reduce (DeviceCommunicator::partial_buffer).
   float* tp_partial(int64_t M, int64_t l) const;
+  // Floats of M rows' all-reduce message: the partial rows, then the folded norm's sums.
+  int64_t tp_message_floats(int64_t M) const { return M * (config.d_model + (options.folded_norm_width ? 1 : 0)); }
   // `window`: a verify window's forward (ForwardPlan::window), each layer's in_proj and conv
   // outputs written to the state's window buffers.
   void enqueue_body(int64_t batch, int64_t length, CudaState& state, bool window = false) const;

@@ -61,7 +61,7 @@ kernels::QgemvArgs CudaBackend::Impl::qgemv_args(const DeviceLinear& L, int64_t 
   return q;
 }
 
-kernels::GemvArgs CudaBackend::Impl::bf16_gemv_args(const DeviceLinear& L, int64_t m, void* out, bool residual_add,
+kernels::GemvArgs CudaBackend::Impl::bf16_gemv_args(const DeviceLinear& L, int64_t m, void* out, GemvOutput output,
                                  const float* norm_weight, GemvPrologue prologue) const {
   const Mamba2Config& c = config;
   kernels::GemvArgs g;
@@ -73,8 +73,8 @@ kernels::GemvArgs CudaBackend::Impl::bf16_gemv_args(const DeviceLinear& L, int64
   g.w = L.dense16.at<bf16>(0);
   g.out = out;
   g.ldout = L.n;
-  g.out_type = residual_add ? ElementType::kF32 : ElementType::kBF16;
-  g.accumulate = residual_add;
+  g.out_type = output == GemvOutput::kBf16 ? ElementType::kBF16 : ElementType::kF32;
+  g.accumulate = output == GemvOutput::kResidualAdd;
   g.eps = static_cast<float>(c.norm_eps);
   g.norm_weight = norm_weight;
   if (prologue == GemvPrologue::kRmsNorm) {
@@ -86,6 +86,8 @@ kernels::GemvArgs CudaBackend::Impl::bf16_gemv_args(const DeviceLinear& L, int64
     g.z = reinterpret_cast<const bf16*>(work.zxbcdt);
     g.z_stride = c.d_in_proj();
     g.group_size = static_cast<int>(c.d_inner() / c.ngroups);
+    if (output == GemvOutput::kTpPartial && options.folded_norm_width)
+      g.sum_squares = static_cast<float*>(out) + m * L.n;
   }
   return g;
 }

@@ -87,11 +87,10 @@ void CudaBackend::Impl::enqueue_linear(const LinearPlan& plan, const DeviceLinea
     const GemvPrologue prologue = plan.norm_prologue         ? GemvPrologue::kRmsNorm
                                   : plan.gated_norm_prologue ? GemvPrologue::kGatedRmsNorm
                                                              : GemvPrologue::kNone;
-    kernels::GemvArgs g = bf16_gemv_args(L, m, out, residual_add, norm_weight, prologue);
-    if (plan.partial_out) g.out_type = ElementType::kF32;
-    if (plan.partial_out && plan.gated_norm_prologue && options.folded_norm_width)
-      g.sum_squares = static_cast<float*>(out) + m * L.n;  // the folded norm's sums after the partial rows
-    cuda_ok(kernels::launch_gemv(g, stream), what);
+    const GemvOutput output = residual_add       ? GemvOutput::kResidualAdd
+                              : plan.partial_out ? GemvOutput::kTpPartial
+                                                 : GemvOutput::kBf16;
+    cuda_ok(kernels::launch_gemv(bf16_gemv_args(L, m, out, output, norm_weight, prologue), stream), what);
     return;
   }
   if (plan.schedule == Schedule::kBf16Gemm) {
@@ -325,8 +324,7 @@ void CudaBackend::Impl::enqueue_layer(const DeviceLayer& d, const LayerPlan& p, 
 }
 
 float* CudaBackend::Impl::tp_partial(int64_t M, int64_t l) const {
-  const int64_t floats = M * (config.d_model + (options.folded_norm_width ? 1 : 0));
-  return options.communicator->partial_buffer(floats, l, work.out_proj_delta);
+  return options.communicator->partial_buffer(tp_message_floats(M), l, work.out_proj_delta);
 }
 
 void CudaBackend::Impl::enqueue_gated_norm(const DeviceLayer& d, const LayerPlan& p, int64_t M, int64_t l) const {

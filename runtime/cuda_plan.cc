@@ -200,15 +200,13 @@ LayerPlan CudaBackend::Impl::plan_bf16_layer(const DeviceLayer& d, int64_t batch
   // A tensor-parallel rank's out_proj writes fp32 partial rows that the all-reduce adds into the
   // residual (the folded norm's sums of squares, from the norm or out_proj's GEMV prologue, after them).
   const bool tp = options.communicator != nullptr;
-  kernels::GemvArgs out_gemv = bf16_gemv_args(d.out_proj, M, work.residual, !tp, d.gated_norm.at<float>(0),
-                                              GemvPrologue::kGatedRmsNorm);
-  if (tp) out_gemv.out_type = ElementType::kF32;
-  if (tp && options.folded_norm_width) out_gemv.sum_squares = work.out_proj_delta;  // its place, for the check
   const bool gemv =
       M == 1 &&
-      kernels::gemv_supported(
-          bf16_gemv_args(d.in_proj, M, work.zxbcdt, false, d.norm.at<float>(0), GemvPrologue::kRmsNorm)) &&
-      kernels::gemv_supported(out_gemv);
+      kernels::gemv_supported(bf16_gemv_args(d.in_proj, M, work.zxbcdt, GemvOutput::kBf16, d.norm.at<float>(0),
+                                             GemvPrologue::kRmsNorm)) &&
+      kernels::gemv_supported(bf16_gemv_args(d.out_proj, M, tp ? tp_partial(M, l) : work.residual,
+                                             tp ? GemvOutput::kTpPartial : GemvOutput::kResidualAdd,
+                                             d.gated_norm.at<float>(0), GemvPrologue::kGatedRmsNorm));
   for (LinearPlan* L : {&p.in_proj, &p.out_proj}) {
     L->bf16 = true;
     L->schedule = gemv ? LinearPlan::Schedule::kBf16Gemv : LinearPlan::Schedule::kBf16Gemm;
@@ -217,7 +215,7 @@ LayerPlan CudaBackend::Impl::plan_bf16_layer(const DeviceLayer& d, int64_t batch
   p.out_proj.gated_norm_prologue = gemv;
   p.out_proj.residual_add = !tp;
   p.out_proj.partial_out = tp;
-  if (tp) p.all_reduce = options.communicator->route(M * (c.d_model + (options.folded_norm_width ? 1 : 0)));
+  if (tp) p.all_reduce = options.communicator->route(tp_message_floats(M));
   p.gated_out = p.out_proj.gated_norm_prologue ? LayerPlan::GatedOut::kInOutProjPrologue : LayerPlan::GatedOut::kBf16;
   const bool chunked =
       length > 1 && !window && kernels::ssd_chunk_scan_supported(float_ssd_args(d, batch, length, state.ssm(l)));

@@ -245,15 +245,25 @@ std::unique_ptr<InferenceState> CudaTensorParallelBackend::new_state(int64_t bat
   return state;
 }
 
-void CudaTensorParallelBackend::forward(const int32_t* tokens, int64_t length, InferenceState& state,
-                                        const ForwardOutputs& outputs) const {
+void CudaTensorParallelBackend::run_forward(const int32_t* tokens, int64_t length, InferenceState& state,
+                                            const ForwardOutputs& outputs, bool window) const {
   TensorParallelState& s = tp_state(state, this);
   check_forward_ids(tokens, s.batch(), length, config_.vocab_size, outputs);
-  if (length <= 0) return;
   // Every rank's workspace first: a rank that cannot allocate fails before any rank has enqueued an
   // all-reduce that would wait for it.
   reserve(s.batch(), length);
-  threads_.run([&](int r) { ranks_[r]->forward(tokens, length, *s.ranks[r], rank_outputs(r, outputs)); });
+  threads_.run([&](int r) {
+    const ForwardOutputs out = rank_outputs(r, outputs);
+    if (window)
+      ranks_[r]->forward_window(tokens, length, *s.ranks[r], out);
+    else
+      ranks_[r]->forward(tokens, length, *s.ranks[r], out);
+  });
+}
+
+void CudaTensorParallelBackend::forward(const int32_t* tokens, int64_t length, InferenceState& state,
+                                        const ForwardOutputs& outputs) const {
+  if (length > 0) run_forward(tokens, length, state, outputs, /*window=*/false);
 }
 
 void CudaTensorParallelBackend::reserve(int64_t batch, int64_t length) const {
@@ -293,10 +303,8 @@ bool CudaTensorParallelBackend::runs_window() const { return ranks_[0]->runs_win
 
 void CudaTensorParallelBackend::forward_window(const int32_t* tokens, int64_t length, InferenceState& state,
                                                const ForwardOutputs& outputs) const {
-  TensorParallelState& s = tp_state(state, this);
-  check_forward_ids(tokens, s.batch(), length, config_.vocab_size, outputs);
-  reserve(s.batch(), length);
-  threads_.run([&](int r) { ranks_[r]->forward_window(tokens, length, *s.ranks[r], rank_outputs(r, outputs)); });
+  if (length <= 0) fail("verify window: length must be positive, got {}", length);
+  run_forward(tokens, length, state, outputs, /*window=*/true);
 }
 
 void CudaTensorParallelBackend::replay_window(InferenceState& state, const std::vector<int64_t>& steps) const {

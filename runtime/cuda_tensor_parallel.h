@@ -80,6 +80,9 @@ class CudaTensorParallelBackend : public Backend {
   // What rank `rank`'s engine is asked for: the same outputs (rank 0 writes them), or none where
   // the head runs on rank 0 alone.
   ForwardOutputs rank_outputs(int rank, const ForwardOutputs& outputs) const;
+  // A forward (or a verify window) on every rank, each rank's workspace reserved first.
+  void run_forward(const int32_t* tokens, int64_t length, InferenceState& state, const ForwardOutputs& outputs,
+                   bool window) const;
 
   Mamba2Config config_;
   TensorParallelPlan plan_;

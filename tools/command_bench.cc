@@ -71,7 +71,10 @@ std::string model_label(const BenchFlags& flags) {
 
 // The backend to time: a checkpoint or synthetic model (FP, bf16 on the GPU), an artifact, or a
 // synthetic model in a recipe's formats.
-std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec& device, int tp) {
+// `weights`: a checkpoint's, loaded on the first build that needs them and kept for the next.
+std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec& device, int tp,
+                                       std::shared_ptr<const ModelWeights>& weights) {
+  if (!flags.model.empty() && !weights) weights = load_model(flags.model).weights;
   CudaBackendOptions cuda_options;
   cuda_options.device = device.index;
   if (tp > 1) {
@@ -80,7 +83,7 @@ std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec
       fail("bench --tp {}: quantized models do not run tensor-parallel on CUDA yet; time the FP model", tp);
     if (!flags.synthetic.empty())
       return std::make_unique<CudaTensorParallelBackend>(synthetic_config(flags.synthetic), flags.seed, tp, cuda_options);
-    return std::make_unique<CudaTensorParallelBackend>(*load_model(flags.model).weights, tp, cuda_options);
+    return std::make_unique<CudaTensorParallelBackend>(*weights, tp, cuda_options);
   }
   if (!flags.artifact.empty()) return make_quantized_backend(flags.device, read_quantized_artifact(flags.artifact).model);
   if (!flags.recipe.empty()) {
@@ -99,7 +102,7 @@ std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec
     if (!device.cuda) fail("--synthetic needs --device cuda (random weights are made on the GPU)");
     return std::make_unique<CudaBackend>(synthetic_config(flags.synthetic), flags.seed, cuda_options);
   }
-  return make_backend(flags.device, load_model(flags.model).weights);
+  return make_backend(flags.device, weights);
 }
 
 void run_ssd_module(const BenchFlags& flags, const DeviceSpec& device) {
@@ -134,11 +137,18 @@ void run_ssd_module(const BenchFlags& flags, const DeviceSpec& device) {
                                {"rows", rows}});
 }
 
-// Times one build (tensor-parallel size `tp`) and returns its JSON report; `timed` receives its
+// What the builds of one bench share: the checkpoint's weights (loaded once) and the model's config.
+struct BenchModel {
+  std::shared_ptr<const ModelWeights> weights;
+  Mamba2Config config;
+};
+
+// Times one build (tensor-parallel size `tp`) and returns its JSON report; `runs` receives its
 // rows, per prompt length.
 json run_model_on(const BenchFlags& flags, const DeviceSpec& device, const DeviceCeilings& ceilings, int tp,
-                  std::vector<std::pair<int64_t, std::vector<ModelBenchRow>>>& runs) {
-  const std::unique_ptr<Backend> backend = bench_backend(flags, device, tp);
+                  BenchModel& model, std::vector<std::pair<int64_t, std::vector<ModelBenchRow>>>& runs) {
+  const std::unique_ptr<Backend> backend = bench_backend(flags, device, tp, model.weights);
+  model.config = backend->config();
   const Mamba2Config& config = backend->config();
   const bool cuda = backend->on_device();
   fmt::print("model   {}\n        {}\n", model_label(flags), config.summary());
@@ -250,9 +260,11 @@ void run_all_reduce_module(const BenchFlags& flags, const DeviceSpec& device) {
 void run_model(const BenchFlags& flags, const DeviceSpec& device) {
   DeviceCeilings ceilings;
   if (device.cuda) ceilings = measure_device_ceilings(device.index);
+  BenchModel model;
   if (flags.tp.size() == 1) {
     std::vector<std::pair<int64_t, std::vector<ModelBenchRow>>> runs;
-    write_json_report(flags.json_path, run_model_on(flags, device, ceilings, static_cast<int>(flags.tp[0]), runs));
+    write_json_report(flags.json_path,
+                      run_model_on(flags, device, ceilings, static_cast<int>(flags.tp[0]), model, runs));
     return;
   }
   // Several sizes: each build in turn (the previous one freed first), then each size against the first.
@@ -260,7 +272,7 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
   std::vector<std::vector<std::pair<int64_t, std::vector<ModelBenchRow>>>> by_tp(flags.tp.size());
   for (size_t i = 0; i < flags.tp.size(); ++i) {
     fmt::print("── tensor parallel: {} GPU{} ──\n", flags.tp[i], flags.tp[i] == 1 ? "" : "s");
-    reports.push_back(run_model_on(flags, device, ceilings, static_cast<int>(flags.tp[i]), by_tp[i]));
+    reports.push_back(run_model_on(flags, device, ceilings, static_cast<int>(flags.tp[i]), model, by_tp[i]));
   }
   fmt::print("against --tp {}:\n{:>4} {:>7} {:>5} {:>11} {:>11} {:>14}\n", flags.tp[0], "tp", "prompt", "batch",
              "TTFT ×", "TPOT ×", "decode t/s ×");
@@ -275,7 +287,7 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
   // The all-reduces' share of a decode step: the layers' all-reduces of each batch's rows timed
   // alone (in graphs, after the builds are freed), against the step they belong to.
   json shares = json::array();
-  const Mamba2Config config = config_of(flags);
+  const Mamba2Config& config = model.config;
   for (size_t i = 1; i < flags.tp.size(); ++i) {
     const int tp = static_cast<int>(flags.tp[i]);
     const bool folded = plan_tensor_parallel(config, tp).ranks_per_norm_group() > 1;
