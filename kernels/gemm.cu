@@ -70,7 +70,8 @@ bool Gemm::supported(const GemmArgs& a) {
     return a.out_type == ElementType::kS32 && !a.accumulate && a.m > 0 && a.n > 0 && a.k > 0 && a.k % 4 == 0 &&
            a.ldx % 4 == 0 && weight_stride(a) % 4 == 0 && weight_stride(a) >= a.k && a.x && a.w && a.out &&
            a.ldx >= a.k && a.ldout >= a.n;
-  const bool types = (a.in_type == ElementType::kBF16 || a.in_type == ElementType::kF16) &&
+  const bool types = (a.in_type == ElementType::kBF16 || a.in_type == ElementType::kF16 ||
+                      a.in_type == ElementType::kF32) &&
                      (a.out_type == ElementType::kF32 || a.out_type == a.in_type);
   return types && a.m > 0 && a.n > 0 && a.k > 0 && a.x && a.w && a.out && a.ldx >= a.k && weight_stride(a) >= a.k &&
          a.ldout >= a.n &&
@@ -94,6 +95,7 @@ const Gemm::Plan& Gemm::plan(const GemmArgs& args) {
   auto plan = std::make_unique<Plan>();
   const cudaDataType_t in_type = cuda_type(args.in_type), out_type = cuda_type(args.out_type);
   const bool integer = args.in_type == ElementType::kS8;
+  // fp32 inputs multiply in fp32: cuBLASLt uses TF32 only when asked (CUBLAS_COMPUTE_32F_FAST_TF32).
   check(cublasLtMatmulDescCreate(&plan->desc, integer ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
                                  integer ? CUDA_R_32I : CUDA_R_32F),
         "cublasLtMatmulDescCreate");

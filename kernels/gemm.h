@@ -1,5 +1,5 @@
 // Dense projections through cuBLASLt: out[m, n] (+)= x[m, k] · w[n, k]ᵀ with bf16 or fp16 inputs
-// and fp32 accumulation; out is the input type, or fp32 (optionally accumulated into: the residual add of
+// and fp32 accumulation, or fp32 inputs multiplied in strict fp32 (calibration's FP32 model); out is the input type, or fp32 (optionally accumulated into: the residual add of
 // out_proj rides on the GEMM's beta). With int8 inputs (kS8) the product is exact int32 (kS32 out,
 // IMMA; k and ldx multiples of 4) and kernels/scale_int32.h applies the quantization scales. Plans (layouts + the heuristic's algorithm) are cached per
 // shape, so after the first call of a shape a run only launches (and can be graph-captured).
@@ -20,7 +20,7 @@ namespace ssdq::kernels {
 
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
-  ElementType in_type = ElementType::kBF16;  // of x and w: kBF16, kF16 or kS8
+  ElementType in_type = ElementType::kBF16;  // of x and w: kBF16, kF16, kF32 or kS8
   const void* x = nullptr;                  // [m, k], row stride ldx
   int64_t ldx = 0;
   const void* w = nullptr;                  // [n, k], row stride ldw

@@ -53,7 +53,8 @@ CalibrationStats collect_statistics(const ModelWeights& weights, const std::vect
   return total;
 }
 
-CalibrationFile run_calibration(const CalibrationRequest& request, const CollectOptions& options) {
+CalibrationFile run_calibration(const CalibrationRequest& request, const CollectOptions& options,
+                                const StatisticsCollector& collect) {
   const LoadedModel model = load_model(request.model_dir);
   const TokenizerSource tokenizer_source =
       find_tokenizer(request.model_dir, request.tokenizer_path, model.weights->config.vocab_size);
@@ -75,7 +76,7 @@ CalibrationFile run_calibration(const CalibrationRequest& request, const Collect
     p.data_files.push_back({path, file_sha256_hex(path), static_cast<int64_t>(MappedFile::open(path)->size())});
   file.tokens = sample_calibration_tokens(request.data_files, tokenizer, p.separator, p.samples, p.seqlen, p.seed);
   const auto start = std::chrono::steady_clock::now();
-  file.stats = collect_statistics(*model.weights, file.tokens, p.samples, p.seqlen, options);
+  file.stats = collect(*model.weights, file.tokens, p.samples, p.seqlen, options);
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return file;
 }

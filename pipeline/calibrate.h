@@ -40,6 +40,11 @@ struct CalibrationRequest {
   uint64_t seed = 0;
   std::string ssdq_version;
 };
-CalibrationFile run_calibration(const CalibrationRequest& request, const CollectOptions& options);
+// What runs the forwards: collect_statistics (the CPU), or collect_statistics_cuda
+// (pipeline/cuda_calibrate.h) bound to a device.
+using StatisticsCollector = std::function<CalibrationStats(const ModelWeights&, const std::vector<int32_t>& tokens,
+                                                           int64_t samples, int64_t seqlen, const CollectOptions&)>;
+CalibrationFile run_calibration(const CalibrationRequest& request, const CollectOptions& options,
+                                const StatisticsCollector& collect = collect_statistics);
 
 }  // namespace ssdq

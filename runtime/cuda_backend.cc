@@ -4,14 +4,38 @@
 #include "runtime/cuda_engine.h"
 
 namespace ssdq {
+namespace {
+
+// An observer sees every point as the CPU reports it only where the engine computes in fp32 and
+// no point has a format to apply after the observed kernel (conv.in's and ssd.x/B/C's are applied
+// inside the conv) and no bias is added after out_proj's GEMM.
+void check_observable(const QuantizedModel* model, const CudaBackendOptions& options) {
+  if (!options.observer) return;
+  if (!options.fp32_float_math || !model)
+    fail("internal: an observer needs the fp32 engine (CudaBackendOptions::fp32_float_math) over a quantized model");
+  if (options.communicator) fail("internal: an observer watches one GPU's whole model, not a tensor-parallel rank");
+  for (size_t l = 0; l < model->layers.size(); ++l) {
+    const QuantizedLayer& q = model->layers[l];
+    for (const ActQuant* a :
+         {&q.in_proj_in, &q.conv_in, &q.ssd_x, &q.ssd_B, &q.ssd_C, &q.ssd_dt, &q.out_proj_in, &q.ssm_state})
+      if (a->format != ActFormat::kFloat32)
+        fail("internal: layer {} has a formatted point; the CUDA observer watches fp32 models only", l);
+    if (!q.out_bias.empty() || q.ssd_mode != SsdMode::kFloat)
+      fail("internal: layer {} has an out_proj bias or an integer SSD; the CUDA observer watches fp32 models only", l);
+  }
+}
+
+}  // namespace
 
 CudaBackend::CudaBackend(const ModelWeights& weights, const CudaBackendOptions& options)
     : impl_(std::make_unique<Impl>(weights.config, options)) {
+  check_observable(nullptr, options);
   impl_->upload_bf16_model(weights);
 }
 
 CudaBackend::CudaBackend(const Mamba2Config& config, uint64_t seed, const CudaBackendOptions& options) {
   validate_config(config, "synthetic model");
+  check_observable(nullptr, options);
   impl_ = std::make_unique<Impl>(config, options);
   impl_->fill_random_bf16_model(seed);
 }
@@ -19,6 +43,7 @@ CudaBackend::CudaBackend(const Mamba2Config& config, uint64_t seed, const CudaBa
 CudaBackend::CudaBackend(std::shared_ptr<const QuantizedModel> model, const CudaBackendOptions& options) {
   if (!model) fail("internal: no quantized model");
   validate_quantized_model(*model, "quantized model");
+  check_observable(model.get(), options);
   impl_ = std::make_unique<Impl>(model->config, options);
   impl_->model = std::move(model);
   impl_->upload_quantized_model();

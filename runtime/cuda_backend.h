@@ -26,6 +26,7 @@ namespace ssdq {
 
 class CudaState;
 class DeviceCommunicator;
+class DeviceObserver;
 }  // namespace ssdq
 struct CUstream_st;  // cudaStream_t's type
 namespace ssdq {
@@ -42,6 +43,13 @@ struct CudaBackendOptions {
   // A vocab-parallel lm_head: this rank holds `head_rows` rows of it (its slice of the vocabulary,
   // uploaded as an untied head), its logits gathered across the ranks; 0: the whole head.
   int64_t head_rows = 0;
+  // An artifact's float weights kept in fp32 and multiplied in fp32 (cuBLASLt, no TF32), and its
+  // float SSDs run by the fp32 recurrence at every length: the CPU specification's arithmetic in
+  // another summation order. Calibration runs the FP32 model this way (pipeline/cuda_calibrate.h).
+  bool fp32_float_math = false;
+  // Watches every forward at the quantization points (runtime/cuda_observer.h); needs
+  // fp32_float_math and an artifact without an out_proj bias.
+  DeviceObserver* observer = nullptr;
 };
 
 class CudaBackend : public Backend {

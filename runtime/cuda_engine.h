@@ -39,6 +39,7 @@
 #include "kernels/qgemv.h"
 #include "kernels/scale_int32.h"
 #include "kernels/ssd_chunk_scan.h"
+#include "runtime/cuda_observer.h"
 #include "kernels/ssd_conv_step.h"
 #include "kernels/ssd_state_update.h"
 #include "kernels/ssdi8_chunk_scan.h"
@@ -66,13 +67,15 @@ using Format = kernels::ActivationFormatArgs::Format;
 //   kFp16Input:      fp16 x · fp16 w (float weights, or int4 weights with an fp16 input:
 //                    W4A16: qgemv up to 16 rows, else CUTLASS's mixed-input GEMM on sm_90
 //                    (kernels/gemm_w4a16.h), else expanded to fp16 first).
+//   kFp32:           fp32 x · fp32 w in fp32 (float weights under CudaBackendOptions::fp32_float_math).
 struct DeviceLinear {
-  enum class Path { kInt8PerChannel, kInt8Grouped, kFp16Input, kBf16 } path = Path::kFp16Input;
+  enum class Path { kInt8PerChannel, kInt8Grouped, kFp16Input, kBf16, kFp32 } path = Path::kFp16Input;
   int64_t n = 0, k = 0;
   int bits = 0;  // 8 or 4 for quantized weights, 0 for float ones
   int group_size = 0, groups = 1;
   DeviceBlock values, scales;
   DeviceBlock dense16;  // float weights in 16 bits: fp16 (kFp16Input) or bf16 (kBf16)
+  DeviceBlock dense32;  // float weights in fp32 (kFp32)
 
   bool int8_input() const { return path == Path::kInt8PerChannel || path == Path::kInt8Grouped; }
   bool folds_bias() const { return int8_input(); }
@@ -248,7 +251,11 @@ struct CudaBackend::Impl : CudaEngineCore {
   // What reads a formatted point: another fp32 op, an integer GEMM (the int8 values in work.x_int8)
   // or an fp16 GEMM (the values in work.x16), row stride `width` in both.
   enum class Reader { kFloat32, kInt8, kFloat16 };
-  static Reader reader_of(const DeviceLinear& linear) { return linear.int8_input() ? Reader::kInt8 : Reader::kFloat16; }
+  static Reader reader_of(const DeviceLinear& linear) {
+    return linear.int8_input()                         ? Reader::kInt8
+           : linear.path == DeviceLinear::Path::kFp32 ? Reader::kFloat32
+                                                       : Reader::kFloat16;
+  }
 
 
 
@@ -422,10 +429,14 @@ struct CudaBackend::Impl : CudaEngineCore {
   // Runs a projection as its plan says: out[m, n] = x · wᵀ (+ bias[n] on the integer paths), x as
   // enqueue_format left it; with plan.residual_add out is the fp32 residual and out += x · wᵀ +
   // bias; with plan.norm_prologue in_proj's input is the RMSNorm of the residual, built inside
-  // the GEMV from `norm_weight`.
+  // the GEMV from `norm_weight`. An fp32 GEMM reads its input from `x32` (work.normed, work.gated).
   void enqueue_linear(const LinearPlan& plan, const DeviceLinear& L, int64_t m, float x_scale, const float* bias,
                       float* out, const char* what, const float* norm_weight = nullptr,
-                      const kernels::L2Prefetch* prefetch = nullptr) const;
+                      const kernels::L2Prefetch* prefetch = nullptr, const float* x32 = nullptr) const;
+  // The observer's view of a point or of the SSD's inputs (no-ops without one).
+  void observe(int64_t layer, ActivationPoint point, const float* data, int64_t rows, int64_t width,
+               int64_t stride) const;
+  void observe_ssd_inputs(const DeviceLayer& d, int64_t batch, int64_t length, CudaState& state, int64_t l) const;
 
   // `ssd_tables`: the SSDi8 scan's ChunkCumsum, run on the second stream right after dt is written.
   void enqueue_split_in_proj(const DeviceLayer& d, int64_t m, const kernels::Ssdi8ChunkScanArgs* ssd_tables) const;

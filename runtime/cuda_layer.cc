@@ -80,9 +80,24 @@ void CudaBackend::Impl::enqueue_format(const DeviceFormat& f, float* data, int64
 
 void CudaBackend::Impl::enqueue_linear(const LinearPlan& plan, const DeviceLinear& L, int64_t m, float x_scale, const float* bias,
                     float* out, const char* what, const float* norm_weight,
-                    const kernels::L2Prefetch* prefetch) const {
+                    const kernels::L2Prefetch* prefetch, const float* x32) const {
   using Schedule = LinearPlan::Schedule;
   const bool residual_add = plan.residual_add;
+  if (plan.schedule == Schedule::kFp32Gemm) {
+    kernels::GemmArgs g;
+    g.m = m;
+    g.n = L.n;
+    g.k = L.k;
+    g.in_type = ElementType::kF32;
+    g.x = x32;
+    g.ldx = L.k;
+    g.w = L.dense32.at<void>(0);
+    g.out = out;
+    g.ldout = L.n;
+    g.out_type = ElementType::kF32;
+    gemm->run(g, stream);
+    return;
+  }
   if (plan.schedule == Schedule::kBf16Gemv) {
     const GemvPrologue prologue = plan.norm_prologue         ? GemvPrologue::kRmsNorm
                                   : plan.gated_norm_prologue ? GemvPrologue::kGatedRmsNorm
@@ -254,14 +269,19 @@ void CudaBackend::Impl::enqueue_layer(const DeviceLayer& d, const LayerPlan& p, 
     norm.out_type = int8_input ? ElementType::kS8 : p.bf16 ? ElementType::kBF16 : ElementType::kF32;
     norm.out_scale = d.in_proj_in.scale0;
     cuda_ok(kernels::launch_add_rmsnorm(norm, stream), "rmsnorm");
-    if (!int8_input && !p.bf16) enqueue_format(d.in_proj_in, work.normed, M, D, D, Reader::kFloat16, "in_proj input");
+    if (!int8_input && !p.bf16) {
+      enqueue_format(d.in_proj_in, work.normed, M, D, D, reader_of(d.in_proj), "in_proj input");
+      observe(l, ActivationPoint::kInProjIn, work.normed, M, D, D);
+    }
     if (p.split_in_proj) {
       enqueue_split_in_proj(d, M, p.tables_early ? &ssd : nullptr);
       ssd.tables_ready = p.tables_early;
     } else {
-      enqueue_linear(p.in_proj, d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj");
+      enqueue_linear(p.in_proj, d.in_proj, M, d.in_proj_in.scale0, nullptr, work.zxbcdt, "in_proj", nullptr, nullptr,
+                     work.normed);
     }
   }
+  observe(l, ActivationPoint::kConvIn, work.zxbcdt + d.xbc_at, M, conv_dim, in_dim);
 
   kernels::CausalConv1dArgs conv = conv_args(d, batch, length, state.conv(l), p.split_in_proj);
   if (p.ssd == Ssd::kSsdi8Chunked) {  // the SSDi8 kernel's operands: fp16 x (ssd.x's format), int8 B|C rows
@@ -278,6 +298,13 @@ void CudaBackend::Impl::enqueue_layer(const DeviceLayer& d, const LayerPlan& p, 
     cuda_ok(kernels::launch_causal_conv1d(conv, stream), "causal_conv1d (with the x|B|C formats)");
   if (p.split_in_proj) cuda_ok(cudaStreamWaitEvent(stream, join_event, 0), "cudaStreamWaitEvent");  // z|dt written
   if (p.dt_format_pass) enqueue_format(d.ssd_dt, work.zxbcdt + d.dt_at, M, H, in_dim, Reader::kFloat32, "ssd dt");
+  if (options.observer) {  // the conv wrote fp32 x|B|C (the recurrence's inputs) under fp32_float_math
+    observe(l, ActivationPoint::kSsdX, work.conv_out, M, E, conv_dim);
+    observe(l, ActivationPoint::kSsdB, work.conv_out + E, M, GN, conv_dim);
+    observe(l, ActivationPoint::kSsdC, work.conv_out + E + GN, M, GN, conv_dim);
+    observe(l, ActivationPoint::kSsdDt, work.zxbcdt + d.dt_at, M, H, in_dim);
+    if (length > 1) observe_ssd_inputs(d, batch, length, state, l);
+  }
 
   switch (p.ssd) {
     case Ssd::kSsdi8Chunked:
@@ -303,14 +330,17 @@ void CudaBackend::Impl::enqueue_layer(const DeviceLayer& d, const LayerPlan& p, 
   if (p.state_format_pass)
     enqueue_format(d.state_format, static_cast<float*>(state.ssm(l)), batch * H * P, N, N, Reader::kFloat32, "ssd state");
 
+  observe(l, ActivationPoint::kSsdY, work.y, M, E, E);
   enqueue_gated_norm(d, p, M, l);
+  if (p.gated_out == LayerPlan::GatedOut::kFp32ThenFormat) observe(l, ActivationPoint::kOutProjIn, work.gated, M, E, E);
   kernels::L2Prefetch next_weights[kernels::kL2PrefetchRanges];
   if (p.prefetch_next_in_proj) next_in_proj_prefetch(layers[l + 1], next_weights);
   const float* bias = d.out_bias.bytes() ? d.out_bias.at<float>(0) : nullptr;
   float* out = p.out_proj.residual_add ? work.residual : p.all_reduce.empty() ? work.out_proj_delta : tp_partial(M, l);
   enqueue_linear(p.out_proj, d.out_proj, M, d.out_proj_in.scale0, p.all_reduce.empty() ? bias : nullptr, out,
                  "out_proj", p.out_proj.gated_norm_prologue ? d.gated_norm.at<float>(0) : nullptr,
-                 p.prefetch_next_in_proj ? next_weights : nullptr);
+                 p.prefetch_next_in_proj ? next_weights : nullptr, work.gated);
+  if (!p.out_proj.residual_add) observe(l, ActivationPoint::kOutProjOut, out, M, D, D);
   if (p.all_reduce.empty()) return;
   kernels::TpReduceArgs sum;
   sum.rows = M;
@@ -321,6 +351,34 @@ void CudaBackend::Impl::enqueue_layer(const DeviceLayer& d, const LayerPlan& p, 
   sum.norm_width = static_cast<float>(options.folded_norm_width);
   sum.eps = eps;
   options.communicator->sum_into_residual(sum, out, stream);
+}
+
+void CudaBackend::Impl::observe(int64_t layer, ActivationPoint point, const float* data, int64_t rows, int64_t width,
+                                int64_t stride) const {
+  if (options.observer) options.observer->on_activation(layer, point, data, rows, width, stride, stream);
+}
+
+void CudaBackend::Impl::observe_ssd_inputs(const DeviceLayer& d, int64_t batch, int64_t length, CudaState& state,
+                                           int64_t l) const {
+  const Mamba2Config& c = config;
+  const int64_t E = c.d_inner(), GN = c.ngroups * c.d_state;
+  DeviceSsdInputs in;
+  in.batch = batch;
+  in.length = length;
+  in.chunk = c.chunk_size;
+  in.x = work.conv_out;
+  in.x_stride = c.conv_dim();
+  in.B = work.conv_out + E;
+  in.C = work.conv_out + E + GN;
+  in.bc_stride = c.conv_dim();
+  in.dt_raw = work.zxbcdt + d.dt_at;
+  in.dt_stride = c.d_in_proj();
+  in.dt_bias = d.dt_bias.at<float>(0);
+  in.A = d.A.at<float>(0);
+  in.dt_min = static_cast<float>(c.dt_min);
+  in.dt_max = static_cast<float>(std::min<double>(c.dt_max, 3e38));
+  in.initial_state = static_cast<const float*>(state.ssm(l));
+  options.observer->on_ssd_inputs(l, in, stream);
 }
 
 float* CudaBackend::Impl::tp_partial(int64_t M, int64_t l) const {

@@ -39,7 +39,8 @@ bool CudaBackend::Impl::decode_gemv(const DeviceLinear& L, int64_t m, float x_sc
   const int64_t max_rows = L.path == Path::kInt8PerChannel ? kW8A8GemvMaxRows
                            : grouped_gemm                  ? kW4A8GemvMaxRows
                                                            : kernels::kQgemvMaxRows;
-  if (m > max_rows || (L.path == Path::kFp16Input && L.bits != 4) || (L.path == Path::kInt8Grouped && L.bits == 8))
+  if (m > max_rows || L.path == Path::kFp32 || (L.path == Path::kFp16Input && L.bits != 4) ||
+      (L.path == Path::kInt8Grouped && L.bits == 8))
     return false;
   q = qgemv_args(L, m, x_scale);
   return kernels::qgemv_supported(q);
@@ -47,7 +48,7 @@ bool CudaBackend::Impl::decode_gemv(const DeviceLinear& L, int64_t m, float x_sc
 
 bool CudaBackend::Impl::adds_into_residual(const DeviceLinear& L, int64_t m) const {
   kernels::QgemvArgs q;
-  return L.path != DeviceLinear::Path::kFp16Input || decode_gemv(L, m, 1.f, q);
+  return L.int8_input() || decode_gemv(L, m, 1.f, q);
 }
 
 bool CudaBackend::Impl::norm_in_gemv(const DeviceLayer& d, int64_t m) const {
@@ -69,6 +70,12 @@ LinearPlan CudaBackend::Impl::plan_linear(const DeviceLinear& L, int64_t m, floa
   p.int8_input = L.int8_input();
   p.groups = L.groups;
   if (L.path == Path::kBf16) fail("internal: bf16 projections are planned by plan_bf16_layer");
+  if (L.path == Path::kFp32) {
+    if (norm_weight || residual_add) fail("internal: an fp32 projection cannot fuse the norm or the residual add");
+    p.schedule = Schedule::kFp32Gemm;
+    p.fp32 = true;
+    return p;
+  }
   kernels::QgemvArgs q;
   if (decode_gemv(L, m, x_scale, q)) {
     p.schedule = Schedule::kQgemv;
@@ -178,9 +185,9 @@ LayerPlan CudaBackend::Impl::plan_layer(const DeviceLayer& d, int64_t batch, int
   // The rotated input goes straight to the type its projection multiplies: int8 for an integer
   // GEMM (the point's per-tensor scale), fp16 for an fp16 one (an fp16 or fp32 point). Only an
   // int8 point before float weights takes the fp32 detour through the format kernel.
-  p.gated_out = reader_of(d.out_proj) == Reader::kInt8        ? LayerPlan::GatedOut::kInt8
-                : d.out_proj_in.format != Format::kInt8 ? LayerPlan::GatedOut::kFp16
-                                                        : LayerPlan::GatedOut::kFp32ThenFormat;
+  p.gated_out = reader_of(d.out_proj) == Reader::kInt8                                                ? LayerPlan::GatedOut::kInt8
+                : d.out_proj_in.format != Format::kInt8 && reader_of(d.out_proj) == Reader::kFloat16 ? LayerPlan::GatedOut::kFp16
+                                                                                                      : LayerPlan::GatedOut::kFp32ThenFormat;
   const bool residual_add = adds_into_residual(d.out_proj, M);
   const float* bias = d.out_bias.bytes() ? d.out_bias.at<float>(0) : nullptr;
   p.out_proj = plan_linear(d.out_proj, M, d.out_proj_in.scale0, bias, residual_add ? work.residual : work.out_proj_delta,

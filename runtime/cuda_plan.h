@@ -25,6 +25,7 @@ struct LinearPlan {
     kImmaPerGroup,       // a cuBLASLt int8 GEMM per weight group + kernels/scale_int32
     kBf16Gemv,           // kernels/gemv: the FP model's decode row
     kBf16Gemm,           // cuBLASLt bf16: the FP model's other shapes
+    kFp32Gemm,           // cuBLASLt fp32 (CudaBackendOptions::fp32_float_math)
   } schedule = Schedule::kFp16Gemm;
   bool unpack_first = false;   // int4 weights unpacked (to int8, or expanded to fp16) into the workspace first
   bool residual_add = false;   // the epilogue adds output + bias into the fp32 residual
@@ -33,6 +34,7 @@ struct LinearPlan {
   int weight_bits = 0, groups = 1;
   bool int8_input = false;
   bool bf16 = false;  // bf16 weights and input (the FP model)
+  bool fp32 = false;  // fp32 weights and input
   bool partial_out = false;  // fp32 partial rows for the tensor-parallel all-reduce
 
   std::string describe() const {
@@ -40,13 +42,13 @@ struct LinearPlan {
                                         "cuBLASLt fp16",  "gemm_s8_grouped (int4 packed)",
                                         "gemm_s8_scaled", "gemm_s8_grouped",
                                         "cuBLASLt int8 per group + scale_int32", "gemv",
-                                        "cuBLASLt bf16"};
-    std::string weights = bf16 ? "bf16 weights" : weight_bits == 0 ? "fp16 weights" : fmt::format("int{} weights", weight_bits);
+                                        "cuBLASLt bf16",  "cuBLASLt fp32"};
+    std::string weights = bf16 ? "bf16 weights" : fp32 ? "fp32 weights" : weight_bits == 0 ? "fp16 weights" : fmt::format("int{} weights", weight_bits);
     if (groups > 1) weights += fmt::format(" in {} groups", groups);
     const std::string name = schedule == Schedule::kImmaPerGroup && groups == 1 ? "cuBLASLt int8 + scale_int32"
                                                                                 : names[static_cast<int>(schedule)];
     std::string text = fmt::format("{} ({}, {} input)", name, weights,
-                                   bf16 ? "bf16" : int8_input ? "int8" : "fp16");
+                                   bf16 ? "bf16" : fp32 ? "fp32" : int8_input ? "int8" : "fp16");
     if (unpack_first) text += ", unpacked first";
     if (norm_prologue) text += ", RMSNorm in its prologue";
     if (gated_norm_prologue) text += ", gated RMSNorm in its prologue";

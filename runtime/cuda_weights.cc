@@ -31,10 +31,15 @@ DeviceBlock device_copy(const std::vector<T>& values, MemoryCounter* counter, co
 
 // `row_order` (int8 per-channel weights only): device row r holds the weight row row_order[r].
 DeviceLinear upload_linear(const WeightMatrix& w, const ActQuant& input, MemoryCounter* counter,
-                           const std::string& what, const std::vector<int64_t>& row_order = {}) {
+                           const std::string& what, bool fp32, const std::vector<int64_t>& row_order = {}) {
   DeviceLinear d;
   d.n = w.rows;
   d.k = w.cols;
+  if (!w.is_quantized() && fp32) {
+    d.path = DeviceLinear::Path::kFp32;
+    d.dense32 = device_copy(w.dense, counter, "float projection weights");
+    return d;
+  }
   if (!w.is_quantized()) {
     d.dense16 = device_copy(to_fp16_bits(w.dense), counter, "float projection weights");
     return d;
@@ -282,16 +287,16 @@ void CudaBackend::Impl::upload_quantized_model() {
     d.gated_norm = device_copy(q.gated_norm, &counter, "gated norm");
     if (!q.out_bias.empty()) d.out_bias = device_copy(q.out_bias, &counter, "out_proj bias");
     d.split_in_proj = splits_in_proj(q, c);
-    d.in_proj = upload_linear(q.in_proj, q.in_proj_in, &counter, at + " in_proj",
+    d.in_proj = upload_linear(q.in_proj, q.in_proj_in, &counter, at + " in_proj", options.fp32_float_math,
                               d.split_in_proj ? split_in_proj_order(c) : std::vector<int64_t>{});
     d.xbc_at = d.split_in_proj ? E + H : E;
     d.dt_at = d.split_in_proj ? E : E + c.conv_dim();
     any_split_in_proj = any_split_in_proj || d.split_in_proj;
-    d.out_proj = upload_linear(q.out_proj, q.out_proj_in, &counter, at + " out_proj");
+    d.out_proj = upload_linear(q.out_proj, q.out_proj_in, &counter, at + " out_proj", options.fp32_float_math);
     expand_bytes = std::max({expand_bytes, d.in_proj.expand_bytes(), d.out_proj.expand_bytes()});
     for (const DeviceLinear* L : {&d.in_proj, &d.out_proj}) {
-      integer_gemm = integer_gemm || L->path != DeviceLinear::Path::kFp16Input;
-      grouped_gemm = grouped_gemm || (L->path != DeviceLinear::Path::kFp16Input && L->groups > 1);
+      integer_gemm = integer_gemm || L->int8_input();
+      grouped_gemm = grouped_gemm || (L->int8_input() && L->groups > 1);
     }
     d.in_proj_in = upload_format(q.in_proj_in, &counter);
     std::vector<float> in_codes, out_codes;
@@ -320,7 +325,7 @@ void CudaBackend::Impl::upload_quantized_model() {
     state_bytes.push_back(c.conv_dim() * (c.d_conv - 1) * 4);
     state_bytes.push_back(H * P * N * (d.int8_state ? 1 : 4));
     d.ssdi8 = q.ssd_mode == SsdMode::kSsdi8;
-    d.fp16_chunked_ssd = !d.ssdi8 && fp16_chunked_ssd_fits(q, c);
+    d.fp16_chunked_ssd = !d.ssdi8 && !options.fp32_float_math && fp16_chunked_ssd_fits(q, c);
     any_ssdi8 = any_ssdi8 || d.ssdi8;
     any_float_ssd = any_float_ssd || !d.ssdi8;
     if (d.ssdi8) {

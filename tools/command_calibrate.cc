@@ -3,6 +3,8 @@
 #include <memory>
 
 #include "pipeline/calibrate.h"
+#include "pipeline/cuda_calibrate.h"
+#include "runtime/backend_factory.h"
 #include "calib/calibration_file.h"
 #include "formats/hub_cache.h"
 #include "runtime/parallel.h"
@@ -16,25 +18,32 @@ namespace {
 
 struct CalibrateFlags {
   CalibrationRequest request;
-  std::string out, synthetic;
+  std::string out, synthetic, device = "cpu";
   int threads = 0;
   bool quiet = false;
 };
 
 void run_calibrate(CalibrateFlags& flags) {
+  const DeviceSpec device = parse_device(flags.device);  // an unknown device is refused before anything is read
   if (flags.threads > 0) set_thread_count(flags.threads);
   flags.request.ssdq_version = kSsdqVersion;
-  fmt::print("calibrate {} on {} file(s): {} samples × {} tokens, seed {}\n", flags.request.model_dir,
-             flags.request.data_files.size(), flags.request.samples, flags.request.seqlen, flags.request.seed);
+  fmt::print("calibrate {} on {} file(s): {} samples × {} tokens, seed {}, on {}\n", flags.request.model_dir,
+             flags.request.data_files.size(), flags.request.samples, flags.request.seqlen, flags.request.seed,
+             flags.device);
   std::fflush(stdout);
   ProgressBar progress("calibrate", flags.request.samples, "samples", !flags.quiet);
   CollectOptions options;
   options.on_progress = [&](int64_t done, int64_t) { progress.update(done); };
-  const CalibrationFile file = run_calibration(flags.request, options);
+  StatisticsCollector collect = collect_statistics;
+  if (device.cuda)
+    collect = [&](const ModelWeights& weights, const std::vector<int32_t>& tokens, int64_t samples, int64_t seqlen,
+                  const CollectOptions& o) { return collect_statistics_cuda(weights, tokens, samples, seqlen, o, device.index); };
+  const CalibrationFile file = run_calibration(flags.request, options, collect);
   progress.finish();
   write_calibration_file(flags.out, file);
-  fmt::print("wrote {}: statistics of {} layers over {} tokens ({:.1f} s of forward on {} threads)\n", flags.out,
-             file.config.n_layer, file.tokens.size(), file.provenance.seconds, thread_count());
+  fmt::print("wrote {}: statistics of {} layers over {} tokens ({:.1f} s of forward on {})\n", flags.out,
+             file.config.n_layer, file.tokens.size(), file.provenance.seconds,
+             device.cuda ? flags.device : fmt::format("{} threads", thread_count()));
 }
 
 }  // namespace
@@ -69,6 +78,10 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--seqlen", r.seqlen, "Tokens per window")->capture_default_str()->check(whole_number(2, 1 << 20));
   cmd->add_option("--seed", r.seed, "Seed of the window sampler")->capture_default_str();
   cmd->add_option("--out", flags->out, "Statistics file to write (safetensors; written atomically)")->required();
+  cmd->add_option("--device", flags->device,
+                  "cpu, or cuda[:N]: the forwards in fp32 on a GPU (cuBLASLt fp32 GEMMs, the SSD's fp32 recurrence), "
+                  "the statistics kept on the device; equal to the CPU's within fp32 summation order")
+      ->capture_default_str();
   cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores, or SSDQ_THREADS)")
       ->capture_default_str()
       ->check(whole_number(0));

@@ -1,0 +1,200 @@
+#include "kernels/ssd_internals.h"
+
+#include <cmath>
+
+namespace ssdq::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxChunk = 256;
+constexpr int kOutputsPerThread = 32;  // (headdim · dstate) / kThreads at most: S_local in registers
+constexpr int kTokenTile = 16;         // tokens of x_scaled and B staged in shared memory at a time
+constexpr int kCbTile = 64;            // C·Bᵀ tiles of 64 × 64 tokens
+constexpr int kCbSlice = 32;           // dstate values staged at a time
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+__device__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+
+// One block per (sequence, head): the chunks in order, S_local accumulated in registers over
+// token tiles, S_passed carried across chunks; the largest |S| of each element written per sequence.
+__global__ void __launch_bounds__(kThreads) ssd_internals_state_kernel(SsdInternalsArgs a, float* sequence_max) {
+  __shared__ float dt[kMaxChunk], cs[kMaxChunk], lut[kMaxChunk];
+  extern __shared__ float tiles[];  // x_scaled [kTokenTile, P], then B [kTokenTile, N]
+  const int b = blockIdx.x, h = blockIdx.y;
+  const int P = a.headdim, N = a.dstate, H = a.heads, PN = P * N;
+  const int g = h / (H / a.groups);
+  float* xs_tile = tiles;
+  float* b_tile = tiles + kTokenTile * P;
+  const float A = a.A[h], bias = a.dt_bias[h];
+  float passed[kOutputsPerThread], largest[kOutputsPerThread];
+#pragma unroll
+  for (int k = 0; k < kOutputsPerThread; ++k) {
+    const int o = threadIdx.x + k * kThreads;
+    passed[k] = o < PN && a.initial_state ? a.initial_state[(static_cast<int64_t>(b) * H + h) * PN + o] : 0.f;
+    largest[k] = 0.f;
+  }
+  for (int start = 0; start < a.seqlen; start += a.chunk) {
+    const int L = min(a.chunk, a.seqlen - start);
+    const int64_t row0 = static_cast<int64_t>(b) * a.seqlen + start;
+    for (int t = threadIdx.x; t < L; t += kThreads) {
+      const float value = softplus(a.dt_raw[(row0 + t) * a.dt_stride + h] + bias);
+      dt[t] = fminf(fmaxf(value, a.dt_min), a.dt_max);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {  // the CPU's running sum, in its order
+      float running = 0.f;
+      for (int t = 0; t < L; ++t) {
+        running += dt[t] * A;
+        cs[t] = running;
+      }
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < L; t += kThreads) lut[t] = dt[t] * expf(cs[L - 1] - cs[t]);
+    __syncthreads();
+    float acc[kOutputsPerThread];
+#pragma unroll
+    for (int k = 0; k < kOutputsPerThread; ++k) acc[k] = 0.f;
+    for (int t0 = 0; t0 < L; t0 += kTokenTile) {
+      const int tokens = min(kTokenTile, L - t0);
+      for (int i = threadIdx.x; i < kTokenTile * P; i += kThreads) {
+        const int tt = i / P, p = i % P;
+        float value = 0.f;
+        if (tt < tokens) {
+          const int64_t row = row0 + t0 + tt;
+          value = lut[t0 + tt] * a.x[row * a.x_stride + h * P + p];
+          a.x_scaled[row * (static_cast<int64_t>(H) * P) + h * P + p] = value;
+        }
+        xs_tile[i] = value;
+      }
+      for (int i = threadIdx.x; i < kTokenTile * N; i += kThreads) {
+        const int tt = i / N, n = i % N;
+        b_tile[i] = tt < tokens ? a.B[(row0 + t0 + tt) * a.bc_stride + g * N + n] : 0.f;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < kOutputsPerThread; ++k) {
+        const int o = threadIdx.x + k * kThreads;
+        if (o < PN) {
+          const int p = o / N, n = o % N;
+          float sum = acc[k];
+          for (int tt = 0; tt < kTokenTile; ++tt) sum += xs_tile[tt * P + p] * b_tile[tt * N + n];
+          acc[k] = sum;
+        }
+      }
+      __syncthreads();
+    }
+    const float decay = expf(cs[L - 1]);
+#pragma unroll
+    for (int k = 0; k < kOutputsPerThread; ++k) {
+      passed[k] = decay * passed[k] + acc[k];
+      largest[k] = fmaxf(largest[k], fmaxf(fabsf(acc[k]), fabsf(passed[k])));
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kOutputsPerThread; ++k) {
+    const int o = threadIdx.x + k * kThreads;
+    if (o < PN) sequence_max[static_cast<int64_t>(b) * H * PN + static_cast<int64_t>(h) * PN + o] = largest[k];
+  }
+}
+
+// The state's running maxima raised to the largest over the sequences (in sequence order: exact).
+__global__ void ssd_internals_state_max_kernel(SsdInternalsArgs a, const float* sequence_max) {
+  const int64_t width = static_cast<int64_t>(a.heads) * a.headdim * a.dstate;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= width) return;
+  float largest = a.state_absmax[i];
+  for (int b = 0; b < a.batch; ++b) largest = fmaxf(largest, sequence_max[b * width + i]);
+  a.state_absmax[i] = largest;
+}
+
+// One block per (sequence · chunk, group, pair of 64-token tiles with s ≤ t): the largest |C_t·B_s|
+// of its causal part, raised into that chunk's cb entry (zeroed first).
+__global__ void __launch_bounds__(kThreads) ssd_internals_cb_kernel(SsdInternalsArgs a) {
+  __shared__ float c_tile[kCbTile][kCbSlice + 1], b_tile[kCbTile][kCbSlice + 1];
+  __shared__ float warp_max[kThreads / 32];
+  const int chunks = (a.seqlen + a.chunk - 1) / a.chunk;
+  const int seq = blockIdx.x / chunks, k = blockIdx.x % chunks, g = blockIdx.y;
+  int ti = 0, pair = blockIdx.z;  // pair → (ti, si), si ≤ ti
+  while (pair > ti) pair -= ++ti;
+  const int si = pair;
+  const int start = k * a.chunk, L = min(a.chunk, a.seqlen - start);
+  const int t0 = ti * kCbTile, s0 = si * kCbTile;
+  if (t0 >= L) return;  // the whole block leaves together
+  const int64_t row0 = static_cast<int64_t>(seq) * a.seqlen + start;
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  float acc[4][4] = {};
+  for (int n0 = 0; n0 < a.dstate; n0 += kCbSlice) {
+    for (int i = threadIdx.x; i < kCbTile * kCbSlice; i += kThreads) {
+      const int r = i / kCbSlice, n = i % kCbSlice;
+      const bool in_n = n0 + n < a.dstate;
+      const int64_t col = static_cast<int64_t>(g) * a.dstate + n0 + n;
+      c_tile[r][n] = in_n && t0 + r < L ? a.C[(row0 + t0 + r) * a.bc_stride + col] : 0.f;
+      b_tile[r][n] = in_n && s0 + r < L ? a.B[(row0 + s0 + r) * a.bc_stride + col] : 0.f;
+    }
+    __syncthreads();
+    for (int n = 0; n < kCbSlice; ++n) {
+      float cv[4], bv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        cv[i] = c_tile[ty * 4 + i][n];
+        bv[i] = b_tile[tx * 4 + i][n];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] += cv[i] * bv[j];
+    }
+    __syncthreads();
+  }
+  float largest = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int t = t0 + ty * 4 + i, s = s0 + tx * 4 + j;
+      if (t < L && s <= t) largest = fmaxf(largest, fabsf(acc[i][j]));
+    }
+  for (int offset = 16; offset > 0; offset >>= 1) largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = largest;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kThreads / 32; ++w) largest = fmaxf(largest, warp_max[w]);
+    atomicMax(reinterpret_cast<unsigned int*>(a.cb + (static_cast<int64_t>(seq) * chunks + k) * a.groups + g),
+              __float_as_uint(largest));
+  }
+}
+
+}  // namespace
+
+bool ssd_internals_supported(const SsdInternalsArgs& a) {
+  return a.batch > 0 && a.seqlen > 0 && a.chunk > 0 && a.chunk <= kMaxChunk && a.heads > 0 && a.groups > 0 &&
+         a.heads % a.groups == 0 && a.headdim > 0 && a.headdim % 8 == 0 && a.headdim <= 128 && a.dstate > 0 &&
+         a.dstate % 8 == 0 && a.dstate <= 256 && a.headdim * a.dstate <= kOutputsPerThread * kThreads && a.x &&
+         a.B && a.C && a.dt_raw && a.dt_bias && a.A && a.x_scaled && a.state_absmax && a.cb && a.workspace &&
+         reinterpret_cast<uintptr_t>(a.workspace) % 256 == 0;
+}
+
+size_t ssd_internals_workspace_bytes(const SsdInternalsArgs& a) {
+  return align256(static_cast<size_t>(a.batch) * a.heads * a.headdim * a.dstate * sizeof(float));
+}
+
+cudaError_t launch_ssd_internals(const SsdInternalsArgs& a, cudaStream_t stream) {
+  if (!ssd_internals_supported(a)) return cudaErrorInvalidValue;
+  float* sequence_max = static_cast<float*>(a.workspace);
+  const size_t tile_bytes = static_cast<size_t>(kTokenTile) * (a.headdim + a.dstate) * sizeof(float);
+  ssd_internals_state_kernel<<<dim3(a.batch, a.heads), kThreads, tile_bytes, stream>>>(a, sequence_max);
+  cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) return status;
+  const int64_t width = static_cast<int64_t>(a.heads) * a.headdim * a.dstate;
+  ssd_internals_state_max_kernel<<<static_cast<unsigned>((width + 255) / 256), 256, 0, stream>>>(a, sequence_max);
+  if ((status = cudaGetLastError()) != cudaSuccess) return status;
+  const int chunks = ssd_internals_chunks(a);
+  status = cudaMemsetAsync(a.cb, 0, static_cast<size_t>(a.batch) * chunks * a.groups * sizeof(float), stream);
+  if (status != cudaSuccess) return status;
+  const int tiles = (a.chunk + kCbTile - 1) / kCbTile;
+  ssd_internals_cb_kernel<<<dim3(a.batch * chunks, a.groups, tiles * (tiles + 1) / 2), kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace ssdq::kernels

@@ -1,0 +1,40 @@
+#include "pipeline/cuda_calibrate.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "formats/error.h"
+#include "model/quantized_model.h"
+#include "pipeline/cuda_stats_observer.h"
+#include "runtime/cuda_backend.h"
+#include "runtime/cuda_resources.h"
+
+namespace ssdq {
+
+CalibrationStats collect_statistics_cuda(const ModelWeights& weights, const std::vector<int32_t>& tokens,
+                                         int64_t samples, int64_t seqlen, const CollectOptions& options, int device) {
+  if (samples <= 0 || seqlen <= 1 || static_cast<int64_t>(tokens.size()) != samples * seqlen)
+    fail("internal: {} calibration tokens for {} samples of {}", tokens.size(), samples, seqlen);
+  auto model = std::make_shared<const QuantizedModel>(float_quantized_model(weights));
+  CudaBackendOptions cuda;
+  cuda.device = device;
+  cuda.use_graphs = false;
+  cuda.fp32_float_math = true;
+  // The device is selected (and checked: present, new enough) before the statistics go on it.
+  select_cuda_device(device);
+  CudaStatsObserver observer(weights.config, options.ssd_internals);
+  cuda.observer = &observer;
+  const CudaBackend backend(model, cuda);
+  const int64_t batch = std::clamp<int64_t>(kCudaCalibrationRows / seqlen, 1, samples);
+  backend.reserve(batch, seqlen);
+  for (int64_t first = 0; first < samples; first += batch) {
+    const int64_t n = std::min(batch, samples - first);
+    auto state = backend.new_state(n);
+    backend.forward(tokens.data() + first * seqlen, seqlen, *state, ForwardOutputs{});
+    observer.check_finite(backend.stream());
+    if (options.on_progress) options.on_progress(first + n, samples);
+  }
+  return observer.read(backend.stream());
+}
+
+}  // namespace ssdq

@@ -1,0 +1,20 @@
+// Calibration on a GPU: the FP32 model's forwards on the CUDA engine in fp32
+// (CudaBackendOptions::fp32_float_math) with a CudaStatsObserver, samples in batches.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pipeline/calibrate.h"
+
+namespace ssdq {
+
+// collect_statistics on CUDA device `device`: the same statistics within fp32 summation order
+// (the GEMMs', the SSD recurrence's against the CPU's chunked form). Samples run in batches of
+// about kCudaCalibrationRows tokens, so device memory is the fp32 weights, the statistics and one
+// batch's activations whatever the number of samples.
+CalibrationStats collect_statistics_cuda(const ModelWeights& weights, const std::vector<int32_t>& tokens,
+                                         int64_t samples, int64_t seqlen, const CollectOptions& options, int device);
+inline constexpr int64_t kCudaCalibrationRows = 32768;
+
+}  // namespace ssdq
