@@ -34,7 +34,8 @@ json provenance_json(const CalibrationProvenance& p) {
           {"tokenizer_file", p.tokenizer_file},
           {"tokenizer_sha256", p.tokenizer_sha256},
           {"ssdq_version", p.ssdq_version},
-          {"seconds", p.seconds}};
+          {"seconds", p.seconds},
+          {"forward", p.forward}};
 }
 
 // Typed access to the provenance object with errors naming the file and the key.
@@ -84,6 +85,7 @@ CalibrationProvenance parse_provenance(const std::string& text, const std::strin
   const json& seconds = r.field("seconds");
   if (!seconds.is_number()) fail("{}: provenance \"seconds\" must be a number", label);
   p.seconds = seconds.get<double>();
+  if (object.contains("forward")) p.forward = r.text("forward");
   const json& files = r.field("data_files");
   if (!files.is_array() || files.empty() || files.size() > 4096)
     fail("{}: provenance \"data_files\" must be a list of 1..4096 files", label);

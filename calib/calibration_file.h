@@ -30,6 +30,9 @@ struct CalibrationProvenance {
   std::string tokenizer_file, tokenizer_sha256;
   std::string ssdq_version;
   double seconds = 0;  // wall time of the forward passes
+  // Where and in what arithmetic the forwards ran: "cpu fp32", "cuda:0 fp32", "cuda:0 fp32, TF32
+  // GEMMs" (files written before this was recorded read as "cpu fp32").
+  std::string forward = "cpu fp32";
 };
 
 struct CalibrationFile {

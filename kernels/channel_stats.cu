@@ -6,7 +6,7 @@ namespace ssdq::kernels {
 namespace {
 
 constexpr int kThreads = 128;  // channels per block: a warp reads 32 consecutive channels of a row
-constexpr int kMinSliceRows = 64;
+constexpr int kMinSliceRows = 512;  // a slice's top list warms up once, then mostly compares
 constexpr int kMaxSlices = 256;
 constexpr size_t kWorkspaceBudget = size_t{64} << 20;  // bounds the slices of a wide point with top values
 
@@ -26,27 +26,27 @@ Slicing slicing(const ChannelStatsArgs& a) {
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
-// Keeps the kChannelStatsTopValues largest values offered (unordered), starting from zeros as
-// ChannelStats's heap does: a value enters only when it beats the smallest kept.
+// Keeps the kChannelStatsTopValues largest values offered, sorted largest first in registers
+// (every index static), starting from zeros as ChannelStats's heap does. A value enters only
+// when it beats `floor`: the smallest kept, or a bound known to be no larger than the final
+// 32nd largest (the running list's smallest), so most offers are one compare.
 struct TopList {
   float v[kChannelStatsTopValues];
-  float smallest = 0.f;
-  int at = 0;
-  __device__ void clear() {
+  float floor = 0.f;
+  __device__ void clear(float start_floor) {
+#pragma unroll
     for (int k = 0; k < kChannelStatsTopValues; ++k) v[k] = 0.f;
-    smallest = 0.f;
-    at = 0;
+    floor = start_floor;
   }
   __device__ void offer(float value) {
-    if (!(value > smallest)) return;
-    v[at] = value;
-    smallest = v[0];
-    at = 0;
-    for (int k = 1; k < kChannelStatsTopValues; ++k)
-      if (v[k] < smallest) {
-        smallest = v[k];
-        at = k;
-      }
+    if (!(value > floor)) return;
+#pragma unroll
+    for (int k = 0; k < kChannelStatsTopValues; ++k) {  // the value sinks to its place
+      const float kept = v[k];
+      v[k] = fmaxf(kept, value);
+      value = fminf(kept, value);
+    }
+    floor = fmaxf(floor, v[kChannelStatsTopValues - 1]);
   }
 };
 
@@ -62,7 +62,15 @@ __global__ void __launch_bounds__(kThreads) channel_stats_slice_kernel(ChannelSt
   float largest = 0.f;
   double sum = 0.0;
   TopList top;
-  top.clear();
+  if (c < a.width && a.top) {
+    // Values at or below the running list's smallest cannot enter the final list.
+    const float* running = a.top + static_cast<int64_t>(c) * kChannelStatsTopValues;
+    float smallest = running[0];
+    for (int k = 1; k < kChannelStatsTopValues; ++k) smallest = fminf(smallest, running[k]);
+    top.clear(smallest);
+  } else {
+    top.clear(0.f);
+  }
   if (c < a.width) {
     for (int64_t r = r0; r < r1; ++r) {
       const float value = a.data[r * a.stride + c];
@@ -73,7 +81,12 @@ __global__ void __launch_bounds__(kThreads) channel_stats_slice_kernel(ChannelSt
       const float magnitude = fabsf(value);
       largest = fmaxf(largest, magnitude);
       sum += static_cast<double>(value);
-      if (a.histogram) atomicAdd(&histogram[__float_as_uint(magnitude) >> 20], 1u);
+      if (a.histogram) {
+        // Neighbouring channels often share a bin: one atomic per distinct bin of the warp.
+        const unsigned bin = __float_as_uint(magnitude) >> 20;
+        const unsigned peers = __match_any_sync(__activemask(), bin);
+        if ((threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&histogram[bin], static_cast<unsigned>(__popc(peers)));
+      }
       if (a.top) top.offer(magnitude);
     }
     // |x| ≥ 0, so its bits order as unsigned integers: the maximum is exact whatever the order.
@@ -104,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) channel_stats_fold_kernel(ChannelSta
   }
   if (!a.top) return;
   TopList top;
-  top.clear();
+  top.clear(0.f);
   float* running = a.top + static_cast<int64_t>(c) * kChannelStatsTopValues;
   for (int k = 0; k < kChannelStatsTopValues; ++k) top.offer(running[k]);
   for (int s = 0; s < slices; ++s) {

@@ -73,7 +73,7 @@ bool Gemm::supported(const GemmArgs& a) {
   const bool types = (a.in_type == ElementType::kBF16 || a.in_type == ElementType::kF16 ||
                       a.in_type == ElementType::kF32) &&
                      (a.out_type == ElementType::kF32 || a.out_type == a.in_type);
-  return types && a.m > 0 && a.n > 0 && a.k > 0 && a.x && a.w && a.out && a.ldx >= a.k && weight_stride(a) >= a.k &&
+  return types && (!a.tf32 || a.in_type == ElementType::kF32) && a.m > 0 && a.n > 0 && a.k > 0 && a.x && a.w && a.out && a.ldx >= a.k && weight_stride(a) >= a.k &&
          a.ldout >= a.n &&
          (!a.accumulate || a.out_type == ElementType::kF32);
 }
@@ -86,7 +86,7 @@ const Gemm::Plan& Gemm::plan(const GemmArgs& args) {
                 args.ldx,
                 weight_stride(args),
                 args.ldout,
-                static_cast<int>(args.in_type),
+                static_cast<int>(args.in_type) + (args.tf32 ? 100 : 0),
                 static_cast<int>(args.out_type),
                 args.accumulate,
                 alignment};
@@ -96,8 +96,10 @@ const Gemm::Plan& Gemm::plan(const GemmArgs& args) {
   const cudaDataType_t in_type = cuda_type(args.in_type), out_type = cuda_type(args.out_type);
   const bool integer = args.in_type == ElementType::kS8;
   // fp32 inputs multiply in fp32: cuBLASLt uses TF32 only when asked (CUBLAS_COMPUTE_32F_FAST_TF32).
-  check(cublasLtMatmulDescCreate(&plan->desc, integer ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
-                                 integer ? CUDA_R_32I : CUDA_R_32F),
+  const cublasComputeType_t compute = integer     ? CUBLAS_COMPUTE_32I
+                                      : args.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                  : CUBLAS_COMPUTE_32F;
+  check(cublasLtMatmulDescCreate(&plan->desc, compute, integer ? CUDA_R_32I : CUDA_R_32F),
         "cublasLtMatmulDescCreate");
   const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose), "TRANSA");

@@ -29,6 +29,9 @@ struct GemmArgs {
   int64_t ldout = 0;
   ElementType out_type = ElementType::kBF16;  // kF32 or in_type; kS32 for kS8
   bool accumulate = false;           // out += x·wᵀ (fp32 out only)
+  // fp32 inputs only: multiply on the tensor cores in TF32 (inputs rounded to 10 mantissa bits,
+  // fp32 accumulation), about 8x the strict fp32 rate on sm_90.
+  bool tf32 = false;
 };
 
 class Gemm {

@@ -16,96 +16,96 @@ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 __device__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
-// One block per (sequence, head): the chunks in order, S_local accumulated in registers over
-// token tiles, S_passed carried across chunks; the largest |S| of each element written per sequence.
-__global__ void __launch_bounds__(kThreads) ssd_internals_state_kernel(SsdInternalsArgs a, float* sequence_max) {
+// One block per (sequence · chunk, head): the chunk's dt, cumsum and LUT, its X_scaled rows, and
+// S_local accumulated in registers over token tiles, stored with the chunk's decay exp(cs_{L-1}).
+__global__ void __launch_bounds__(kThreads) ssd_internals_local_kernel(SsdInternalsArgs a, float* local,
+                                                                       float* decay) {
   __shared__ float dt[kMaxChunk], cs[kMaxChunk], lut[kMaxChunk];
   extern __shared__ float tiles[];  // x_scaled [kTokenTile, P], then B [kTokenTile, N]
-  const int b = blockIdx.x, h = blockIdx.y;
+  const int chunks = (a.seqlen + a.chunk - 1) / a.chunk;
+  const int b = blockIdx.x / chunks, k = blockIdx.x % chunks, h = blockIdx.y;
   const int P = a.headdim, N = a.dstate, H = a.heads, PN = P * N;
   const int g = h / (H / a.groups);
   float* xs_tile = tiles;
   float* b_tile = tiles + kTokenTile * P;
   const float A = a.A[h], bias = a.dt_bias[h];
-  float passed[kOutputsPerThread], largest[kOutputsPerThread];
-#pragma unroll
-  for (int k = 0; k < kOutputsPerThread; ++k) {
-    const int o = threadIdx.x + k * kThreads;
-    passed[k] = o < PN && a.initial_state ? a.initial_state[(static_cast<int64_t>(b) * H + h) * PN + o] : 0.f;
-    largest[k] = 0.f;
+  const int start = k * a.chunk, L = min(a.chunk, a.seqlen - start);
+  const int64_t row0 = static_cast<int64_t>(b) * a.seqlen + start;
+  for (int t = threadIdx.x; t < L; t += kThreads) {
+    const float value = softplus(a.dt_raw[(row0 + t) * a.dt_stride + h] + bias);
+    dt[t] = fminf(fmaxf(value, a.dt_min), a.dt_max);
   }
-  for (int start = 0; start < a.seqlen; start += a.chunk) {
-    const int L = min(a.chunk, a.seqlen - start);
-    const int64_t row0 = static_cast<int64_t>(b) * a.seqlen + start;
-    for (int t = threadIdx.x; t < L; t += kThreads) {
-      const float value = softplus(a.dt_raw[(row0 + t) * a.dt_stride + h] + bias);
-      dt[t] = fminf(fmaxf(value, a.dt_min), a.dt_max);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {  // the CPU's running sum, in its order
-      float running = 0.f;
-      for (int t = 0; t < L; ++t) {
-        running += dt[t] * A;
-        cs[t] = running;
-      }
-    }
-    __syncthreads();
-    for (int t = threadIdx.x; t < L; t += kThreads) lut[t] = dt[t] * expf(cs[L - 1] - cs[t]);
-    __syncthreads();
-    float acc[kOutputsPerThread];
-#pragma unroll
-    for (int k = 0; k < kOutputsPerThread; ++k) acc[k] = 0.f;
-    for (int t0 = 0; t0 < L; t0 += kTokenTile) {
-      const int tokens = min(kTokenTile, L - t0);
-      for (int i = threadIdx.x; i < kTokenTile * P; i += kThreads) {
-        const int tt = i / P, p = i % P;
-        float value = 0.f;
-        if (tt < tokens) {
-          const int64_t row = row0 + t0 + tt;
-          value = lut[t0 + tt] * a.x[row * a.x_stride + h * P + p];
-          a.x_scaled[row * (static_cast<int64_t>(H) * P) + h * P + p] = value;
-        }
-        xs_tile[i] = value;
-      }
-      for (int i = threadIdx.x; i < kTokenTile * N; i += kThreads) {
-        const int tt = i / N, n = i % N;
-        b_tile[i] = tt < tokens ? a.B[(row0 + t0 + tt) * a.bc_stride + g * N + n] : 0.f;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int k = 0; k < kOutputsPerThread; ++k) {
-        const int o = threadIdx.x + k * kThreads;
-        if (o < PN) {
-          const int p = o / N, n = o % N;
-          float sum = acc[k];
-          for (int tt = 0; tt < kTokenTile; ++tt) sum += xs_tile[tt * P + p] * b_tile[tt * N + n];
-          acc[k] = sum;
-        }
-      }
-      __syncthreads();
-    }
-    const float decay = expf(cs[L - 1]);
-#pragma unroll
-    for (int k = 0; k < kOutputsPerThread; ++k) {
-      passed[k] = decay * passed[k] + acc[k];
-      largest[k] = fmaxf(largest[k], fmaxf(fabsf(acc[k]), fabsf(passed[k])));
+  __syncthreads();
+  if (threadIdx.x == 0) {  // the CPU's running sum, in its order
+    float running = 0.f;
+    for (int t = 0; t < L; ++t) {
+      running += dt[t] * A;
+      cs[t] = running;
     }
   }
+  __syncthreads();
+  for (int t = threadIdx.x; t < L; t += kThreads) lut[t] = dt[t] * expf(cs[L - 1] - cs[t]);
+  __syncthreads();
+  float acc[kOutputsPerThread];
 #pragma unroll
-  for (int k = 0; k < kOutputsPerThread; ++k) {
-    const int o = threadIdx.x + k * kThreads;
-    if (o < PN) sequence_max[static_cast<int64_t>(b) * H * PN + static_cast<int64_t>(h) * PN + o] = largest[k];
+  for (int i = 0; i < kOutputsPerThread; ++i) acc[i] = 0.f;
+  for (int t0 = 0; t0 < L; t0 += kTokenTile) {
+    const int tokens = min(kTokenTile, L - t0);
+    for (int i = threadIdx.x; i < kTokenTile * P; i += kThreads) {
+      const int tt = i / P, p = i % P;
+      float value = 0.f;
+      if (tt < tokens) {
+        const int64_t row = row0 + t0 + tt;
+        value = lut[t0 + tt] * a.x[row * a.x_stride + h * P + p];
+        a.x_scaled[row * (static_cast<int64_t>(H) * P) + h * P + p] = value;
+      }
+      xs_tile[i] = value;
+    }
+    for (int i = threadIdx.x; i < kTokenTile * N; i += kThreads) {
+      const int tt = i / N, n = i % N;
+      b_tile[i] = tt < tokens ? a.B[(row0 + t0 + tt) * a.bc_stride + g * N + n] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kOutputsPerThread; ++i) {
+      const int o = threadIdx.x + i * kThreads;
+      if (o < PN) {
+        const int p = o / N, n = o % N;
+        float sum = acc[i];
+        for (int tt = 0; tt < kTokenTile; ++tt) sum += xs_tile[tt * P + p] * b_tile[tt * N + n];
+        acc[i] = sum;
+      }
+    }
+    __syncthreads();
   }
+  float* out = local + (static_cast<int64_t>(blockIdx.x) * H + h) * PN;
+#pragma unroll
+  for (int i = 0; i < kOutputsPerThread; ++i) {
+    const int o = threadIdx.x + i * kThreads;
+    if (o < PN) out[o] = acc[i];
+  }
+  if (threadIdx.x == 0) decay[static_cast<int64_t>(blockIdx.x) * H + h] = expf(cs[L - 1]);
 }
 
-// The state's running maxima raised to the largest over the sequences (in sequence order: exact).
-__global__ void ssd_internals_state_max_kernel(SsdInternalsArgs a, const float* sequence_max) {
+// One thread per (sequence, state element): S_passed carried over the chunks in order from the
+// initial state, the largest |S_local| and |S_passed| raised into state_absmax (an exact maximum
+// whatever the order of the atomics).
+__global__ void ssd_internals_pass_kernel(SsdInternalsArgs a, const float* local, const float* decay) {
   const int64_t width = static_cast<int64_t>(a.heads) * a.headdim * a.dstate;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int b = blockIdx.y;
   if (i >= width) return;
-  float largest = a.state_absmax[i];
-  for (int b = 0; b < a.batch; ++b) largest = fmaxf(largest, sequence_max[b * width + i]);
-  a.state_absmax[i] = largest;
+  const int chunks = (a.seqlen + a.chunk - 1) / a.chunk;
+  const int h = static_cast<int>(i / (static_cast<int64_t>(a.headdim) * a.dstate));
+  float passed = a.initial_state ? a.initial_state[b * width + i] : 0.f;
+  float largest = 0.f;
+  for (int k = 0; k < chunks; ++k) {
+    const int64_t at = static_cast<int64_t>(b) * chunks + k;
+    const float s_local = local[at * width + i];
+    passed = decay[at * a.heads + h] * passed + s_local;
+    largest = fmaxf(largest, fmaxf(fabsf(s_local), fabsf(passed)));
+  }
+  atomicMax(reinterpret_cast<unsigned int*>(a.state_absmax + i), __float_as_uint(largest));
 }
 
 // One block per (sequence · chunk, group, pair of 64-token tiles with s ≤ t): the largest |C_t·B_s|
@@ -176,20 +176,25 @@ bool ssd_internals_supported(const SsdInternalsArgs& a) {
 }
 
 size_t ssd_internals_workspace_bytes(const SsdInternalsArgs& a) {
-  return align256(static_cast<size_t>(a.batch) * a.heads * a.headdim * a.dstate * sizeof(float));
+  const size_t chunk_heads = static_cast<size_t>(a.batch) * ssd_internals_chunks(a) * a.heads;
+  return align256(chunk_heads * a.headdim * a.dstate * sizeof(float)) + align256(chunk_heads * sizeof(float));
 }
 
 cudaError_t launch_ssd_internals(const SsdInternalsArgs& a, cudaStream_t stream) {
   if (!ssd_internals_supported(a)) return cudaErrorInvalidValue;
-  float* sequence_max = static_cast<float*>(a.workspace);
+  const int chunks = ssd_internals_chunks(a);
+  const size_t chunk_heads = static_cast<size_t>(a.batch) * chunks * a.heads;
+  float* local = static_cast<float*>(a.workspace);
+  float* decay = reinterpret_cast<float*>(static_cast<char*>(a.workspace) +
+                                          align256(chunk_heads * a.headdim * a.dstate * sizeof(float)));
   const size_t tile_bytes = static_cast<size_t>(kTokenTile) * (a.headdim + a.dstate) * sizeof(float);
-  ssd_internals_state_kernel<<<dim3(a.batch, a.heads), kThreads, tile_bytes, stream>>>(a, sequence_max);
+  ssd_internals_local_kernel<<<dim3(a.batch * chunks, a.heads), kThreads, tile_bytes, stream>>>(a, local, decay);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return status;
   const int64_t width = static_cast<int64_t>(a.heads) * a.headdim * a.dstate;
-  ssd_internals_state_max_kernel<<<static_cast<unsigned>((width + 255) / 256), 256, 0, stream>>>(a, sequence_max);
+  ssd_internals_pass_kernel<<<dim3(static_cast<unsigned>((width + 255) / 256), a.batch), 256, 0, stream>>>(a, local,
+                                                                                                          decay);
   if ((status = cudaGetLastError()) != cudaSuccess) return status;
-  const int chunks = ssd_internals_chunks(a);
   status = cudaMemsetAsync(a.cb, 0, static_cast<size_t>(a.batch) * chunks * a.groups * sizeof(float), stream);
   if (status != cudaSuccess) return status;
   const int tiles = (a.chunk + kCbTile - 1) / kCbTile;

@@ -35,7 +35,8 @@ struct SsdInternalsArgs {
   float* x_scaled = nullptr;        // [batch · seqlen, heads · headdim]
   float* state_absmax = nullptr;    // [heads · headdim · dstate], running maxima
   float* cb = nullptr;              // [batch · chunks per sequence, groups], overwritten
-  void* workspace = nullptr;        // ssd_internals_workspace_bytes(args), 256-byte aligned
+  void* workspace = nullptr;        // ssd_internals_workspace_bytes(args), 256-byte aligned: every
+                                    // chunk's S_local and decay (batch · chunks · H · (P·N + 1) floats)
 };
 
 inline int ssd_internals_chunks(const SsdInternalsArgs& a) { return (a.seqlen + a.chunk - 1) / a.chunk; }

@@ -14,6 +14,14 @@ namespace {
 // fit the GPU at once, where the step waits on latency. A grid of many waves (batch 32, 128) is
 // bandwidth-bound, and the early row's registers (48 → 54 at an int8 state, dstate 128) cost it a
 // block an SM: 2.7b W8A8 TPOT at batch 128 21.65 → 25.70 ms with it.
+constexpr int kLongStepsAhead = 4;
+
+// Lane `part` (0, 1, …) of the warp fetches the part-th 128-byte line of [p, p + bytes) into L1.
+__device__ inline void prefetch_l1(const void* p, long long bytes, int part) {
+  if (part < 0 || part * 128LL >= bytes) return;
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(p) + part * 128LL));
+}
+
 template <typename T, typename S, int kPerLane, bool kBeforeWait>
 __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kernel(SsdStateUpdateArgs a) {
   const StateSlice slice(a);
@@ -40,6 +48,15 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kerne
     for (int j = 0; j < steps; ++j) {
       if (a.round_every_step && j > 0) row.round_as_stored(a);
       const int64_t token = static_cast<int64_t>(slice.seq) * a.steps + j;
+      if (steps >= kStateUpdateLongSteps && j + kLongStepsAhead < steps) {
+        // A long recurrence's step would otherwise wait on its token's loads: a token
+        // kLongStepsAhead later is brought into L1 now (no registers held for it).
+        const int64_t ahead = token + kLongStepsAhead;
+        prefetch_l1(b_base + ahead * a.bc_stride, a.dstate * sizeof(T), lane);
+        prefetch_l1(c_base + ahead * a.bc_stride, a.dstate * sizeof(T), lane - 8);
+        if (lane == 16) prefetch_l1(x_base + ahead * a.x_stride + p, sizeof(T), 0);
+        if (lane == 17) prefetch_l1(dt_base + ahead * a.dt_stride, sizeof(T), 0);
+      }
       const float dt = head.dt(a, to_float(dt_base[token * a.dt_stride]));
       const float xp = to_float(x_base[token * a.x_stride + p]);
       const T* b = b_base + token * a.bc_stride;

@@ -54,7 +54,7 @@ CalibrationStats collect_statistics(const ModelWeights& weights, const std::vect
 }
 
 CalibrationFile run_calibration(const CalibrationRequest& request, const CollectOptions& options,
-                                const StatisticsCollector& collect) {
+                                const StatisticsCollector& collect, const std::string& forward) {
   const LoadedModel model = load_model(request.model_dir);
   const TokenizerSource tokenizer_source =
       find_tokenizer(request.model_dir, request.tokenizer_path, model.weights->config.vocab_size);
@@ -72,6 +72,7 @@ CalibrationFile run_calibration(const CalibrationRequest& request, const Collect
   p.tokenizer_file = tokenizer_source.label;
   p.tokenizer_sha256 = tokenizer_source.sha256;
   p.ssdq_version = request.ssdq_version;
+  p.forward = forward;
   for (const std::string& path : request.data_files)
     p.data_files.push_back({path, file_sha256_hex(path), static_cast<int64_t>(MappedFile::open(path)->size())});
   file.tokens = sample_calibration_tokens(request.data_files, tokenizer, p.separator, p.samples, p.seqlen, p.seed);

@@ -42,9 +42,11 @@ struct CalibrationRequest {
 };
 // What runs the forwards: collect_statistics (the CPU), or collect_statistics_cuda
 // (pipeline/cuda_calibrate.h) bound to a device.
+// `forward` is recorded in the provenance (CalibrationProvenance::forward).
 using StatisticsCollector = std::function<CalibrationStats(const ModelWeights&, const std::vector<int32_t>& tokens,
                                                            int64_t samples, int64_t seqlen, const CollectOptions&)>;
 CalibrationFile run_calibration(const CalibrationRequest& request, const CollectOptions& options,
-                                const StatisticsCollector& collect = collect_statistics);
+                                const StatisticsCollector& collect = collect_statistics,
+                                const std::string& forward = "cpu fp32");
 
 }  // namespace ssdq

@@ -11,17 +11,23 @@
 
 namespace ssdq {
 
+std::string CudaCalibration::describe() const {
+  return "cuda:" + std::to_string(device) + (tf32_gemms ? " fp32, TF32 GEMMs" : " fp32");
+}
+
 CalibrationStats collect_statistics_cuda(const ModelWeights& weights, const std::vector<int32_t>& tokens,
-                                         int64_t samples, int64_t seqlen, const CollectOptions& options, int device) {
+                                         int64_t samples, int64_t seqlen, const CollectOptions& options,
+                                         const CudaCalibration& gpu) {
   if (samples <= 0 || seqlen <= 1 || static_cast<int64_t>(tokens.size()) != samples * seqlen)
     fail("internal: {} calibration tokens for {} samples of {}", tokens.size(), samples, seqlen);
   auto model = std::make_shared<const QuantizedModel>(float_quantized_model(weights));
   CudaBackendOptions cuda;
-  cuda.device = device;
+  cuda.device = gpu.device;
   cuda.use_graphs = false;
   cuda.fp32_float_math = true;
+  cuda.tf32_gemms = gpu.tf32_gemms;
   // The device is selected (and checked: present, new enough) before the statistics go on it.
-  select_cuda_device(device);
+  select_cuda_device(gpu.device);
   CudaStatsObserver observer(weights.config, options.ssd_internals);
   cuda.observer = &observer;
   const CudaBackend backend(model, cuda);
@@ -34,7 +40,9 @@ CalibrationStats collect_statistics_cuda(const ModelWeights& weights, const std:
     observer.check_finite(backend.stream());
     if (options.on_progress) options.on_progress(first + n, samples);
   }
-  return observer.read(backend.stream());
+  CalibrationStats stats = observer.read(backend.stream());
+  if (gpu.on_device_memory) gpu.on_device_memory(backend.memory().peak_bytes + observer.device_bytes());
+  return stats;
 }
 
 }  // namespace ssdq

@@ -47,6 +47,9 @@ struct CudaBackendOptions {
   // float SSDs run by the fp32 recurrence at every length: the CPU specification's arithmetic in
   // another summation order. Calibration runs the FP32 model this way (pipeline/cuda_calibrate.h).
   bool fp32_float_math = false;
+  // With fp32_float_math: the fp32 GEMMs on the tensor cores in TF32 (kernels/gemm.h), ~8x faster,
+  // their outputs within ~1e-3 of fp32 (calibrate --gemm tf32).
+  bool tf32_gemms = false;
   // Watches every forward at the quantization points (runtime/cuda_observer.h); needs
   // fp32_float_math and an artifact without an out_proj bias.
   DeviceObserver* observer = nullptr;

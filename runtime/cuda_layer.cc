@@ -95,6 +95,7 @@ void CudaBackend::Impl::enqueue_linear(const LinearPlan& plan, const DeviceLinea
     g.out = out;
     g.ldout = L.n;
     g.out_type = ElementType::kF32;
+    g.tf32 = options.tf32_gemms;
     gemm->run(g, stream);
     return;
   }

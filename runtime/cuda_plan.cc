@@ -74,6 +74,7 @@ LinearPlan CudaBackend::Impl::plan_linear(const DeviceLinear& L, int64_t m, floa
     if (norm_weight || residual_add) fail("internal: an fp32 projection cannot fuse the norm or the residual add");
     p.schedule = Schedule::kFp32Gemm;
     p.fp32 = true;
+    p.tf32 = options.tf32_gemms;
     return p;
   }
   kernels::QgemvArgs q;

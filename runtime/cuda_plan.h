@@ -35,6 +35,7 @@ struct LinearPlan {
   bool int8_input = false;
   bool bf16 = false;  // bf16 weights and input (the FP model)
   bool fp32 = false;  // fp32 weights and input
+  bool tf32 = false;  // fp32 operands multiplied in TF32
   bool partial_out = false;  // fp32 partial rows for the tensor-parallel all-reduce
 
   std::string describe() const {
@@ -49,6 +50,7 @@ struct LinearPlan {
                                                                                 : names[static_cast<int>(schedule)];
     std::string text = fmt::format("{} ({}, {} input)", name, weights,
                                    bf16 ? "bf16" : fp32 ? "fp32" : int8_input ? "int8" : "fp16");
+    if (tf32) text += ", TF32 math";
     if (unpack_first) text += ", unpacked first";
     if (norm_prologue) text += ", RMSNorm in its prologue";
     if (gated_norm_prologue) text += ", gated RMSNorm in its prologue";

@@ -89,7 +89,24 @@ TEST(CalibrationFile, RoundTrips) {
   EXPECT_EQ(back.provenance.seed, 9u);
   EXPECT_EQ(back.provenance.data_files[0].bytes, 123);
   EXPECT_EQ(back.provenance.weights_sha256, file.provenance.weights_sha256);
+  EXPECT_EQ(back.provenance.forward, "cpu fp32");
   expect_same_stats(back.stats, file.stats);
+}
+
+TEST(CalibrationFile, RecordsWhereTheForwardsRan) {
+  CalibrationFile file = small_file();
+  file.provenance.forward = "cuda:1 fp32, TF32 GEMMs";
+  const std::string path = temp_path("forward.safetensors"), older = temp_path("older.safetensors");
+  write_calibration_file(path, file);
+  EXPECT_EQ(read_calibration_file(path).provenance.forward, "cuda:1 fp32, TF32 GEMMs");
+  // A file written before the key existed reads as the CPU's.
+  SafetensorsFile raw = read_safetensors(path);
+  std::string& provenance = raw.metadata.at("provenance");
+  const size_t at = provenance.find(",\"forward\"");
+  ASSERT_NE(at, std::string::npos) << provenance;
+  provenance.erase(at, provenance.find('"', provenance.find(':', at) + 2) + 1 - at);
+  write_safetensors(older, raw.tensors, raw.metadata);
+  EXPECT_EQ(read_calibration_file(older).provenance.forward, "cpu fp32");
 }
 
 // Rewrites the file with one change to its tensors or metadata.

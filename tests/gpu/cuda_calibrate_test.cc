@@ -60,7 +60,7 @@ void expect_close(const CalibrationStats& gpu, const CalibrationStats& cpu, doub
           total_c += c.histogram()[b];
         }
         EXPECT_EQ(total_g, total_c) << where;
-        EXPECT_LE(double(moved), 1e-3 * double(total_c) + 4) << where << ": histogram";
+        EXPECT_LE(double(moved), 5 * tolerance * double(total_c) + 4) << where << ": histogram";
       }
     }
 }
@@ -69,7 +69,7 @@ void expect_gpu_matches_cpu(const ModelWeights& weights, int64_t samples, int64_
   const std::vector<int32_t> tokens =
       testing_models::random_tokens(samples * seqlen, weights.config.vocab_size, 5);
   const CalibrationStats cpu = collect_statistics(weights, tokens, samples, seqlen);
-  const CalibrationStats gpu = collect_statistics_cuda(weights, tokens, samples, seqlen, CollectOptions{}, 0);
+  const CalibrationStats gpu = collect_statistics_cuda(weights, tokens, samples, seqlen, CollectOptions{}, CudaCalibration{});
   expect_close(gpu, cpu, 2e-4);
 }
 
@@ -87,15 +87,24 @@ TEST(CudaCalibrate, BatchesDoNotChangeTheStatistics) {
   const ModelWeights weights = random_weights(testing_models::synthetic_config(4), 9);
   const int64_t seqlen = kCudaCalibrationRows / 2 + 7, samples = 3;
   const std::vector<int32_t> tokens = testing_models::random_tokens(samples * seqlen, weights.config.vocab_size, 1);
-  const CalibrationStats gpu = collect_statistics_cuda(weights, tokens, samples, seqlen, CollectOptions{}, 0);
+  const CalibrationStats gpu = collect_statistics_cuda(weights, tokens, samples, seqlen, CollectOptions{}, CudaCalibration{});
   const CalibrationStats cpu = collect_statistics(weights, tokens, samples, seqlen);
   expect_close(gpu, cpu, 2e-4);
+}
+
+TEST(CudaCalibrate, Tf32GemmsStayClose) {
+  // TF32 rounds the projections' inputs to 10 mantissa bits: the statistics move by ~1e-3.
+  const ModelWeights weights = testing_models::tiny_model();
+  const std::vector<int32_t> tokens = testing_models::random_tokens(2 * 300, weights.config.vocab_size, 8);
+  const CalibrationStats cpu = collect_statistics(weights, tokens, 2, 300);
+  const CalibrationStats tf32 = collect_statistics_cuda(weights, tokens, 2, 300, CollectOptions{}, CudaCalibration{0, true});
+  expect_close(tf32, cpu, 2e-2);
 }
 
 TEST(CudaCalibrate, RefusesAMissingDevice) {
   const ModelWeights weights = random_weights(testing_models::synthetic_config(1), 1);
   const std::vector<int32_t> tokens = testing_models::random_tokens(64, weights.config.vocab_size, 1);
-  EXPECT_THROW(collect_statistics_cuda(weights, tokens, 2, 32, CollectOptions{}, 64), std::exception);
+  EXPECT_THROW(collect_statistics_cuda(weights, tokens, 2, 32, CollectOptions{}, CudaCalibration{64, false}), std::exception);
 }
 
 }  // namespace
