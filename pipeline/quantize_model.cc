@@ -10,6 +10,7 @@
 #include "pipeline/stats_observer.h"
 #include "calib/input_gram.h"
 #include "pipeline/ordered_parallel.h"
+#include "runtime/parallel.h"
 #include "formats/error.h"
 #include "quant/activation_clipping.h"
 #include "quant/activation_scales.h"
@@ -66,6 +67,7 @@ WeightMatrix quantize_projection(const std::vector<float>& w, int64_t rows, int6
   g.damp_percent = o.damp;
   g.act_order = o.act_order;
   g.static_groups = o.act_order;
+  g.parallel_for = parallel_for;  // rows and U's columns over the cores (quant/gptq.h)
   return gptq_weight(w, rows, cols, *hessian, g);
 }
 

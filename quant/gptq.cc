@@ -29,11 +29,12 @@ void check_options(const GptqOptions& o, int64_t rows, int64_t cols, size_t hess
          o.group_size);
 }
 
-// Scales of group `group` (columns [c0, c0 + width)) of every row of W into q.scales.
-void set_group_scales(const MatrixF& w, int64_t c0, int64_t width, int64_t group, QuantizedMatrix& q) {
+// Scales of group `group` (columns [c0, c0 + width)) of the rows of `w` (q's rows from row0 on) into q.scales.
+void set_group_scales(const MatrixF& w, int64_t row0, int64_t c0, int64_t width, int64_t group, QuantizedMatrix& q) {
   const int64_t groups = q.groups_per_row();
-  for (int64_t r = 0; r < q.rows; ++r)
-    q.scales[r * groups + group] = scale_from_absmax(w.row(r).segment(c0, width).cwiseAbs().maxCoeff(), q.bits);
+  for (int64_t r = 0; r < w.rows(); ++r)
+    q.scales[(row0 + r) * groups + group] =
+        scale_from_absmax(w.row(r).segment(c0, width).cwiseAbs().maxCoeff(), q.bits);
 }
 
 }  // namespace
@@ -94,7 +95,7 @@ QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, c
   const bool scales_up_front = !grouped || o.static_groups;
   if (scales_up_front)
     for (int64_t g = 0; g < q.groups_per_row(); ++g)
-      set_group_scales(w, g * group_size, std::min(group_size, cols - g * group_size), g, q);
+      set_group_scales(w, 0, g * group_size, std::min(group_size, cols - g * group_size), g, q);
 
   // perm[k]: the original column processed k-th.
   std::vector<int64_t> perm(cols);
@@ -117,29 +118,52 @@ QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, c
   const Eigen::LLT<Eigen::MatrixXd> llt(h.reverse());
   if (llt.info() != Eigen::Success) fail("gptq: the damped Hessian ({} columns) is not positive definite", cols);
   const Eigen::MatrixXd v = Eigen::MatrixXd(llt.matrixL()).reverse();
-  const MatrixF u =
-      v.triangularView<Eigen::Upper>().solve(Eigen::MatrixXd::Identity(cols, cols)).cast<float>();
+  // U = V⁻¹ column slice by column slice (independent solves, over the cores when allowed).
+  MatrixF u(cols, cols);
+  const int64_t column_slices = (cols + kGptqSliceRows - 1) / kGptqSliceRows;
+  const auto invert_columns = [&](int64_t slice) {
+    const int64_t c0 = slice * kGptqSliceRows, n = std::min(kGptqSliceRows, cols - c0);
+    u.middleCols(c0, n) = v.triangularView<Eigen::Upper>()
+                              .solve(Eigen::MatrixXd::Identity(cols, cols).middleCols(c0, n))
+                              .cast<float>();
+  };
+  if (o.parallel_for) {
+    o.parallel_for(column_slices, invert_columns);
+  } else {
+    for (int64_t slice = 0; slice < column_slices; ++slice) invert_columns(slice);
+  }
 
   const int64_t groups = q.groups_per_row();
-  Eigen::VectorXf err(rows);
-  for (int64_t i1 = 0; i1 < cols; i1 += o.block_size) {
-    const int64_t i2 = std::min(i1 + o.block_size, cols), count = i2 - i1;
-    MatrixF block_err(rows, count);
-    for (int64_t k = i1; k < i2; ++k) {
-      const int64_t column = perm[k], group = column / group_size;
-      if (!scales_up_front && k % group_size == 0)  // dynamic groups: no act-order, so column == k
-        set_group_scales(w, k, std::min(group_size, cols - k), group, q);
-      const float d = u(k, k);
-      for (int64_t r = 0; r < rows; ++r) {
-        const float scale = q.scales[r * groups + group];
-        const int8_t value = quantize_value(w(r, k), scale, o.bits);
-        q.values[r * cols + column] = value;
-        err[r] = (w(r, k) - dequantize_value(value, scale)) / d;
+  // One slice of rows through every column: its own copy of the rows, errors and lazy batches.
+  const auto quantize_rows = [&](int64_t slice) {
+    const int64_t row0 = slice * kGptqSliceRows, n = std::min(kGptqSliceRows, rows - row0);
+    MatrixF ws = w.middleRows(row0, n);
+    Eigen::VectorXf err(n);
+    for (int64_t i1 = 0; i1 < cols; i1 += o.block_size) {
+      const int64_t i2 = std::min(i1 + o.block_size, cols), count = i2 - i1;
+      MatrixF block_err(n, count);
+      for (int64_t k = i1; k < i2; ++k) {
+        const int64_t column = perm[k], group = column / group_size;
+        if (!scales_up_front && k % group_size == 0)  // dynamic groups: no act-order, so column == k
+          set_group_scales(ws, row0, k, std::min(group_size, cols - k), group, q);
+        const float d = u(k, k);
+        for (int64_t r = 0; r < n; ++r) {
+          const float scale = q.scales[(row0 + r) * groups + group];
+          const int8_t value = quantize_value(ws(r, k), scale, o.bits);
+          q.values[(row0 + r) * cols + column] = value;
+          err[r] = (ws(r, k) - dequantize_value(value, scale)) / d;
+        }
+        if (k + 1 < i2) ws.middleCols(k + 1, i2 - k - 1).noalias() -= err * u.row(k).segment(k + 1, i2 - k - 1);
+        block_err.col(k - i1) = err;
       }
-      if (k + 1 < i2) w.middleCols(k + 1, i2 - k - 1).noalias() -= err * u.row(k).segment(k + 1, i2 - k - 1);
-      block_err.col(k - i1) = err;
+      if (i2 < cols) ws.rightCols(cols - i2).noalias() -= block_err * u.block(i1, i2, count, cols - i2);
     }
-    if (i2 < cols) w.rightCols(cols - i2).noalias() -= block_err * u.block(i1, i2, count, cols - i2);
+  };
+  const int64_t slices = (rows + kGptqSliceRows - 1) / kGptqSliceRows;
+  if (o.parallel_for) {
+    o.parallel_for(slices, quantize_rows);
+  } else {
+    for (int64_t slice = 0; slice < slices; ++slice) quantize_rows(slice);
   }
   return q;
 }

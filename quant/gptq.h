@@ -20,9 +20,13 @@
 // - Columns in blocks of block_size: q = quantize_value(w, scale), err = (w - q·scale) / U_jj,
 //   the rest of the block gets w -= err·U_j,(j+1..), and the columns after the block get the
 //   block's errors in one lazy batch update.
+// Rows are independent once U is known, and U's columns are independent solves: both run in
+// slices of kGptqSliceRows, over the cores when GptqOptions::parallel_for is given; the slicing is
+// fixed, so the result does not depend on the thread count.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/quantizer.h"
@@ -52,7 +56,11 @@ struct GptqOptions {
   double damp_percent = 0.01;
   bool act_order = false;
   bool static_groups = false;
+  // Runs body(i) for i in [0, count), possibly on several threads (the pipeline passes
+  // runtime/parallel.h's parallel_for; quant/ itself starts no threads). Empty: one thread.
+  std::function<void(int64_t count, const std::function<void(int64_t)>& body)> parallel_for;
 };
+inline constexpr int64_t kGptqSliceRows = 64;
 
 // weight: [rows, cols] row-major (rows = output channels); hessian: [cols, cols] from
 // HessianAccumulator. Fails on bad shapes or options, non-finite inputs, or a Hessian that is

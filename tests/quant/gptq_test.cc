@@ -2,6 +2,7 @@
 // option checks, and lower output error than RTN on a real layer (in_proj of layer 0 of the
 // bundled model, inputs from 512 real WikiText-2 tokens).
 #include "quant/gptq.h"
+#include "runtime/parallel.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -288,6 +289,42 @@ TEST(Gptq, BeatsRtnOnARealLayer) {
                 c.name, gptq_cal, rtn_cal, gptq_held, rtn_held);
     EXPECT_LT(gptq_cal, rtn_cal) << c.name;
     EXPECT_LT(gptq_held, rtn_held) << c.name;
+  }
+}
+
+}  // namespace
+}  // namespace ssdq
+
+namespace ssdq {
+namespace {
+
+// Slices of rows and of U's columns on several threads give the bits of one thread, for every
+// scale mode (a shape with a short last slice both ways).
+TEST(Gptq, ThreadsDoNotChangeTheResult) {
+  const int64_t rows = 200, cols = 150, samples = 400;
+  const std::vector<float> x = random_values(samples * cols, 21);
+  HessianAccumulator acc(cols);
+  acc.add_rows(x.data(), samples);
+  const std::vector<double> hessian = acc.hessian();
+  const std::vector<float> w = random_values(rows * cols, 22);
+  struct Case {
+    int64_t group_size;
+    bool act_order;
+  };
+  for (const Case c : {Case{0, false}, Case{32, false}, Case{32, true}}) {
+    GptqOptions o;
+    o.group_size = c.group_size;
+    o.act_order = c.act_order;
+    o.static_groups = c.act_order;
+    o.block_size = 64;
+    const QuantizedMatrix one = gptq_quantize(w.data(), rows, cols, hessian, o);
+    const int threads = thread_count();
+    set_thread_count(3);
+    o.parallel_for = parallel_for;
+    const QuantizedMatrix many = gptq_quantize(w.data(), rows, cols, hessian, o);
+    set_thread_count(threads);
+    EXPECT_EQ(one.values, many.values) << "groups " << c.group_size << ", act-order " << c.act_order;
+    EXPECT_EQ(one.scales, many.scales) << "groups " << c.group_size << ", act-order " << c.act_order;
   }
 }
 
