@@ -171,6 +171,119 @@ ModelWeights shard_weights(const ModelWeights& w, const TensorParallelPlan& plan
   return s;
 }
 
+namespace {
+
+// A weight matrix's rows `rows` (in_proj's rank rows, the head's vocabulary rows).
+WeightMatrix weight_rows(const WeightMatrix& w, const std::vector<int64_t>& rows) {
+  WeightMatrix out = w;
+  out.rows = static_cast<int64_t>(rows.size());
+  if (!w.is_quantized()) {
+    out.dense = gather_rows(w.dense, w.cols, rows);
+    return out;
+  }
+  const QuantizedMatrix& q = w.quantized;
+  QuantizedMatrix& s = out.quantized;
+  s.rows = out.rows;
+  s.values.assign(rows.size() * q.cols, 0);
+  for (size_t r = 0; r < rows.size(); ++r)
+    std::copy_n(q.values.begin() + rows[r] * q.cols, q.cols, s.values.begin() + r * q.cols);
+  if (q.granularity != Granularity::kPerTensor) {
+    const int64_t groups = q.groups_per_row();
+    s.scales.assign(rows.size() * groups, 0.f);
+    for (size_t r = 0; r < rows.size(); ++r)
+      std::copy_n(q.scales.begin() + rows[r] * groups, groups, s.scales.begin() + r * groups);
+  }
+  return out;
+}
+
+// out_proj's columns [c0, c0 + count) (a rank's channels): per-row scales stay; int4 groups go with
+// their columns and must lie wholly inside the range.
+WeightMatrix weight_cols(const WeightMatrix& w, int64_t c0, int64_t count, const std::string& what) {
+  WeightMatrix out = w;
+  out.cols = count;
+  std::vector<int64_t> cols = range(c0, count);
+  if (!w.is_quantized()) {
+    out.dense = gather_cols(w.dense, w.rows, w.cols, cols);
+    return out;
+  }
+  const QuantizedMatrix& q = w.quantized;
+  QuantizedMatrix& s = out.quantized;
+  s.cols = count;
+  s.values.assign(q.rows * count, 0);
+  for (int64_t r = 0; r < q.rows; ++r)
+    std::copy_n(q.values.begin() + r * q.cols + c0, count, s.values.begin() + r * count);
+  if (q.granularity == Granularity::kPerChannel) {
+    s.group_size = count;  // one scale a row, over the rank's columns
+  } else if (q.granularity == Granularity::kPerGroup) {
+    if (c0 % q.group_size != 0 || count % q.group_size != 0)
+      fail("tensor parallel: {}'s weight groups of {} columns straddle the ranks' {} columns each; "
+           "export with a group size dividing {} or use a --tp that does",
+           what, q.group_size, count, count);
+    const int64_t groups = q.groups_per_row(), local = count / q.group_size, g0 = c0 / q.group_size;
+    s.scales.assign(q.rows * local, 0.f);
+    for (int64_t r = 0; r < q.rows; ++r)
+      std::copy_n(q.scales.begin() + r * groups + g0, local, s.scales.begin() + r * local);
+  }
+  return out;
+}
+
+// A point's format on the channels `channels` (global indices, in the rank's local order).
+ActQuant format_on(const ActQuant& a, const std::vector<int64_t>& channels) {
+  if (!a.is_int8() || a.per_tensor()) return a;
+  ActQuant out = a;
+  out.index.resize(channels.size());
+  for (size_t i = 0; i < channels.size(); ++i)
+    out.index[i] = a.index.empty() ? static_cast<int32_t>(channels[i]) : a.index[channels[i]];
+  return out;
+}
+
+}  // namespace
+
+QuantizedModel shard_quantized_model(const QuantizedModel& m, const TensorParallelPlan& plan, int rank) {
+  const Mamba2Config& c = m.config;
+  if (rank < 0 || rank >= plan.tp) fail("tensor parallel: rank {} of {}", rank, plan.tp);
+  const int64_t N = c.d_state;
+  const RankIndices at(c, plan, rank);
+  std::vector<int64_t> groups;  // the rank's B/C channels (g, n) within one of B or C
+  for (int64_t g = plan.first_group(rank); g < plan.first_group(rank) + plan.local_groups(); ++g)
+    for (int64_t n = 0; n < N; ++n) groups.push_back(g * N + n);
+  std::vector<int64_t> group_ids;
+  for (int64_t g = plan.first_group(rank); g < plan.first_group(rank) + plan.local_groups(); ++g) group_ids.push_back(g);
+  QuantizedModel s;
+  s.config = shard_config(c, plan);
+  s.embedding = m.embedding;
+  s.norm_f = m.norm_f;
+  s.lm_head = weight_rows(m.head(), range(rank * plan.local_vocab(), plan.local_vocab()));
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const QuantizedLayer& q = m.layers[l];
+    const std::string what = fmt::format("layer {} out_proj", l);
+    if (q.online_hadamard)
+      fail("tensor parallel: layer {} rotates out_proj's input with a Hadamard transform over all {} channels, "
+           "which would mix the ranks' channels; an artifact of this recipe runs with --tp 1 (rtn and fp16 "
+           "artifacts shard)",
+           l, c.d_inner());
+    QuantizedLayer o = q;
+    o.in_proj = weight_rows(q.in_proj, at.in_proj);
+    o.out_proj = weight_cols(q.out_proj, at.channels.front(), static_cast<int64_t>(at.channels.size()), what);
+    o.conv_weight = gather_rows(q.conv_weight, c.d_conv, at.conv);
+    o.conv_bias = gather_rows(q.conv_bias, 1, at.conv);
+    o.dt_bias = gather_rows(q.dt_bias, 1, at.heads);
+    o.A = gather_rows(q.A, 1, at.heads);
+    o.D = gather_rows(q.D, 1, at.heads);
+    o.gated_norm = gather_rows(q.gated_norm, 1, at.channels);
+    o.conv_in = format_on(q.conv_in, at.conv);
+    o.ssd_x = format_on(q.ssd_x, at.channels);
+    o.ssd_B = format_on(q.ssd_B, groups);
+    o.ssd_C = format_on(q.ssd_C, groups);
+    o.ssd_dt = format_on(q.ssd_dt, at.heads);
+    o.ssm_state = format_on(q.ssm_state, at.channels);
+    o.x_scaled = format_on(q.x_scaled, at.channels);
+    o.cb = format_on(q.cb, group_ids);
+    s.layers.push_back(std::move(o));
+  }
+  return s;
+}
+
 ModelWeights unshard_weights(const std::vector<ModelWeights>& shards, const Mamba2Config& c,
                              const TensorParallelPlan& plan) {
   if (static_cast<int>(shards.size()) != plan.tp)

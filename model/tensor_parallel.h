@@ -14,6 +14,7 @@
 
 #include "formats/config.h"
 #include "model/model_weights.h"
+#include "model/quantized_model.h"
 
 namespace ssdq {
 
@@ -47,6 +48,15 @@ Mamba2Config shard_config(const Mamba2Config& config, const TensorParallelPlan& 
 // Rank `rank`'s weights (config from shard_config; lm_head always present: the rank's vocabulary
 // rows of the untied head or of the tied embedding).
 ModelWeights shard_weights(const ModelWeights& weights, const TensorParallelPlan& plan, int rank);
+
+// Rank `rank`'s part of an artifact, as shard_weights for the FP model: weights in their stored
+// representation (a quantized out_proj keeps its per-row scales; an int4 one its groups, which
+// must not straddle ranks), activation formats on the rank's channels (a per-channel or per-group
+// scale map restricted to them, a per-tensor scale as is), lm_head the rank's vocabulary rows.
+// Fails naming the problem when the artifact cannot be sharded: an online Hadamard at out_proj's
+// input mixes all of d_inner across ranks; int4 groups that straddle a shard boundary. The
+// result's lm_head has local_vocab() rows (its config's vocab_size is the embedding's).
+QuantizedModel shard_quantized_model(const QuantizedModel& model, const TensorParallelPlan& plan, int rank);
 
 // The model back from its shards (the inverse of shard_weights); replicated tensors are checked
 // equal across the ranks that hold them.

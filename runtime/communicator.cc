@@ -13,6 +13,7 @@ class VirtualRanks::Rank : public Communicator {
   int size() const override { return group_->size(); }
   void all_reduce_sum(float* data, int64_t count) override { group_->all_reduce(rank_, data, count); }
   void all_reduce_sum(double* data, int64_t count) override { group_->all_reduce(rank_, data, count); }
+  void all_reduce_sum(int32_t* data, int64_t count) override { group_->all_reduce(rank_, data, count); }
 
  private:
   VirtualRanks* group_;

@@ -22,6 +22,8 @@ class Communicator {
   // same bits). Every rank must call it, with the same count.
   virtual void all_reduce_sum(float* data, int64_t count) = 0;
   virtual void all_reduce_sum(double* data, int64_t count) = 0;
+  // Integer partial products (W8A8's int32 accumulators): exact, so the sum is the one rank's.
+  virtual void all_reduce_sum(int32_t* data, int64_t count) = 0;
 };
 
 // `size` ranks as threads of this process, each calling through its own Communicator

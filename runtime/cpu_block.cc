@@ -97,11 +97,12 @@ void cpu_block_forward(const Mamba2Config& c, const QuantizedLayer& q, int64_t l
   }
   if (q.online_hadamard) apply_hadamard_rows(gated.data(), T, E, /*normalized=*/true);
   in_format(q.out_proj_in, ActivationPoint::kOutProjIn, gated.data(), E, E);
-  linear_forward(q.out_proj, q.out_proj_in, gated.data(), T, out.data());
-  if (!q.out_bias.empty() && (!rank || rank->adds_bias))
+  // A rank's out_proj is summed over the ranks inside linear_forward (W8A8: its int32 products),
+  // then the bias is added once, as one rank adds it.
+  linear_forward(q.out_proj, q.out_proj_in, gated.data(), T, out.data(), rank ? rank->comm : nullptr);
+  if (!q.out_bias.empty())
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < D; ++i) out[t * D + i] += q.out_bias[i];
-  if (rank && rank->comm) rank->comm->all_reduce_sum(out.data(), T * D);
   observe(ActivationPoint::kOutProjOut, out.data(), D, D);
   for (int64_t i = 0; i < T * D; ++i) residual[i] += out[i];
 }

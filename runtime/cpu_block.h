@@ -17,7 +17,6 @@ namespace ssdq {
 // squares summed over them first.
 struct BlockRank {
   Communicator* comm = nullptr;
-  bool adds_bias = true;     // out_proj's bias is added by one rank only
   bool norm_split = false;   // the rank's channels are part of one gated-norm group
   int64_t norm_groups = 1;   // the model's gated-norm groups (its ngroups)
   int64_t norm_group = 0;    // with norm_split: the group the rank's channels lie in

@@ -56,6 +56,18 @@ CpuTensorParallelBackend::CpuTensorParallelBackend(const ModelWeights& weights, 
   }
 }
 
+CpuTensorParallelBackend::CpuTensorParallelBackend(const QuantizedModel& model, int tp)
+    : config_(model.config), plan_(plan_tensor_parallel(model.config, tp)) {
+  validate_quantized_model(model, "artifact");
+  for (int r = 0; r < tp; ++r) {
+    QuantizedModel shard = shard_quantized_model(model, plan_, r);
+    head_slices_.push_back(shard.lm_head.to_float());
+    shard.lm_head = WeightMatrix();  // the rank's layers only: the head runs from head_slices_
+    shard.config.tie_embeddings = true;
+    shards_.push_back(std::make_shared<const QuantizedModel>(std::move(shard)));
+  }
+}
+
 std::unique_ptr<InferenceState> CpuTensorParallelBackend::new_state(int64_t batch) const {
   if (batch <= 0) fail("batch size must be positive, got {}", batch);
   return std::make_unique<CpuTensorParallelState>(shards_, batch);
@@ -76,7 +88,6 @@ void CpuTensorParallelBackend::forward(const int32_t* tokens, int64_t length, In
     const QuantizedModel& m = *shards_[r];
     BlockRank part;
     part.comm = &ranks.rank(r);
-    part.adds_bias = r == 0;
     part.norm_split = plan_.ranks_per_norm_group() > 1;
     part.norm_groups = config_.ngroups;
     part.norm_group = plan_.first_group(r);
@@ -120,9 +131,11 @@ std::string CpuTensorParallelBackend::device_name() const {
 
 MemoryReport CpuTensorParallelBackend::memory() const {
   MemoryReport report;
+  const auto bytes = [](const WeightMatrix& w) {
+    return w.dense.size() * sizeof(float) + w.quantized.values.size() + w.quantized.scales.size() * sizeof(float);
+  };
   for (const auto& shard : shards_) {
-    for (const QuantizedLayer& q : shard->layers)
-      report.weight_bytes += (q.in_proj.dense.size() + q.out_proj.dense.size()) * sizeof(float);
+    for (const QuantizedLayer& q : shard->layers) report.weight_bytes += bytes(q.in_proj) + bytes(q.out_proj);
   }
   for (const auto& slice : head_slices_) report.weight_bytes += slice.size() * sizeof(float);
   return report;

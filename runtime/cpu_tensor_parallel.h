@@ -21,6 +21,9 @@ class CpuTensorParallelBackend : public Backend {
  public:
   // Fails naming the valid sizes when `tp` does not divide the model.
   CpuTensorParallelBackend(const ModelWeights& weights, int tp);
+  // An artifact (model/tensor_parallel.h shard_quantized_model): a W8A8 out_proj sums its int32
+  // products across the ranks, so its output is the one-rank runtime's bit for bit.
+  CpuTensorParallelBackend(const QuantizedModel& model, int tp);
 
   std::string name() const override { return "cpu"; }
   const Mamba2Config& config() const override { return config_; }

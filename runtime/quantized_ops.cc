@@ -77,7 +77,8 @@ void gemm_s8s8_s32(const int8_t* a, int64_t lda, const int8_t* b, int64_t ldb, i
   }
 }
 
-void linear_forward(const WeightMatrix& w, const ActQuant& input, const float* x, int64_t rows, float* y) {
+void linear_forward(const WeightMatrix& w, const ActQuant& input, const float* x, int64_t rows, float* y,
+                    Communicator* across) {
   const int64_t K = w.cols, Nout = w.rows;
   if (input.is_int8() && w.is_quantized()) {
     if (!input.per_tensor()) fail("internal: an integer GEMM input needs one scale");
@@ -92,10 +93,12 @@ void linear_forward(const WeightMatrix& w, const ActQuant& input, const float* x
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t k0 = g * qw.group_size, width = std::min(qw.group_size, K - k0);
       gemm_s8s8_s32(qx.data() + k0, K, qw.values.data() + k0, K, acc.data(), rows, width, Nout);
+      if (across && groups == 1) across->all_reduce_sum(acc.data(), rows * Nout);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t n = 0; n < Nout; ++n)
           y[r * Nout + n] = std::fma(static_cast<float>(acc[r * Nout + n]), qw.scales[n * groups + g], y[r * Nout + n]);
     }
+    if (across && groups > 1) across->all_reduce_sum(y, rows * Nout);
     for (int64_t i = 0; i < rows * Nout; ++i) y[i] *= s_x;
     return;
   }
@@ -105,6 +108,7 @@ void linear_forward(const WeightMatrix& w, const ActQuant& input, const float* x
   } else {
     cpu::matmul_wt(x, w.dense.data(), y, rows, K, Nout);
   }
+  if (across) across->all_reduce_sum(y, rows * Nout);
 }
 
 }  // namespace ssdq

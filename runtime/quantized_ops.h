@@ -4,6 +4,7 @@
 // the CPU evaluates them.
 #pragma once
 
+#include "runtime/communicator.h"
 #include <cstdint>
 
 #include "model/quantized_model.h"
@@ -36,6 +37,11 @@ void gemm_s8s8_s32(const int8_t* a, int64_t lda, const int8_t* b, int64_t ldb, i
 //     from y = 0 (one group: y = float(acc)·s_w[n] rounded once), then y ← y·s_x.
 //   otherwise (a float input, or float weights): y = x·W'ᵀ in fp32, W' = W or dequantize(W)
 //     (W4A16 is this case).
-void linear_forward(const WeightMatrix& w, const ActQuant& input, const float* x, int64_t rows, float* y);
+// With `across` (a tensor-parallel rank's row-parallel projection: w holds the rank's columns),
+// y is summed over the ranks: an integer projection with one weight scale a row sums its int32
+// accumulators before scaling (the one-rank result bit for bit); float and grouped ones sum their
+// fp32 outputs (the summation order changes).
+void linear_forward(const WeightMatrix& w, const ActQuant& input, const float* x, int64_t rows, float* y,
+                    Communicator* across = nullptr);
 
 }  // namespace ssdq

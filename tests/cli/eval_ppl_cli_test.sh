@@ -42,6 +42,17 @@ import json, sys
 one, two = (json.load(open(p))["perplexity"]["mean"] for p in sys.argv[1:])
 assert abs(two - one) < 1e-5 * one, (one, two)
 PY
+# An rtn W8A8 artifact over two virtual ranks: its int32 products summed across the ranks, so the
+# layers are the one-rank runtime's bit for bit and only the lm_head's slices round differently.
+"$ssdq" eval-ppl --artifact "$tmp/rtn.ssdq" "${common[@]}" --json "$tmp/rtn1.json" >/dev/null
+"$ssdq" eval-ppl --artifact "$tmp/rtn.ssdq" --tp 2 "${common[@]}" --json "$tmp/rtn2.json" >/dev/null
+python3 - "$tmp/rtn1.json" "$tmp/rtn2.json" <<'PY'
+import json, sys
+one, two = (json.load(open(p))["perplexity"]["mean"] for p in sys.argv[1:])
+assert abs(two - one) < 1e-6 * one, (one, two)
+PY
+if "$ssdq" eval-ppl --artifact "$tmp/rtn.ssdq" --tp 2 --device cuda "${common[@]}" 2>"$tmp/err"; then exit 1; fi
+grep -qF -- "run tensor-parallel on the CPU specification only so far" "$tmp/err"
 if "$ssdq" eval-ppl --model "$model" --tp 3 "${common[@]}" 2>"$tmp/err"; then exit 1; fi
 grep -qF -- "--tp 3: 8 heads, 1 group, vocabulary 50288" "$tmp/err"
 grep -qF -- "valid: --tp 2, 4, 8" "$tmp/err"

@@ -4,9 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include "formats/error.h"
 #include "model/model_weights.h"
+#include "pipeline/quantize_model.h"
 #include "runtime/communicator.h"
 #include "runtime/cpu_backend.h"
+#include "runtime/cpu_block.h"
+#include "tests/support/quantized_fixtures.h"
 #include "tests/support/test_models.h"
 
 #include <thread>
@@ -106,6 +110,127 @@ TEST(VirtualRanks, SumInRankOrderGivesEveryRankTheSameBits) {
     EXPECT_EQ(data[r][0], (0.f + 1e8f) + -1e8f + 1.f);  // rank order: (1e8 - 1e8) + 1
     EXPECT_EQ(data[r][1], 6.f);
   }
+}
+
+}  // namespace
+}  // namespace ssdq
+
+namespace ssdq {
+namespace {
+
+using testing_models::max_relative;
+using testing_models::random_tokens;
+using testing_models::synthetic_config;
+
+// An rtn artifact of a synthetic model (int4 groups of 64: d_inner 256 splits into whole groups
+// over 2 and 4 ranks).
+QuantizedModel rtn_artifact(const ModelWeights& w, BitWidth bits) {
+  const CalibrationFile calib = testing_models::calibration_in_memory(w, 2, 40, 3);
+  return quantize_model(w, calib, testing_models::synthetic_model_options(RecipeName::kRtn, bits));
+}
+
+// Every layer of a sharded W8A8 artifact, run on virtual ranks as the backend runs them, leaves the
+// residual stream the one-rank block leaves, bit for bit: the int32 products are summed across the
+// ranks before scaling.
+TEST(CpuTensorParallel, W8A8ArtifactLayersEqualOneRankBitForBit) {
+  for (int64_t groups : {1, 2}) {
+    for (int tp : {2, 4}) {
+      SCOPED_TRACE(::testing::Message() << "ngroups " << groups << ", tp " << tp);
+      const ModelWeights w = random_weights(synthetic_config(groups), 17);
+      const QuantizedModel model = rtn_artifact(w, BitWidth::kW8A8);
+      const Mamba2Config& c = model.config;
+      const TensorParallelPlan plan = plan_tensor_parallel(c, tp);
+      const int64_t T = 45, D = c.d_model;
+      std::vector<float> residual(T * D);
+      const std::vector<int32_t> tokens = random_tokens(T, c.vocab_size, 6);
+      for (int64_t t = 0; t < T; ++t) model.embedding.row_to_float(tokens[t], residual.data() + t * D);
+      std::vector<float> whole = residual;
+      for (int64_t l = 0; l < c.n_layer; ++l) {
+        std::vector<float> conv(c.conv_dim() * (c.d_conv - 1)), ssm(c.nheads() * c.headdim * c.d_state);
+        cpu_block_forward(c, model.layers[l], l, whole.data(), T, conv.data(), ssm.data());
+      }
+      VirtualRanks ranks(tp);
+      std::vector<std::vector<float>> sharded(tp, residual);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < tp; ++r)
+        threads.emplace_back([&, r] {
+          const QuantizedModel shard = shard_quantized_model(model, plan, r);
+          const Mamba2Config& local = shard.config;
+          BlockRank part;
+          part.comm = &ranks.rank(r);
+          part.norm_split = plan.ranks_per_norm_group() > 1;
+          part.norm_groups = c.ngroups;
+          part.norm_group = plan.first_group(r);
+          part.norm_group_size = c.d_inner() / c.ngroups;
+          for (int64_t l = 0; l < c.n_layer; ++l) {
+            std::vector<float> conv(local.conv_dim() * (local.d_conv - 1)), ssm(local.nheads() * local.headdim * local.d_state);
+            cpu_block_forward(local, shard.layers[l], l, sharded[r].data(), T, conv.data(), ssm.data(), nullptr, &part);
+          }
+        });
+      for (std::thread& t : threads) t.join();
+      for (int r = 0; r < tp; ++r) EXPECT_EQ(sharded[r], whole) << "rank " << r;
+    }
+  }
+}
+
+TEST(CpuTensorParallel, W8A8ArtifactEqualsOneRank) {
+  // The layers agree bit for bit (above); the lm_head, computed in vocabulary slices, may round
+  // its dot products differently.
+  for (int tp : {2, 4}) {
+    const ModelWeights w = random_weights(synthetic_config(1), 17);
+    const QuantizedModel model = rtn_artifact(w, BitWidth::kW8A8);
+    const CpuBackend one(std::make_shared<const QuantizedModel>(model));
+    const CpuTensorParallelBackend sharded(model, tp);
+    const std::vector<int32_t> tokens = random_tokens(2 * (45 + 3), w.config.vocab_size, 6);
+    EXPECT_LT(max_relative(run(sharded, tokens, 2, 45, 3), run(one, tokens, 2, 45, 3)), 1e-6) << "tp " << tp;
+  }
+}
+
+TEST(CpuTensorParallel, W4A8W4A16AndFp16ArtifactsMatchOneRank) {
+  // int4 groups and float projections sum fp32 partial outputs across the ranks: the summation
+  // order changes, which can move an int8 activation by one step. Mean NLL over the window.
+  for (BitWidth bits : {BitWidth::kW4A8, BitWidth::kW4A16, BitWidth::kFp16}) {
+    for (int tp : {2, 4}) {
+      SCOPED_TRACE(::testing::Message() << "bits " << static_cast<int>(bits) << ", tp " << tp);
+      const ModelWeights w = random_weights(synthetic_config(2), 19);
+      const QuantizedModel model = rtn_artifact(w, bits);
+      const CpuBackend one(std::make_shared<const QuantizedModel>(model));
+      const CpuTensorParallelBackend sharded(model, tp);
+      const std::vector<int32_t> tokens = random_tokens(80, w.config.vocab_size, 7);
+      const double a = testing_models::mean_nll(sharded, tokens), b = testing_models::mean_nll(one, tokens);
+      EXPECT_NEAR(a, b, 1e-3 * b);
+    }
+  }
+}
+
+TEST(CpuTensorParallel, RefusesWhatCannotBeSharded) {
+  const ModelWeights w = random_weights(synthetic_config(2), 23);
+  const CalibrationFile calib = testing_models::calibration_in_memory(w, 2, 40, 3);
+  // had rotates out_proj's input over all of d_inner.
+  const QuantizedModel had =
+      quantize_model(w, calib, testing_models::synthetic_model_options(RecipeName::kHad, BitWidth::kW8A8));
+  EXPECT_THROW(
+      {
+        try {
+          CpuTensorParallelBackend sharded(had, 2);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("Hadamard transform over all 256 channels"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+  // int4 groups of 64 straddle 8 ranks' 32 columns.
+  const QuantizedModel w4 = rtn_artifact(w, BitWidth::kW4A8);
+  EXPECT_THROW(
+      {
+        try {
+          CpuTensorParallelBackend sharded(w4, 8);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("weight groups of 64 columns straddle"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
 }
 
 }  // namespace
