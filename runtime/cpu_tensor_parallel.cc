@@ -45,6 +45,16 @@ class CpuTensorParallelState : public InferenceState {
 
 }  // namespace
 
+BlockRank block_rank(const Mamba2Config& config, const TensorParallelPlan& plan, int rank, Communicator* comm) {
+  BlockRank part;
+  part.comm = comm;
+  part.norm_split = plan.ranks_per_norm_group() > 1;
+  part.norm_groups = config.ngroups;
+  part.norm_group = plan.first_group(rank);
+  part.norm_group_size = config.d_inner() / config.ngroups;
+  return part;
+}
+
 CpuTensorParallelBackend::CpuTensorParallelBackend(const ModelWeights& weights, int tp)
     : config_(weights.config), plan_(plan_tensor_parallel(weights.config, tp)) {
   for (int r = 0; r < tp; ++r) {
@@ -86,12 +96,7 @@ void CpuTensorParallelBackend::forward(const int32_t* tokens, int64_t length, In
   VirtualRanks ranks(plan_.tp);
   auto run_rank = [&](int r) {
     const QuantizedModel& m = *shards_[r];
-    BlockRank part;
-    part.comm = &ranks.rank(r);
-    part.norm_split = plan_.ranks_per_norm_group() > 1;
-    part.norm_groups = config_.ngroups;
-    part.norm_group = plan_.first_group(r);
-    part.norm_group_size = config_.d_inner() / config_.ngroups;
+    const BlockRank part = block_rank(config_, plan_, r, &ranks.rank(r));
     CpuState& rank_state = tp_state->rank(r);
     for (int64_t b = 0; b < batch; ++b) {
       std::vector<float> residual(length * D);

@@ -14,8 +14,12 @@
 #include "model/quantized_model.h"
 #include "model/tensor_parallel.h"
 #include "runtime/backend.h"
+#include "runtime/cpu_block.h"
 
 namespace ssdq {
+
+// Rank `rank`'s part in every block of `config` (the whole model's) sharded by `plan`.
+BlockRank block_rank(const Mamba2Config& config, const TensorParallelPlan& plan, int rank, Communicator* comm);
 
 class CpuTensorParallelBackend : public Backend {
  public:

@@ -83,20 +83,25 @@ void CudaBackend::Impl::enqueue_linear(const LinearPlan& plan, const DeviceLinea
                     const kernels::L2Prefetch* prefetch, const float* x32) const {
   using Schedule = LinearPlan::Schedule;
   const bool residual_add = plan.residual_add;
-  if (plan.schedule == Schedule::kFp32Gemm) {
+  // cuBLASLt over dense weights: out[m, n] (+)= x[m, k] · wᵀ, contiguous rows.
+  const auto dense_gemm = [&](ElementType type, const void* x, const void* w, ElementType out_type) {
     kernels::GemmArgs g;
     g.m = m;
     g.n = L.n;
     g.k = L.k;
-    g.in_type = ElementType::kF32;
-    g.x = x32;
+    g.in_type = type;
+    g.x = x;
     g.ldx = L.k;
-    g.w = L.dense32.at<void>(0);
+    g.w = w;
     g.out = out;
     g.ldout = L.n;
-    g.out_type = ElementType::kF32;
-    g.tf32 = options.tf32_gemms;
+    g.out_type = out_type;
+    g.accumulate = residual_add;
+    g.tf32 = type == ElementType::kF32 && options.tf32_gemms;
     gemm->run(g, stream);
+  };
+  if (plan.schedule == Schedule::kFp32Gemm) {
+    dense_gemm(ElementType::kF32, x32, L.dense32.at<void>(0), ElementType::kF32);
     return;
   }
   if (plan.schedule == Schedule::kBf16Gemv) {
@@ -110,19 +115,8 @@ void CudaBackend::Impl::enqueue_linear(const LinearPlan& plan, const DeviceLinea
     return;
   }
   if (plan.schedule == Schedule::kBf16Gemm) {
-    kernels::GemmArgs g;
-    g.m = m;
-    g.n = L.n;
-    g.k = L.k;
-    g.in_type = ElementType::kBF16;
-    g.x = work.x16;
-    g.ldx = L.k;
-    g.w = L.dense16.at<void>(0);
-    g.out = out;
-    g.ldout = L.n;
-    g.out_type = residual_add || plan.partial_out ? ElementType::kF32 : ElementType::kBF16;
-    g.accumulate = residual_add;
-    gemm->run(g, stream);
+    dense_gemm(ElementType::kBF16, work.x16, L.dense16.at<void>(0),
+               residual_add || plan.partial_out ? ElementType::kF32 : ElementType::kBF16);
     return;
   }
   if (plan.schedule == Schedule::kQgemv) {
@@ -163,14 +157,7 @@ void CudaBackend::Impl::enqueue_linear(const LinearPlan& plan, const DeviceLinea
       cuda_ok(kernels::launch_weight_unpack(u, stream), what);
       w16 = work.expanded;
     }
-    g.k = L.k;
-    g.in_type = ElementType::kF16;
-    g.x = work.x16;
-    g.ldx = L.k;
-    g.w = w16;
-    g.out = out;
-    g.out_type = ElementType::kF32;
-    gemm->run(g, stream);
+    dense_gemm(ElementType::kF16, work.x16, w16, ElementType::kF32);
     return;
   }
   const int8_t* w8 = L.values.at<int8_t>(0);

@@ -156,12 +156,7 @@ TEST(CpuTensorParallel, W8A8ArtifactLayersEqualOneRankBitForBit) {
         threads.emplace_back([&, r] {
           const QuantizedModel shard = shard_quantized_model(model, plan, r);
           const Mamba2Config& local = shard.config;
-          BlockRank part;
-          part.comm = &ranks.rank(r);
-          part.norm_split = plan.ranks_per_norm_group() > 1;
-          part.norm_groups = c.ngroups;
-          part.norm_group = plan.first_group(r);
-          part.norm_group_size = c.d_inner() / c.ngroups;
+          const BlockRank part = block_rank(c, plan, r, &ranks.rank(r));
           for (int64_t l = 0; l < c.n_layer; ++l) {
             std::vector<float> conv(local.conv_dim() * (local.d_conv - 1)), ssm(local.nheads() * local.headdim * local.d_state);
             cpu_block_forward(local, shard.layers[l], l, sharded[r].data(), T, conv.data(), ssm.data(), nullptr, &part);
