@@ -170,7 +170,8 @@ LayerPlan CudaBackend::Impl::plan_layer(const DeviceLayer& d, int64_t batch, int
     p.ssd = LayerPlan::Ssd::kSsdi8Chunked;
   } else if (float_chunked) {
     p.ssd = LayerPlan::Ssd::kFloatChunked;
-  } else if (length == 1 && !window && batch <= kConvStepMaxBatch && kernels::ssd_conv_step_supported(conv_step)) {
+  } else if (length == 1 && !window && batch <= kConvStepMaxBatch && !options.observer &&
+             kernels::ssd_conv_step_supported(conv_step)) {  // (an observer reads the conv's output rows)
     p.ssd = LayerPlan::Ssd::kConvStep;
   } else {
     if (!kernels::ssd_state_update_supported(conv_step.step))
