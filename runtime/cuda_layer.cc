@@ -97,7 +97,7 @@ void CudaBackend::Impl::enqueue_linear(const LinearPlan& plan, const DeviceLinea
     g.ldout = L.n;
     g.out_type = out_type;
     g.accumulate = residual_add;
-    g.tf32 = type == ElementType::kF32 && options.tf32_gemms;
+    g.tf32 = plan.tf32;
     gemm->run(g, stream);
   };
   if (plan.schedule == Schedule::kFp32Gemm) {
