@@ -37,13 +37,16 @@ std::pair<int, int> check_format_version(const std::map<std::string, std::string
   return {major, minor};
 }
 
-void write_artifact(const std::string& path, const TensorMap& tensors, std::map<std::string, std::string> metadata) {
+void write_artifact(const std::string& path, const TensorMap& tensors, std::map<std::string, std::string> metadata,
+                    int version_major) {
+  if (version_major < 1 || version_major > kArtifactVersionMajor)
+    fail("internal: artifact format version {} is not one this build writes", version_major);
   for (const char* reserved : {"format", "format_version"})
     if (metadata.count(reserved)) fail("internal: artifact metadata must not set \"{}\"", reserved);
   for (const char* key : kArtifactRequiredMetadata)
     if (!metadata.count(key)) fail("internal: artifact metadata lacks \"{}\"", key);
   metadata["format"] = kArtifactFormat;
-  metadata["format_version"] = std::to_string(kArtifactVersionMajor) + "." + std::to_string(kArtifactVersionMinor);
+  metadata["format_version"] = std::to_string(version_major) + "." + std::to_string(kArtifactVersionMinor);
   write_safetensors(path, tensors, metadata);
 }
 

@@ -15,7 +15,9 @@
 namespace ssdq {
 
 inline constexpr const char* kArtifactFormat = "ssdq";
-inline constexpr int kArtifactVersionMajor = 1;
+// The newest major version this build reads and writes (2.0: block-diagonal online Hadamard
+// rotations, docs/ARTIFACT.md). Files that need nothing new are still written as 1.0.
+inline constexpr int kArtifactVersionMajor = 2;
 inline constexpr int kArtifactVersionMinor = 0;
 
 struct ArtifactFile {
@@ -28,9 +30,11 @@ struct ArtifactFile {
 // Metadata keys every artifact has (JSON strings): model_config, recipe, calibration, tokenizer.
 inline constexpr const char* kArtifactRequiredMetadata[] = {"model_config", "recipe", "calibration", "tokenizer"};
 
-// Writes atomically (nothing is left at `path` on failure). Adds "format" and "format_version";
-// fails when a required metadata key is missing or a caller passes "format"/"format_version".
-void write_artifact(const std::string& path, const TensorMap& tensors, std::map<std::string, std::string> metadata);
+// Writes atomically (nothing is left at `path` on failure). Adds "format" and "format_version"
+// ("version_major.0"); fails when a required metadata key is missing or a caller passes
+// "format"/"format_version".
+void write_artifact(const std::string& path, const TensorMap& tensors, std::map<std::string, std::string> metadata,
+                    int version_major = kArtifactVersionMajor);
 
 // Reads and checks the container: a safetensors file, format "ssdq", a major version this
 // build reads (newer majors are refused with a message saying to upgrade), required metadata

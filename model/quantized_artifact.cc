@@ -199,10 +199,16 @@ void write_quantized_artifact(const std::string& path, const QuantizedModel& mod
     if (!q.out_bias.empty()) w.floats(p + "out_bias", q.out_bias, {c.d_model});
     json points = json::object();
     for (const PointRef& point : kPoints) points[point.name] = w.act(p + "act." + point.name, q.*point.member);
-    layers.push_back({{"ssd_mode", q.ssd_mode == SsdMode::kSsdi8 ? "ssdi8" : "float"},
-                      {"online_hadamard", q.online_hadamard},
-                      {"points", points}});
+    json entry = {{"ssd_mode", q.ssd_mode == SsdMode::kSsdi8 ? "ssdi8" : "float"},
+                  {"online_hadamard", q.online_hadamard},
+                  {"points", points}};
+    if (q.hadamard_blocks != 1) entry["hadamard_blocks"] = q.hadamard_blocks;
+    layers.push_back(std::move(entry));
   }
+  // Block-diagonal rotations are new in format 2.0: a file with them is 2.0, so that an older reader
+  // (which would rotate over all channels) refuses it; a file without them stays 1.0.
+  const bool blocks = std::any_of(model.layers.begin(), model.layers.end(),
+                                  [](const QuantizedLayer& q) { return q.hadamard_blocks != 1; });
   std::map<std::string, std::string> metadata = {
       {"model_config", model_config_to_json(c)},
       {"recipe", d.recipe},
@@ -210,7 +216,7 @@ void write_quantized_artifact(const std::string& path, const QuantizedModel& mod
       {"tokenizer", d.tokenizer},
       {"layout", json{{"layers", layers}}.dump()},
   };
-  write_artifact(path, w.tensors, std::move(metadata));
+  write_artifact(path, w.tensors, std::move(metadata), blocks ? kArtifactVersionMajor : 1);
 }
 
 LoadedArtifact read_quantized_artifact(const std::string& path) {
@@ -253,6 +259,12 @@ LoadedArtifact read_quantized_artifact(const std::string& path) {
     const json& hadamard = field(entry, "online_hadamard", at);
     if (!hadamard.is_boolean()) fail("{}: online_hadamard must be true or false", at);
     q.online_hadamard = hadamard.get<bool>();
+    if (entry.contains("hadamard_blocks")) {
+      const json& blocks = entry.at("hadamard_blocks");
+      if (!blocks.is_number_integer() || file.version_major < 2)
+        fail("{}: hadamard_blocks must be an integer, in a file of format 2.0 or newer", at);
+      q.hadamard_blocks = blocks.get<int64_t>();
+    }
     const json& points = field(entry, "points", at);
     const int64_t widths[] = {c.d_model, c.conv_dim(), E, GN, GN, H, E, E, c.ngroups, E};
     for (size_t i = 0; i < std::size(kPoints); ++i) {

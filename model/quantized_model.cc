@@ -4,6 +4,7 @@
 
 #include "formats/dtype.h"
 #include "formats/error.h"
+#include "model/hadamard.h"
 
 namespace ssdq {
 
@@ -79,14 +80,14 @@ void check_per_group(const ActQuant& a, int64_t channels, int64_t group_width, c
 
 }  // namespace
 
-void validate_quantized_model(const QuantizedModel& m, const std::string& label) {
+void validate_quantized_model(const QuantizedModel& m, const std::string& label, int64_t head_rows) {
   const Mamba2Config& c = m.config;
   validate_config(c, label);
   const int64_t D = c.d_model, E = c.d_inner(), H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state;
   check_weight(m.embedding, c.vocab_size, D, label + ": embedding");
   check_vector(m.norm_f, D, label + ": norm_f");
   if (!m.lm_head.empty()) {
-    check_weight(m.lm_head, c.vocab_size, D, label + ": lm_head");
+    check_weight(m.lm_head, head_rows > 0 ? head_rows : c.vocab_size, D, label + ": lm_head");
   } else if (m.embedding.is_quantized()) {
     fail("{}: a quantized embedding needs its own lm_head", label);
   }
@@ -105,6 +106,13 @@ void validate_quantized_model(const QuantizedModel& m, const std::string& label)
     check_vector(q.gated_norm, E, at + " gated norm");
     check_weight(q.out_proj, D, E, at + " out_proj");
     if (!q.out_bias.empty()) check_vector(q.out_bias, D, at + " out_proj bias");
+    if (q.hadamard_blocks < 1 || E % q.hadamard_blocks != 0)
+      fail("{}: {} Hadamard blocks do not split the {} channels of out_proj's input", at, q.hadamard_blocks, E);
+    if (!q.online_hadamard && q.hadamard_blocks != 1)
+      fail("{}: Hadamard blocks ({}) without an online Hadamard transform", at, q.hadamard_blocks);
+    if (q.online_hadamard && !hadamard_size_supported(E / q.hadamard_blocks))
+      fail("{}: no Hadamard transform of size {} ({} channels in {} blocks)", at, E / q.hadamard_blocks, E,
+           q.hadamard_blocks);
     check_act(q.in_proj_in, D, 1, at + " in_proj.in");
     check_act(q.conv_in, c.conv_dim(), 1, at + " conv.in");
     check_act(q.ssd_x, E, 1, at + " ssd.x");

@@ -76,6 +76,10 @@ struct QuantizedLayer {
   std::vector<float> D;            // [H]
   std::vector<float> gated_norm;   // [E]
   bool online_hadamard = false;    // out_proj.in ← y·H_E/√E (hadamard.h) before quantization
+  // With online_hadamard: the rotation is block-diagonal, I_B ⊗ H_{E/B} (each of B contiguous
+  // blocks of E/B channels rotated alone, normalised by 1/√(E/B)), so that tensor-parallel ranks
+  // holding whole blocks rotate their channels alone (export --tp-blocks B). 1: the full H_E.
+  int64_t hadamard_blocks = 1;
   WeightMatrix out_proj;           // [D, E]
   std::vector<float> out_bias;     // [D] SSDi8 mean correction added to out_proj.out, or empty
 
@@ -104,8 +108,9 @@ struct QuantizedModel {
 
 // Checks every shape, index range and scale (finite, > 0) against the config, and that each
 // layer's formats are ones the runtime executes (integer GEMMs need per-tensor int8 inputs;
-// kSsdi8 needs its scales). `label` prefixes errors (the artifact path).
-void validate_quantized_model(const QuantizedModel& model, const std::string& label);
+// kSsdi8 needs its scales). `label` prefixes errors (the artifact path). `head_rows`: the rows of
+// lm_head when it is a vocab-parallel rank's slice (0: the vocabulary).
+void validate_quantized_model(const QuantizedModel& model, const std::string& label, int64_t head_rows = 0);
 
 // The FP32 model as a QuantizedModel with every format fp32 (runs as the FP reference).
 QuantizedModel float_quantized_model(const ModelWeights& weights);

@@ -257,12 +257,13 @@ QuantizedModel shard_quantized_model(const QuantizedModel& m, const TensorParall
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const QuantizedLayer& q = m.layers[l];
     const std::string what = fmt::format("layer {} out_proj", l);
-    if (q.online_hadamard)
-      fail("tensor parallel: layer {} rotates out_proj's input with a Hadamard transform over all {} channels, "
-           "which would mix the ranks' channels; an artifact of this recipe runs with --tp 1 (rtn and fp16 "
-           "artifacts shard)",
-           l, c.d_inner());
+    if (q.online_hadamard && q.hadamard_blocks % plan.tp != 0)
+      fail("tensor parallel: layer {} rotates out_proj's input with a Hadamard transform over {} blocks of {} "
+           "channels, which would mix the channels of --tp {}'s ranks; export the artifact with --tp-blocks {} (or a "
+           "multiple of it) to run it on {} ranks",
+           l, q.hadamard_blocks, c.d_inner() / q.hadamard_blocks, plan.tp, plan.tp, plan.tp);
     QuantizedLayer o = q;
+    o.hadamard_blocks = q.online_hadamard ? q.hadamard_blocks / plan.tp : 1;  // the rank's whole blocks
     o.in_proj = weight_rows(q.in_proj, at.in_proj);
     o.out_proj = weight_cols(q.out_proj, at.channels.front(), static_cast<int64_t>(at.channels.size()), what);
     o.conv_weight = gather_rows(q.conv_weight, c.d_conv, at.conv);

@@ -230,6 +230,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     fail("internal: --w4a16-layers auto:K is resolved by choose_w4a16_layers before quantize_model");
   check_same_shape(c, calib.config);
   o.validate(c.n_layer, c.heads_per_group(), c.headdim);
+  o.validate_tp_blocks(c.nheads(), c.d_inner());
   const int64_t D = c.d_model, E = c.d_inner(), V = c.vocab_size, H = c.nheads(), P = c.headdim, N = c.d_state;
   const int64_t in_dim = c.d_in_proj(), L = c.n_layer, T = calib.provenance.seqlen;
   const int64_t S = options.max_samples > 0 ? std::min(options.max_samples, calib.provenance.samples)
@@ -252,7 +253,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
         clusters[l] = sort_and_cluster(calib.stats.layers[l].at(StatPoint::kSsdX).absmax(), H, P, c.ngroups, so);
         reorder_heads(w.layers[l], c, clusters[l].permutation);
       }
-    fuse_out_proj_hadamard(w);
+    fuse_out_proj_hadamard(w, o.tp_blocks);
   }
 
   QuantizedModel m;
@@ -315,6 +316,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     const std::string layer_name = fmt::format("layer {}/{}", l + 1, L);
     QuantizedLayer q = float_quantized_layer(w.layers[l]);
     q.online_hadamard = true;
+    q.hadamard_blocks = o.tp_blocks;
     auto run_copy = [&](int64_t s, const QuantizedLayer& layer, ForwardObserver& observer) {
       std::vector<float> residual = streams[s];
       std::vector<float> conv(c.conv_dim() * (c.d_conv - 1), 0.0f), ssm(H * P * N, 0.0f);

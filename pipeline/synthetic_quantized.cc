@@ -89,6 +89,7 @@ QuantizedModel synthetic_quantized_model(const Mamba2Config& c, const RecipeOpti
   RecipeOptions o = options.resolved(c.heads_per_group(), c.headdim);
   o.act_clip = ActClip{};  // the synthetic statistics are ranges, with nothing for a clipping search
   o.validate(c.n_layer, c.heads_per_group(), c.headdim);
+  o.validate_tp_blocks(c.nheads(), c.d_inner());
   const int64_t D = c.d_model, E = c.d_inner(), V = c.vocab_size, H = c.nheads(), P = c.headdim;
   const QuantBits bits = o.weights_int4() ? QuantBits::kInt4 : QuantBits::kInt8;
   const int64_t group = o.weights_int4() ? o.group_size : 0;
@@ -129,6 +130,7 @@ QuantizedModel synthetic_quantized_model(const Mamba2Config& c, const RecipeOpti
       }
       assign_activation_formats(q, stats, o, l, c, o.recipe == RecipeName::kQuamba2 ? &clusters : nullptr);
       q.online_hadamard = o.recipe != RecipeName::kRtn;
+      q.hadamard_blocks = q.online_hadamard ? o.tp_blocks : 1;
       if (o.recipe == RecipeName::kSsdi8 && o.mean_correction_eta() > 0) q.out_bias = uniform_vector(D, -0.01f, 0.01f, rng);
     } else {
       q.in_proj = random_dense(c.d_in_proj(), D, in_range, layer_seed + 3);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "formats/error.h"
+#include "model/hadamard.h"
 
 namespace ssdq {
 
@@ -54,6 +55,19 @@ bool RecipeOptions::int8_activations(int64_t layer) const {
 
 bool RecipeOptions::keeps_float(const std::string& point) const {
   return std::find(keep_float.begin(), keep_float.end(), point) != keep_float.end();
+}
+
+void RecipeOptions::validate_tp_blocks(int64_t heads, int64_t d_inner) const {
+  if (tp_blocks == 1) return;
+  if (tp_blocks < 1 || tp_blocks > 64) fail("--tp-blocks must be in 1..64, got {}", tp_blocks);
+  if (!uses_transforms())
+    fail("--tp-blocks: the {} recipe{} has no online Hadamard transform; its artifacts shard under --tp as they are",
+         recipe_name(recipe), quantized() ? "" : " at fp16");
+  if (heads % tp_blocks != 0)
+    fail("--tp-blocks {}: the model's {} heads do not split into {} blocks of whole heads", tp_blocks, heads, tp_blocks);
+  if (!hadamard_size_supported(d_inner / tp_blocks))
+    fail("--tp-blocks {}: no Hadamard transform of size {} ({} channels / {}); sizes are K·2^m with K 1, 12, 20 or 28",
+         tp_blocks, d_inner / tp_blocks, d_inner, tp_blocks);
 }
 
 void RecipeOptions::validate(int64_t n_layer, int64_t heads_per_group, int64_t headdim) const {
@@ -122,6 +136,7 @@ std::string RecipeOptions::to_json() const {
       {"residual_rotation", uses_transforms()},
       {"rotation_seed", rotation_seed ? nlohmann::json(*rotation_seed) : nlohmann::json(nullptr)},
       {"keep_float", keep_float},
+      {"tp_blocks", tp_blocks},
   };
   return out.dump();
 }

@@ -50,6 +50,9 @@ struct RecipeOptions {
   int64_t auto_w4a16_layers = 0;
   std::optional<uint64_t> rotation_seed;  // residual rotation Q = diag(±1)·H/√D with signs from this seed
   std::vector<std::string> keep_float;    // ablation: points (or "weights") left in fp16
+  // The online Hadamard at out_proj's input as I_B ⊗ H_{E/B} (B = tp_blocks): each block of E/B
+  // channels rotated alone, so that --tp B (or a divisor of B) shards it (export --tp-blocks).
+  int64_t tp_blocks = 1;
 
   // Resolved choices.
   bool weights_int4() const { return bits == BitWidth::kW4A8 || bits == BitWidth::kW4A16; }
@@ -68,6 +71,8 @@ struct RecipeOptions {
   // Fails with a message naming the flag when options contradict each other or the model
   // (layer indices beyond n_layer, clusters beyond the heads per group or headdim).
   void validate(int64_t n_layer, int64_t heads_per_group, int64_t headdim) const;
+  // tp_blocks against the model: a rotated recipe, blocks of whole heads, a Hadamard size there is.
+  void validate_tp_blocks(int64_t heads, int64_t d_inner) const;
   // Every option, resolved defaults included, as a JSON object string (the artifact's "recipe").
   std::string to_json() const;
 };

@@ -117,11 +117,14 @@ void rotate_residual(ModelWeights& w, const std::vector<float>& signs) {
   }
 }
 
-void fuse_out_proj_hadamard(ModelWeights& w) {
+void fuse_out_proj_hadamard(ModelWeights& w, int64_t blocks) {
   check_shapes(w);
   const int64_t D = w.config.d_model, E = w.config.d_inner();
-  hadamard_base_order(E);
-  for (LayerWeights& layer : w.layers) apply_hadamard_rows(layer.out_proj.data(), D, E, true);
+  if (blocks < 1 || E % blocks != 0) fail("fuse_out_proj_hadamard: {} blocks do not split {} channels", blocks, E);
+  hadamard_base_order(E / blocks);
+  // A row of out_proj is B blocks of E/B columns, each rotated by H_{E/B}: the same as rotating
+  // D·B rows of E/B.
+  for (LayerWeights& layer : w.layers) apply_hadamard_rows(layer.out_proj.data(), D * blocks, E / blocks, true);
 }
 
 void reorder_heads(LayerWeights& layer, const Mamba2Config& c, const HeadPermutation& perm) {

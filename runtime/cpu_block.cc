@@ -95,7 +95,9 @@ void cpu_block_forward(const Mamba2Config& c, const QuantizedLayer& q, int64_t l
   } else {
     cpu::gated_rmsnorm(y.data(), zxbcdt.data(), in_dim, q.gated_norm.data(), gated.data(), T, E, E / G, eps);
   }
-  if (q.online_hadamard) apply_hadamard_rows(gated.data(), T, E, /*normalized=*/true);
+  // I_B ⊗ H_{E/B}: each block of a row rotated alone, i.e. T·B rows of E/B.
+  if (q.online_hadamard)
+    apply_hadamard_rows(gated.data(), T * q.hadamard_blocks, E / q.hadamard_blocks, /*normalized=*/true);
   in_format(q.out_proj_in, ActivationPoint::kOutProjIn, gated.data(), E, E);
   // A rank's out_proj is summed over the ranks inside linear_forward (W8A8: its int32 products),
   // then the bias is added once, as one rank adds it.

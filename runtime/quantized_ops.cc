@@ -87,18 +87,22 @@ void linear_forward(const WeightMatrix& w, const ActQuant& input, const float* x
     quantize_rows(x, rows, K, s_x, qx);
     const QuantizedMatrix& qw = w.quantized;
     const int64_t groups = qw.groups_per_row();
+    // A rank's int32 products are summed across the ranks before scaling only where a row's scale is
+    // the same on every rank (per channel or per tensor); int4 groups carry each rank's own scales,
+    // so their scaled fp32 outputs are summed (even where the rank holds one group a row).
+    const bool sum_integers = across && qw.granularity != Granularity::kPerGroup;
     std::vector<int32_t> acc(rows * Nout);
     Eigen::Map<RowMatrixF> Y(y, rows, Nout);
     Y.setZero();
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t k0 = g * qw.group_size, width = std::min(qw.group_size, K - k0);
       gemm_s8s8_s32(qx.data() + k0, K, qw.values.data() + k0, K, acc.data(), rows, width, Nout);
-      if (across && groups == 1) across->all_reduce_sum(acc.data(), rows * Nout);
+      if (sum_integers) across->all_reduce_sum(acc.data(), rows * Nout);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t n = 0; n < Nout; ++n)
           y[r * Nout + n] = std::fma(static_cast<float>(acc[r * Nout + n]), qw.scales[n * groups + g], y[r * Nout + n]);
     }
-    if (across && groups > 1) across->all_reduce_sum(y, rows * Nout);
+    if (across && !sum_integers) across->all_reduce_sum(y, rows * Nout);
     for (int64_t i = 0; i < rows * Nout; ++i) y[i] *= s_x;
     return;
   }

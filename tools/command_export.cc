@@ -132,6 +132,12 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--x-scaled-clip", flags->options.recipe.x_scaled_clip,
                   "ssdi8 (ablation): X_scaled's int8 scale is this fraction of its calibrated absmax / 127; values "
                   "beyond it saturate (default 1: no clipping; docs/ACCURACY.md)");
+  cmd->add_option("--tp-blocks", r.tp_blocks,
+                  "had, quamba2, ssdi8: rotate out_proj's input in N independent blocks (I_N ⊗ H_{E/N}) so that the "
+                  "artifact runs under --tp N or a divisor of N (docs/TENSOR_PARALLEL.md); 1: one rotation over all "
+                  "channels, for --tp 1")
+      ->capture_default_str()
+      ->check(whole_number(1));
   cmd->add_option("--w4a16-layers", flags->w4a16_layers,
                   "w4a8 only: layers (0-based, comma-separated) that keep fp16 activations (Quamba2's mixed precision "
                   "W4A{8,16}), or auto:K for the K layers whose int8 activations cost the most KL divergence on "

@@ -52,7 +52,26 @@ one, two = (json.load(open(p))["perplexity"]["mean"] for p in sys.argv[1:])
 assert abs(two - one) < 1e-6 * one, (one, two)
 PY
 if "$ssdq" eval-ppl --artifact "$tmp/rtn.ssdq" --tp 2 --device cuda "${common[@]}" 2>"$tmp/err"; then exit 1; fi
-grep -qF -- "run tensor-parallel on the CPU specification only so far" "$tmp/err"
+grep -qF "needs 2 CUDA devices, 0 visible" "$tmp/err"
+# A rotated recipe: exported with --tp-blocks 2 it runs on two ranks (a 2.0 artifact); exported
+# without, --tp 2 is refused naming the flag.
+"$ssdq" export --model "$model" --calib "$tmp/calib.safetensors" --recipe had --bits w8a8 --tp-blocks 2 \
+  --out "$tmp/had2.ssdq" --quiet >/dev/null
+"$ssdq" eval-ppl --artifact "$tmp/had2.ssdq" "${common[@]}" --json "$tmp/had1.json" >/dev/null
+"$ssdq" eval-ppl --artifact "$tmp/had2.ssdq" --tp 2 "${common[@]}" --json "$tmp/had2.json" >/dev/null
+python3 - "$tmp/had1.json" "$tmp/had2.json" <<'PY'
+import json, sys
+one, two = (json.load(open(p))["perplexity"]["mean"] for p in sys.argv[1:])
+assert abs(two - one) < 1e-3 * one, (one, two)
+PY
+"$ssdq" export --model "$model" --calib "$tmp/calib.safetensors" --recipe had --bits w8a8 --out "$tmp/had.ssdq" \
+  --quiet >/dev/null
+if "$ssdq" eval-ppl --artifact "$tmp/had.ssdq" --tp 2 "${common[@]}" 2>"$tmp/err"; then exit 1; fi
+grep -qF -- "export the artifact with --tp-blocks 2" "$tmp/err"
+if "$ssdq" export --model "$model" --calib "$tmp/calib.safetensors" --recipe had --bits w8a8 --tp-blocks 3 \
+  --out "$tmp/bad.ssdq" --quiet 2>"$tmp/err"; then exit 1; fi
+grep -qF -- "--tp-blocks 3: the model's 8 heads do not split into 3 blocks" "$tmp/err"
+test ! -e "$tmp/bad.ssdq"
 if "$ssdq" eval-ppl --model "$model" --tp 3 "${common[@]}" 2>"$tmp/err"; then exit 1; fi
 grep -qF -- "--tp 3: 8 heads, 1 group, vocabulary 50288" "$tmp/err"
 grep -qF -- "valid: --tp 2, 4, 8" "$tmp/err"

@@ -82,6 +82,37 @@ TEST(Artifact, RoundTripsEveryKindOfModelBitForBit) {
   }
 }
 
+TEST(Artifact, BlockRotationsAreFormatTwoAndRoundTrip) {
+  // export --tp-blocks: a 2.0 file whose layers carry hadamard_blocks; without blocks a file stays
+  // 1.0, and a 1.x file that names blocks is refused (an older reader would have ignored them).
+  static const ModelWeights w = random_weights(synthetic_config(2), 21);
+  static const CalibrationFile calib = calibration_in_memory(w, 2, 64, 1);
+  ExportOptions o;
+  o.recipe.recipe = RecipeName::kSsdi8;
+  o.recipe.bits = BitWidth::kW8A8;
+  o.recipe.tp_blocks = 2;
+  const QuantizedModel model = quantize_model(w, calib, o);
+  const std::string path = temp_path("blocks.ssdq");
+  write_quantized_artifact(path, model, kDescription);
+  const LoadedArtifact loaded = read_quantized_artifact(path);
+  expect_same_model(*loaded.model, model);
+  for (const QuantizedLayer& q : loaded.model->layers) EXPECT_EQ(q.hadamard_blocks, 2);
+  SafetensorsFile file = read_safetensors(path);
+  EXPECT_EQ(file.metadata.at("format_version"), "2.0");
+  file.metadata["format_version"] = "1.0";
+  const std::string old = temp_path("blocks_old.ssdq");
+  write_safetensors(old, file.tensors, file.metadata);
+  EXPECT_THAT([&] { read_quantized_artifact(old); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("hadamard_blocks must be an integer, in a file of format 2.0")));
+  o.recipe.tp_blocks = 3;  // 16 heads do not split into 3 blocks
+  EXPECT_THAT([&] { quantize_model(w, calib, o); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("--tp-blocks 3: the model's 16 heads do not split")));
+  o.recipe.recipe = RecipeName::kRtn;
+  o.recipe.tp_blocks = 2;
+  EXPECT_THAT([&] { quantize_model(w, calib, o); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("no online Hadamard transform")));
+}
+
 class MalformedArtifact : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -106,8 +137,8 @@ using Tensors = TensorMap;
 using Metadata = std::map<std::string, std::string>;
 
 TEST_F(MalformedArtifact, NewerOrUnknownFormatVersions) {
-  expect_refused([](Tensors&, Metadata& m) { m["format_version"] = "2.0"; },
-                 "format_version 2.0 is newer than this ssdq reads (major 1); upgrade ssdq");
+  expect_refused([](Tensors&, Metadata& m) { m["format_version"] = "3.0"; },
+                 "format_version 3.0 is newer than this ssdq reads (major 2); upgrade ssdq");
   expect_refused([](Tensors&, Metadata& m) { m["format_version"] = "1"; }, "format_version \"1\" is not MAJOR.MINOR");
   expect_refused([](Tensors&, Metadata& m) { m.erase("format"); },
                  "no \"format\" in the safetensors metadata; this is not an ssdq file");

@@ -168,6 +168,54 @@ TEST(CpuTensorParallel, W8A8ArtifactLayersEqualOneRankBitForBit) {
   }
 }
 
+// One layer of a sharded artifact from the same input residual as one rank's: W4A8's int4 groups
+// carry each rank's own scales, so a rank holding a single group a row (tp 4: 64 columns, groups of
+// 64) must still sum scaled outputs, not int32 products. The rotated recipes in blocks too.
+TEST(CpuTensorParallel, GroupedInt4LayersMatchOneRank) {
+  const ModelWeights w = random_weights(synthetic_config(2), 29);
+  const CalibrationFile calib = testing_models::calibration_in_memory(w, 2, 40, 3);
+  for (RecipeName recipe : {RecipeName::kRtn, RecipeName::kSsdi8})
+    for (BitWidth bits : {BitWidth::kW4A8, BitWidth::kW4A16})
+      for (int tp : {2, 4}) {
+        SCOPED_TRACE(::testing::Message() << recipe_name(recipe) << " " << bit_width_name(bits) << ", tp " << tp);
+        ExportOptions o = testing_models::synthetic_model_options(recipe, bits);
+        if (recipe != RecipeName::kRtn) o.recipe.tp_blocks = 4;
+        const QuantizedModel model = quantize_model(w, calib, o);
+        const Mamba2Config& c = model.config;
+        const TensorParallelPlan plan = plan_tensor_parallel(c, tp);
+        const int64_t T = 45, D = c.d_model;
+        std::vector<float> input(T * D);
+        const std::vector<int32_t> tokens = random_tokens(T, c.vocab_size, 6);
+        for (int64_t t = 0; t < T; ++t) model.embedding.row_to_float(tokens[t], input.data() + t * D);
+        VirtualRanks ranks(tp);
+        for (int64_t l = 0; l < c.n_layer; ++l) {
+          std::vector<float> whole = input;
+          std::vector<float> conv(c.conv_dim() * (c.d_conv - 1)), ssm(c.nheads() * c.headdim * c.d_state);
+          cpu_block_forward(c, model.layers[l], l, whole.data(), T, conv.data(), ssm.data());
+          std::vector<std::vector<float>> sharded(tp, input);
+          std::vector<std::thread> threads;
+          for (int r = 0; r < tp; ++r)
+            threads.emplace_back([&, r] {
+              const QuantizedModel shard = shard_quantized_model(model, plan, r);
+              const Mamba2Config& local = shard.config;
+              const BlockRank part = block_rank(c, plan, r, &ranks.rank(r));
+              std::vector<float> cv(local.conv_dim() * (local.d_conv - 1)),
+                  sm(local.nheads() * local.headdim * local.d_state);
+              cpu_block_forward(local, shard.layers[l], l, sharded[r].data(), T, cv.data(), sm.data(), nullptr, &part);
+            });
+          for (std::thread& t : threads) t.join();
+          double worst = 0, scale = 0;
+          for (size_t i = 0; i < whole.size(); ++i) {
+            worst = std::max(worst, double(std::abs(whole[i] - sharded[0][i])));
+            scale = std::max(scale, double(std::abs(whole[i])));
+          }
+          EXPECT_LT(worst, 1e-3 * scale) << "layer " << l;
+          for (int r = 1; r < tp; ++r) EXPECT_EQ(sharded[r], sharded[0]) << "rank " << r << ", layer " << l;
+          input = whole;
+        }
+      }
+}
+
 TEST(CpuTensorParallel, W8A8ArtifactEqualsOneRank) {
   // The layers agree bit for bit (above); the lm_head, computed in vocabulary slices, may round
   // its dot products differently.
@@ -198,6 +246,29 @@ TEST(CpuTensorParallel, W4A8W4A16AndFp16ArtifactsMatchOneRank) {
   }
 }
 
+TEST(CpuTensorParallel, RotatedRecipesExportedInBlocksMatchOneRank) {
+  // export --tp-blocks B: out_proj's input rotated by I_B ⊗ H_{E/B}, so ranks holding whole blocks
+  // rotate their channels alone; --tp B and --tp B/2 (two blocks a rank) against one rank.
+  const ModelWeights w = random_weights(synthetic_config(2), 29);
+  const CalibrationFile calib = testing_models::calibration_in_memory(w, 2, 40, 3);
+  const std::vector<int32_t> tokens = random_tokens(80, w.config.vocab_size, 8);
+  for (RecipeName recipe : {RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8}) {
+    for (BitWidth bits : {BitWidth::kW8A8, BitWidth::kW4A8}) {
+      ExportOptions o = testing_models::synthetic_model_options(recipe, bits);
+      o.recipe.tp_blocks = 4;
+      const QuantizedModel model = quantize_model(w, calib, o);
+      ASSERT_EQ(model.layers[0].hadamard_blocks, 4);
+      const CpuBackend one(std::make_shared<const QuantizedModel>(model));
+      const double b = testing_models::mean_nll(one, tokens);
+      for (int tp : {2, 4}) {
+        SCOPED_TRACE(::testing::Message() << recipe_name(recipe) << " " << bit_width_name(bits) << ", tp " << tp);
+        const CpuTensorParallelBackend sharded(model, tp);
+        EXPECT_NEAR(testing_models::mean_nll(sharded, tokens), b, 1e-3 * b);
+      }
+    }
+  }
+}
+
 TEST(CpuTensorParallel, RefusesWhatCannotBeSharded) {
   const ModelWeights w = random_weights(synthetic_config(2), 23);
   const CalibrationFile calib = testing_models::calibration_in_memory(w, 2, 40, 3);
@@ -209,7 +280,8 @@ TEST(CpuTensorParallel, RefusesWhatCannotBeSharded) {
         try {
           CpuTensorParallelBackend sharded(had, 2);
         } catch (const Error& e) {
-          EXPECT_NE(std::string(e.what()).find("Hadamard transform over all 256 channels"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("over 1 blocks of 256 channels"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("export the artifact with --tp-blocks 2"), std::string::npos) << e.what();
           throw;
         }
       },

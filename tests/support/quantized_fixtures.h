@@ -103,6 +103,7 @@ inline void expect_same_model(const QuantizedModel& a, const QuantizedModel& b) 
     EXPECT_EQ(x.gated_norm, y.gated_norm) << at;
     EXPECT_EQ(x.out_bias, y.out_bias) << at;
     EXPECT_EQ(x.online_hadamard, y.online_hadamard) << at;
+    EXPECT_EQ(x.hadamard_blocks, y.hadamard_blocks) << at;
     EXPECT_EQ(x.ssd_mode, y.ssd_mode) << at;
     expect_same_act(x.in_proj_in, y.in_proj_in, at + " in_proj.in");
     expect_same_act(x.conv_in, y.conv_in, at + " conv.in");
