@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kThreads) tp_reduce_kernel(TpReduceArgs a) {
     }
     float v[4] = {sum.x, sum.y, sum.z, sum.w};
     float4* out = reinterpret_cast<float4*>(a.residual + at);
-    float4 r = *out;
+    float4 r = a.assign ? make_float4(0.f, 0.f, 0.f, 0.f) : *out;
     float* rv = &r.x;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {

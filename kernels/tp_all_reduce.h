@@ -1,6 +1,7 @@
 // Tensor parallelism's sum of the ranks' row-parallel partial outputs (out_proj's) into the fp32
 // residual, every rank receiving the same bits:
 //   residual[r, c] += scale_r · Σ_q partial_q[r, c]  (+ bias[c])     q = 0, 1, … in rank order
+//   (or residual[r, c] = … with `assign`: an artifact's gated-norm sums, kernels/gated_rmsnorm.h)
 //   scale_r = rsqrt(Σ_q sumsq_q[r] / norm_width + eps) with a folded gated norm, else 1.
 // A folded gated norm (every rank's channels in one norm group, the official checkpoints' one group
 // split over the ranks): each rank multiplies out_proj by its gated values unnormalised and sends
@@ -33,6 +34,7 @@ struct TpReduceArgs {
   // the norm is folded. launch_tp_residual_add reads partials[rank] only (already summed).
   const float* partials[kMaxTpRanks] = {};
   float* residual = nullptr;     // [rows, width]
+  bool assign = false;           // residual = the sum (+ bias) instead of residual += it
   const float* bias = nullptr;   // [width] or null, added after the scale
   bool folded_norm = false;
   float norm_width = 0.f, eps = 1e-5f;
@@ -64,7 +66,8 @@ inline void tp_all_reduce_reference(const TpReduceArgs& a) {
       for (int q = 0; q < a.ranks; ++q) sum += a.partials[q][r * a.width + c];
       float v = a.folded_norm ? sum * scale : sum;
       if (a.bias) v += a.bias[c];
-      a.residual[r * a.width + c] += v;
+      float& out = a.residual[r * a.width + c];
+      out = a.assign ? v : out + v;
     }
   }
 }

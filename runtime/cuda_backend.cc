@@ -42,7 +42,7 @@ CudaBackend::CudaBackend(const Mamba2Config& config, uint64_t seed, const CudaBa
 
 CudaBackend::CudaBackend(std::shared_ptr<const QuantizedModel> model, const CudaBackendOptions& options) {
   if (!model) fail("internal: no quantized model");
-  validate_quantized_model(*model, "quantized model");
+  validate_quantized_model(*model, "quantized model", options.head_rows);
   check_observable(model.get(), options);
   impl_ = std::make_unique<Impl>(model->config, options);
   impl_->model = std::move(model);

@@ -43,6 +43,12 @@ struct CudaBackendOptions {
   // A vocab-parallel lm_head: this rank holds `head_rows` rows of it (its slice of the vocabulary,
   // uploaded as an untied head), its logits gathered across the ranks; 0: the whole head.
   int64_t head_rows = 0;
+  // An artifact on a tensor-parallel rank whose channels lie in gated-norm groups that span ranks:
+  // the norm's sums of squares are all-reduced before the rows are normalised, since out_proj's int8
+  // input scale needs the normalised values (kernels/gated_rmsnorm.h, GatedNormPartsArgs).
+  // norm_groups: the layer's groups (0: the rank's groups are whole and the norm is local);
+  // norm_first_group: the group of the rank's first channel; norm_group_size: a whole group's channels.
+  int64_t norm_groups = 0, norm_first_group = 0, norm_group_size = 0;
   // An artifact's float weights kept in fp32 and multiplied in fp32 (cuBLASLt, no TF32), and its
   // float SSDs run by the fp32 recurrence at every length: the CPU specification's arithmetic in
   // another summation order. Calibration runs the FP32 model this way (pipeline/cuda_calibrate.h).

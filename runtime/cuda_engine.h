@@ -104,6 +104,7 @@ struct DeviceLayer {
   // a format pass runs on dt_raw first.
   bool dt_format_in_kernel() const { return ssd_dt.index.bytes() == 0; }
   bool online_hadamard = false;
+  int64_t hadamard_blocks = 1;  // the rotation I_B ⊗ H_{E/B} (QuantizedLayer::hadamard_blocks)
   bool ssdi8 = false;
   bool fp16_chunked_ssd = false;  // a float-SSD layer whose prefill may run the chunked scan
   bool int8_state = false;
@@ -194,6 +195,8 @@ struct CudaBackend::Impl : CudaEngineCore {
   bool any_ssdi8 = false;       // a layer runs the SSDi8 prefill kernel (its workspace is reserved)
   bool any_float_ssd = false;   // a layer's SSD is in floating point (the chunked scan's workspace is reserved)
   bool any_split_in_proj = false;  // a layer's prefill in_proj may write int8 x|B|C (work.xbc_int8 is reserved)
+  // A layer's gated norm runs in two steps (norm_in_parts): its sums of squares are reserved.
+  bool any_norm_in_parts = false;
 
 
   // The activations of up to work_batch × work_length rows (one block, laid out by reserve()).
@@ -210,6 +213,7 @@ struct CudaBackend::Impl : CudaEngineCore {
     float* out_proj_delta;  // out_proj's output where the next norm adds it to the residual (or the all-reduce sums it)
     float *chain, *logits, *nll;
     float *head_slice, *gathered;  // a vocab-parallel head's logits slice and the ranks' gathered slices
+    float *norm_partial, *norm_sums;  // a gated norm in parts: its sums of squares (before, after the all-reduce)
     int8_t* x_int8;    // a projection's int8 input (the format pass or the norm writes it)
     int8_t* ssdi8_bc;  // the SSDi8 kernel's int8 B|C rows
     int8_t* xbc_int8;  // a split in_proj's x|B|C as conv.in's int8 codes
@@ -447,11 +451,25 @@ struct CudaBackend::Impl : CudaEngineCore {
   // artifact's through kernels/hadamard_quant (with the online rotation, if any), the FP model's
   // through kernels/gated_rmsnorm in bf16, or nothing when out_proj's GEMV builds it itself.
   void enqueue_gated_norm(const DeviceLayer& d, const LayerPlan& p, int64_t M, int64_t l) const;
+  // An artifact's gated norm of work.y in place in two steps (norm_in_parts), its sums of squares
+  // all-reduced between them where the groups span ranks.
+  void enqueue_gated_norm_parts(const DeviceLayer& d, int64_t M, int64_t l) const;
   // Tensor parallelism: where layer l's out_proj writes its M partial rows (then the folded norm's
   // M sums of squares) for the all-reduce (DeviceCommunicator::partial_buffer).
   float* tp_partial(int64_t M, int64_t l) const;
   // Floats of M rows' all-reduce message: the partial rows, then the folded norm's sums.
   int64_t tp_message_floats(int64_t M) const { return M * (config.d_model + (options.folded_norm_width ? 1 : 0)); }
+  // An artifact's gated norm in two steps (sums of squares, then the scale; kernels/gated_rmsnorm.h):
+  // when its groups span tensor-parallel ranks (the sums all-reduced between the steps) or when the
+  // rotation after it runs in blocks. Else one hadamard_quant launch does the norm and the rotation.
+  bool shared_norm() const { return options.norm_groups > 0; }
+  bool norm_in_parts(const DeviceLayer& d) const { return shared_norm() || d.hadamard_blocks > 1; }
+  int64_t norm_groups() const { return shared_norm() ? options.norm_groups : config.ngroups; }
+  // Floats of M rows' sums of squares (a multiple of 4, as the all-reduce moves float4s).
+  int64_t norm_sums_floats(int64_t M) const { return (M * norm_groups() + 3) / 4 * 4; }
+  // Which of the communicator's alternating partial buffers an exchange uses: one a layer, or two
+  // (the norm's sums, then out_proj's rows) where the norm is shared, so consecutive exchanges alternate.
+  int64_t exchange_slot(int64_t l, bool norm) const { return shared_norm() ? 2 * l + (norm ? 0 : 1) : l; }
   // `window`: a verify window's forward (ForwardPlan::window), each layer's in_proj and conv
   // outputs written to the state's window buffers.
   void enqueue_body(int64_t batch, int64_t length, CudaState& state, bool window = false) const;

@@ -178,23 +178,21 @@ void enqueue_logits_outputs(const Impl& impl, int64_t first_row, int64_t rows, c
 template <typename Impl, typename T>
 void enqueue_head_block(const Impl& impl, const T* x, int64_t ldx, int64_t first_row, int64_t rows,
                         const ForwardOutputs& out, float* pinned_logits_block) {
-  if (impl.enqueue_head_gemv(x + first_row * ldx, ldx, rows)) {
-    enqueue_logits_outputs(impl, first_row, rows, out, pinned_logits_block);
-    return;
+  if (!impl.enqueue_head_gemv(x + first_row * ldx, ldx, rows)) {
+    const auto [weights, type] = impl.head_weights();
+    kernels::GemmArgs head;
+    head.m = rows;
+    head.n = impl.head_vocab();
+    head.k = impl.config.d_model;
+    head.in_type = type;
+    head.x = x + first_row * ldx;
+    head.ldx = ldx;
+    head.w = weights;
+    head.out = impl.head_out();
+    head.ldout = head.n;
+    head.out_type = kernels::ElementType::kF32;
+    impl.gemm->run(head, impl.stream);
   }
-  const auto [weights, type] = impl.head_weights();
-  kernels::GemmArgs head;
-  head.m = rows;
-  head.n = impl.head_vocab();
-  head.k = impl.config.d_model;
-  head.in_type = type;
-  head.x = x + first_row * ldx;
-  head.ldx = ldx;
-  head.w = weights;
-  head.out = impl.head_out();
-  head.ldout = head.n;
-  head.out_type = kernels::ElementType::kF32;
-  impl.gemm->run(head, impl.stream);
   impl.enqueue_head_gather(rows);
   if (impl.writes_outputs()) enqueue_logits_outputs(impl, first_row, rows, out, pinned_logits_block);
 }

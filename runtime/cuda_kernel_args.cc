@@ -240,7 +240,7 @@ kernels::QgemvArgs CudaBackend::Impl::head_gemv_args(const __half* x, int64_t ld
   kernels::QgemvArgs q;
   q.kind = head_q_kind;
   q.m = 1;
-  q.n = static_cast<int>(config.vocab_size);
+  q.n = static_cast<int>(head_vocab());
   q.k = static_cast<int>(config.d_model);
   q.x_f16 = x;
   q.ldx = ldx;
@@ -248,8 +248,8 @@ kernels::QgemvArgs CudaBackend::Impl::head_gemv_args(const __half* x, int64_t ld
   q.w_scales = head_q_scales.bytes() ? head_q_scales.at<float>(0) : nullptr;
   q.w_mma_layout = head_q_mma;
   q.group_size = head_q_group;
-  q.out = work.logits;
-  q.ldout = config.vocab_size;
+  q.out = head_out();
+  q.ldout = head_vocab();
   q.out_type = ElementType::kF32;
   return q;
 }

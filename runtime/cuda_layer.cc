@@ -24,6 +24,8 @@ void CudaBackend::Impl::reserve(int64_t batch, int64_t length) const {
                logits = layout.add(logits_rows * c.vocab_size * 4), nll = layout.add(M * 4);
   const size_t head_slice = layout.add(options.head_rows ? logits_rows * options.head_rows * 4 : 0),
                gathered = layout.add(options.head_rows ? logits_rows * c.vocab_size * 4 : 0);
+  const size_t norm_partial = layout.add(any_norm_in_parts ? norm_sums_floats(M) * 4 : 0),
+               norm_sums = layout.add(any_norm_in_parts ? norm_sums_floats(M) * 4 : 0);
   const size_t x8 = layout.add(artifact * M * widest_in), x16 = layout.add(M * widest_in * 2),
                expanded = layout.add(expand_bytes);
   const size_t ssdi8_bc = layout.add(any_ssdi8 ? M * 2 * c.ngroups * c.d_state : 0);  // the SSDi8 kernel's int8 B|C rows
@@ -48,6 +50,7 @@ void CudaBackend::Impl::reserve(int64_t batch, int64_t length) const {
           b.at<float>(residual), b.at<float>(normed),    b.at<float>(zxbcdt),    b.at<float>(conv_out),
           b.at<float>(y),        b.at<float>(gated),     b.at<float>(proj),      b.at<float>(chain),
           b.at<float>(logits),   b.at<float>(nll),       b.at<float>(head_slice), b.at<float>(gathered),
+          b.at<float>(norm_partial), b.at<float>(norm_sums),
           b.at<int8_t>(x8),       b.at<int8_t>(ssdi8_bc),
           b.at<int8_t>(xbc_int8), b.at<void>(ssdi8_workspace), b.at<void>(chunk_scan_workspace),
           b.at<__half>(x16),     b.at<void>(expanded),   logits_rows};
@@ -370,7 +373,42 @@ void CudaBackend::Impl::observe_ssd_inputs(const DeviceLayer& d, int64_t batch, 
 }
 
 float* CudaBackend::Impl::tp_partial(int64_t M, int64_t l) const {
-  return options.communicator->partial_buffer(tp_message_floats(M), l, work.out_proj_delta);
+  return options.communicator->partial_buffer(tp_message_floats(M), exchange_slot(l, false), work.out_proj_delta);
+}
+
+void CudaBackend::Impl::enqueue_gated_norm_parts(const DeviceLayer& d, int64_t M, int64_t l) const {
+  const Mamba2Config& c = config;
+  const int64_t E = c.d_inner();
+  kernels::GatedNormPartsArgs a;
+  a.rows = M;
+  a.width = static_cast<int>(E);
+  a.y = work.y;
+  a.z = work.zxbcdt;
+  a.z_stride = c.d_in_proj();
+  a.groups = static_cast<int>(norm_groups());
+  a.first_group = static_cast<int>(options.norm_first_group);
+  a.group_size = static_cast<int>(shared_norm() ? options.norm_group_size : E / c.ngroups);
+  a.local_group_size = static_cast<int>(std::min<int64_t>(E, a.group_size));
+  a.eps = static_cast<float>(c.norm_eps);
+  a.weight = d.gated_norm.at<float>(0);
+  a.sums_count = norm_sums_floats(M);
+  a.out = work.y;
+  if (!shared_norm()) {
+    a.sums = work.norm_sums;
+    cuda_ok(kernels::launch_gated_sum_squares(a, stream), "gated norm: sums of squares");
+  } else {
+    // The rank's sums, zero in the other ranks' groups, summed over the ranks into work.norm_sums.
+    a.sums = options.communicator->partial_buffer(a.sums_count, exchange_slot(l, true), work.norm_partial);
+    cuda_ok(kernels::launch_gated_sum_squares(a, stream), "gated norm: this rank's sums of squares");
+    kernels::TpReduceArgs sum;
+    sum.rows = 1;
+    sum.width = a.sums_count;
+    sum.residual = work.norm_sums;
+    sum.assign = true;
+    options.communicator->sum_into_residual(sum, a.sums, stream);
+    a.sums = work.norm_sums;
+  }
+  cuda_ok(kernels::launch_gated_norm_scale(a, stream), "gated norm: scale");
 }
 
 void CudaBackend::Impl::enqueue_gated_norm(const DeviceLayer& d, const LayerPlan& p, int64_t M, int64_t l) const {
@@ -404,12 +442,21 @@ void CudaBackend::Impl::enqueue_gated_norm(const DeviceLayer& d, const LayerPlan
   gated.norm_weight = d.gated_norm.at<float>(0);
   gated.group_size = static_cast<int>(E / G);
   gated.eps = eps;
+  if (norm_in_parts(d)) {
+    // y normalised in place first; then the rotation (in blocks: M·B rows of E/B) and the format.
+    enqueue_gated_norm_parts(d, M, l);
+    gated.z = nullptr;
+    gated.z_before_previous_grid = false;
+    gated.rows = M * d.hadamard_blocks;
+    gated.n = static_cast<int>(E / d.hadamard_blocks);
+    gated.ldy = gated.n;
+  }
   gated.rotate = d.online_hadamard;
   if (d.online_hadamard) {
     gated.base_order = hadamard_order;
     gated.base_matrix = hadamard_order > 1 ? hadamard_base.at<int8_t>(0) : nullptr;
     gated.base_matrix_host = hadamard_order > 1 ? hadamard_base_host.data() : nullptr;
-    gated.normalize = static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)));
+    gated.normalize = static_cast<float>(1.0 / std::sqrt(static_cast<double>(gated.n)));
   }
   switch (p.gated_out) {
     case LayerPlan::GatedOut::kInt8:
@@ -493,7 +540,7 @@ bool CudaBackend::Impl::enqueue_head_gemv(const uint16_t* x, int64_t ldx, int64_
   for (int64_t r0 = 0; r0 < rows; r0 += kernels::kQgemvMaxRows) {
     kernels::QgemvArgs q = head_gemv_args(reinterpret_cast<const __half*>(x) + r0 * ldx, ldx);
     q.m = static_cast<int>(std::min<int64_t>(kernels::kQgemvMaxRows, rows - r0));
-    q.out = work.logits + r0 * config.vocab_size;
+    q.out = head_out() + r0 * head_vocab();
     cuda_ok(kernels::launch_qgemv(q, stream), "lm_head (quantized)");
   }
   return true;

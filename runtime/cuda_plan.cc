@@ -140,7 +140,8 @@ LayerPlan CudaBackend::Impl::plan_layer(const DeviceLayer& d, int64_t batch, int
   const int64_t M = batch * length, H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state;
   LayerPlan p;
   p.window = window;
-  p.pending_delta = previous && !previous->out_proj.residual_add;
+  // (A tensor-parallel layer's out_proj reaches the residual through the all-reduce.)
+  p.pending_delta = previous && !previous->out_proj.residual_add && previous->all_reduce.empty();
   // Several tokens a sequence run the prefill kernels, except in a verify window, which runs
   // decode's recurrence over its tokens (reading the conv's output from memory).
   const bool prefill = length > 1 && !window;
@@ -190,10 +191,21 @@ LayerPlan CudaBackend::Impl::plan_layer(const DeviceLayer& d, int64_t batch, int
   p.gated_out = reader_of(d.out_proj) == Reader::kInt8                                                ? LayerPlan::GatedOut::kInt8
                 : d.out_proj_in.format != Format::kInt8 && reader_of(d.out_proj) == Reader::kFloat16 ? LayerPlan::GatedOut::kFp16
                                                                                                       : LayerPlan::GatedOut::kFp32ThenFormat;
-  const bool residual_add = adds_into_residual(d.out_proj, M);
-  const float* bias = d.out_bias.bytes() ? d.out_bias.at<float>(0) : nullptr;
-  p.out_proj = plan_linear(d.out_proj, M, d.out_proj_in.scale0, bias, residual_add ? work.residual : work.out_proj_delta,
-                           residual_add, nullptr);
+  // A tensor-parallel rank's out_proj writes fp32 partial rows; the all-reduce adds their sum and
+  // the bias (once) into the residual.
+  const bool tp = options.communicator != nullptr;
+  const bool residual_add = !tp && adds_into_residual(d.out_proj, M);
+  const float* bias = d.out_bias.bytes() && !tp ? d.out_bias.at<float>(0) : nullptr;
+  p.out_proj = plan_linear(d.out_proj, M, d.out_proj_in.scale0, bias,
+                           tp ? tp_partial(M, l) : residual_add ? work.residual : work.out_proj_delta, residual_add,
+                           nullptr);
+  p.out_proj.partial_out = tp;
+  if (tp) p.all_reduce = options.communicator->route(tp_message_floats(M));
+  if (norm_in_parts(d))
+    p.norm_parts = shared_norm() ? fmt::format("sums of squares all-reduced ({})",
+                                               options.communicator->route(norm_sums_floats(M)))
+                                 : std::string("sums of squares");
+  p.hadamard_blocks = d.online_hadamard ? d.hadamard_blocks : 0;
   p.prefetch_next_in_proj = M == 1 && l + 1 < static_cast<int64_t>(layers.size()) &&
                             p.out_proj.schedule == LinearPlan::Schedule::kQgemv;
   return p;

@@ -86,6 +86,10 @@ struct LayerPlan {
   // Tensor parallelism: out_proj's partial rows (and the folded gated norm's sums of squares)
   // summed across the ranks into the residual, by this route ("one-shot (peer)" or "NCCL").
   std::string all_reduce;
+  // An artifact's gated norm in two steps (CudaBackend::Impl::norm_in_parts), said in words; empty:
+  // one launch. hadamard_blocks: the rotation's blocks (0: no rotation).
+  std::string norm_parts;
+  int64_t hadamard_blocks = 0;
 
   std::string describe() const {
     const char* const ssd_names[] = {"ssdi8_chunk_scan",
@@ -105,7 +109,10 @@ struct LayerPlan {
     text += fmt::format("  ssd         {}{}{}{}\n", ssd_names[static_cast<int>(ssd)],
                         window ? " (token by token, the state rounded after each; inputs kept for replay)" : "",
                         dt_format_pass ? "; dt format pass first" : "", state_format_pass ? "; state format pass" : "");
-    text += fmt::format("  gated norm  {}\n", gated_names[static_cast<int>(gated_out)]);
+    text += fmt::format("  gated norm  {}{}{}\n",
+                        norm_parts.empty() ? "" : "gated_sum_squares, " + norm_parts + ", gated_norm_scale; then ",
+                        gated_names[static_cast<int>(gated_out)],
+                        hadamard_blocks > 1 ? fmt::format(" (the rotation in {} blocks)", hadamard_blocks) : "");
     text += fmt::format("  out_proj    {}{}\n", out_proj.describe(),
                         prefetch_next_in_proj ? ", prefetches the next in_proj into L2" : "");
     if (!all_reduce.empty()) text += fmt::format("  all-reduce  {} into the residual\n", all_reduce);

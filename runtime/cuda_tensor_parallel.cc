@@ -186,19 +186,25 @@ CudaTensorParallelBackend::CudaTensorParallelBackend(const Mamba2Config& config,
       }()),
       group_(tp >= 2 ? std::make_unique<CudaRankGroup>(devices_) : nullptr), threads_(devices_) {
   if (tp < 2) fail("internal: the tensor-parallel backend needs 2 or more ranks (one GPU is CudaBackend)");
-  folded_norm_width(config_, plan_);  // refuses what the engine cannot run, before any upload
 }
 
 void CudaTensorParallelBackend::make_ranks(
-    const std::function<std::unique_ptr<CudaBackend>(int, const CudaBackendOptions&)>& build) {
+    const std::function<std::unique_ptr<CudaBackend>(int, const CudaBackendOptions&)>& build, bool artifact) {
   ranks_.resize(plan_.tp);
-  const int64_t norm_width = folded_norm_width(config_, plan_);
+  // Refuses what the engine cannot run before any upload.
+  const int64_t norm_width = artifact ? 0 : folded_norm_width(config_, plan_);
+  const bool shared_norm = artifact && plan_.ranks_per_norm_group() > 1;
   threads_.run([&](int r) {
     CudaBackendOptions o = options_;
     o.device = devices_[r];
     o.communicator = &group_->rank(r);
     o.folded_norm_width = norm_width;
     o.head_rows = vocab_parallel() ? plan_.local_vocab() : 0;
+    if (shared_norm) {
+      o.norm_groups = config_.ngroups;
+      o.norm_first_group = plan_.first_group(r);
+      o.norm_group_size = config_.d_inner() / config_.ngroups;
+    }
     ranks_[r] = build(r, o);
   });
 }
@@ -228,9 +234,28 @@ CudaTensorParallelBackend::CudaTensorParallelBackend(const Mamba2Config& config,
   });
 }
 
+CudaTensorParallelBackend::CudaTensorParallelBackend(const QuantizedModel& model, int tp,
+                                                     const CudaBackendOptions& options)
+    : CudaTensorParallelBackend(model.config, tp, options) {
+  validate_quantized_model(model, "artifact");
+  // Every rank's shard before any upload, so that a model the ranks cannot split fails first.
+  std::vector<std::shared_ptr<const QuantizedModel>> shards;
+  for (int r = 0; r < tp; ++r) {
+    QuantizedModel shard = shard_quantized_model(model, plan_, r);  // lm_head: the rank's vocabulary rows
+    if (!vocab_parallel()) shard.lm_head = model.head();  // whole (rank 0 runs it; the others hold it unused)
+    shard.config.tie_embeddings = shard.lm_head.empty();
+    shards.push_back(std::make_shared<const QuantizedModel>(std::move(shard)));
+  }
+  make_ranks([&](int r, const CudaBackendOptions& o) { return std::make_unique<CudaBackend>(shards[r], o); },
+             /*artifact=*/true);
+}
+
 CudaTensorParallelBackend::~CudaTensorParallelBackend() {
   try {
-    threads_.run([&](int r) { ranks_[r].reset(); });  // each engine freed on its own GPU's thread
+    // Each engine freed on its own GPU's thread (none yet where a constructor failed before making them).
+    threads_.run([&](int r) {
+      if (static_cast<size_t>(r) < ranks_.size()) ranks_[r].reset();
+    });
   } catch (...) {
   }
 }

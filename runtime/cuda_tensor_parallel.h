@@ -47,6 +47,9 @@ class CudaTensorParallelBackend : public Backend {
   CudaTensorParallelBackend(const ModelWeights& weights, int tp, const CudaBackendOptions& options);
   // Random weights made on each GPU for its shard (synthetic benchmarks).
   CudaTensorParallelBackend(const Mamba2Config& config, uint64_t seed, int tp, const CudaBackendOptions& options);
+  // An artifact over `tp` GPUs, sliced as the CPU's ranks slice it (shard_quantized_model): fails
+  // when its int4 groups straddle the ranks or its online rotation spans them (export --tp-blocks).
+  CudaTensorParallelBackend(const QuantizedModel& model, int tp, const CudaBackendOptions& options);
   ~CudaTensorParallelBackend() override;
 
   std::string name() const override { return "cuda"; }
@@ -73,8 +76,11 @@ class CudaTensorParallelBackend : public Backend {
 
  private:
   CudaTensorParallelBackend(const Mamba2Config& config, int tp, const CudaBackendOptions& options);
-  // Runs `build(rank, options)` on each rank's thread to make its engine.
-  void make_ranks(const std::function<std::unique_ptr<CudaBackend>(int, const CudaBackendOptions&)>& build);
+  // Runs `build(rank, options)` on each rank's thread to make its engine. `artifact`: the ranks run
+  // a quantized model, whose gated norm is shared by all-reducing its sums first (the FP model's
+  // rides in out_proj's all-reduce).
+  void make_ranks(const std::function<std::unique_ptr<CudaBackend>(int, const CudaBackendOptions&)>& build,
+                  bool artifact = false);
   // Whether the lm_head is split by vocabulary (its logits gathered over NCCL); else whole on rank 0.
   bool vocab_parallel() const;
   // What rank `rank`'s engine is asked for: the same outputs (rank 0 writes them), or none where

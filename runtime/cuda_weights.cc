@@ -310,6 +310,8 @@ void CudaBackend::Impl::upload_quantized_model() {
     d.dt_code = format_code(q.ssd_dt, 0);
     d.out_proj_in = upload_format(q.out_proj_in, &counter);
     d.online_hadamard = q.online_hadamard;
+    d.hadamard_blocks = q.hadamard_blocks;
+    any_norm_in_parts = any_norm_in_parts || norm_in_parts(d);
     d.int8_state = q.ssm_state.is_int8();
     if (d.int8_state) {
       std::vector<int32_t> index(H * P);
@@ -342,9 +344,17 @@ void CudaBackend::Impl::upload_quantized_model() {
     }
     layers.push_back(std::move(d));
   }
-  if (std::any_of(m.layers.begin(), m.layers.end(), [](const QuantizedLayer& q) { return q.online_hadamard; })) {
-    if (!hadamard_size_supported(E)) fail("artifact: no Hadamard transform of size {}", E);
-    hadamard_order = static_cast<int>(hadamard_base_order(E));
+  int64_t rotated = 0;  // the channels one rotation spans: the same in every rotated layer (one H_K uploaded)
+  for (const QuantizedLayer& q : m.layers) {
+    if (!q.online_hadamard) continue;
+    if (rotated && rotated != E / q.hadamard_blocks)
+      fail("artifact: layers rotate out_proj's input in blocks of {} and of {} channels; the CUDA engine takes one size",
+           rotated, E / q.hadamard_blocks);
+    rotated = E / q.hadamard_blocks;
+  }
+  if (rotated) {
+    if (!hadamard_size_supported(rotated)) fail("artifact: no Hadamard transform of size {}", rotated);
+    hadamard_order = static_cast<int>(hadamard_base_order(rotated));
     if (hadamard_order > 1) {
       hadamard_base_host = hadamard_matrix(hadamard_order);
       hadamard_base = device_copy(hadamard_base_host, &counter, "Hadamard matrix");

@@ -66,7 +66,30 @@ std::string model_label(const BenchFlags& flags) {
   if (flags.head_to_toe) label += " head-to-toe";
   if (!flags.recipe.empty() && flags.group_size != RecipeOptions{}.group_size)
     label += " group " + std::to_string(flags.group_size);
+  const int64_t widest = *std::max_element(flags.tp.begin(), flags.tp.end());
+  if (!flags.recipe.empty() && flags.recipe != "rtn" && flags.bits != "fp16" && widest > 1)
+    label += fmt::format(" (Hadamard in {} blocks)", widest);
   return label;
+}
+
+// The synthetic model in --recipe's formats, made once and kept for the next --tp. A rotated
+// recipe's online Hadamard runs in as many blocks as the largest --tp (export --tp-blocks), so
+// that every --tp of one run times the same model.
+std::shared_ptr<const QuantizedModel> synthetic_quantized(const BenchFlags& flags) {
+  static std::shared_ptr<const QuantizedModel> made;
+  if (made) return made;
+  if (flags.synthetic.empty()) fail("--recipe/--bits time a synthetic quantized model: give --synthetic NAME too");
+  RecipeOptions recipe;
+  recipe.recipe = parse_recipe_name(flags.recipe);
+  recipe.bits = parse_bit_width(flags.bits);
+  recipe.quantize_embedding = recipe.quantize_lm_head = flags.head_to_toe;
+  recipe.group_size = flags.group_size;
+  if (flags.head_to_toe && !recipe.quantized()) fail("--head-to-toe needs quantized weights, not --bits fp16");
+  const int64_t widest = *std::max_element(flags.tp.begin(), flags.tp.end());
+  if (recipe.uses_transforms()) recipe.tp_blocks = widest;
+  made = std::make_shared<const QuantizedModel>(
+      synthetic_quantized_model(synthetic_config(flags.synthetic), recipe, flags.seed));
+  return made;
 }
 
 // The backend to time: a checkpoint or synthetic model (FP, bf16 on the GPU), an artifact, or a
@@ -79,24 +102,18 @@ std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec
   cuda_options.device = device.index;
   if (tp > 1) {
     if (!device.cuda) fail("bench --tp {}: tensor parallelism is timed on GPUs (--device cuda)", tp);
-    if (!flags.artifact.empty() || !flags.recipe.empty())
-      fail("bench --tp {}: quantized models do not run tensor-parallel on CUDA yet; time the FP model", tp);
+    if (!flags.artifact.empty())
+      return std::make_unique<CudaTensorParallelBackend>(*read_quantized_artifact(flags.artifact).model, tp, cuda_options);
+    if (!flags.recipe.empty())
+      return std::make_unique<CudaTensorParallelBackend>(*synthetic_quantized(flags), tp, cuda_options);
     if (!flags.synthetic.empty())
       return std::make_unique<CudaTensorParallelBackend>(synthetic_config(flags.synthetic), flags.seed, tp, cuda_options);
     return std::make_unique<CudaTensorParallelBackend>(*weights, tp, cuda_options);
   }
   if (!flags.artifact.empty()) return make_quantized_backend(flags.device, read_quantized_artifact(flags.artifact).model);
   if (!flags.recipe.empty()) {
-    if (flags.synthetic.empty()) fail("--recipe/--bits time a synthetic quantized model: give --synthetic NAME too");
     if (!device.cuda) fail("--synthetic needs --device cuda");
-    RecipeOptions recipe;
-    recipe.recipe = parse_recipe_name(flags.recipe);
-    recipe.bits = parse_bit_width(flags.bits);
-    recipe.quantize_embedding = recipe.quantize_lm_head = flags.head_to_toe;
-    recipe.group_size = flags.group_size;
-    if (flags.head_to_toe && !recipe.quantized()) fail("--head-to-toe needs quantized weights, not --bits fp16");
-    auto model = std::make_shared<QuantizedModel>(synthetic_quantized_model(synthetic_config(flags.synthetic), recipe, flags.seed));
-    return std::make_unique<CudaBackend>(std::move(model), cuda_options);
+    return std::make_unique<CudaBackend>(synthetic_quantized(flags), cuda_options);
   }
   if (!flags.synthetic.empty()) {
     if (!device.cuda) fail("--synthetic needs --device cuda (random weights are made on the GPU)");
@@ -290,14 +307,24 @@ void run_model(const BenchFlags& flags, const DeviceSpec& device) {
   const Mamba2Config& config = model.config;
   for (size_t i = 1; i < flags.tp.size(); ++i) {
     const int tp = static_cast<int>(flags.tp[i]);
-    const bool folded = plan_tensor_parallel(config, tp).ranks_per_norm_group() > 1;
-    const auto timings = measure_all_reduce(tp, device.index, config.d_model, folded, flags.batches, 64, 5, nullptr);
+    const bool shared_norm = plan_tensor_parallel(config, tp).ranks_per_norm_group() > 1;
+    // The FP model folds a shared gated norm's sums into out_proj's all-reduce; an artifact
+    // all-reduces them first (rows × groups floats, timed here as rows × 4).
+    const bool artifact = !flags.recipe.empty() || !flags.artifact.empty();
+    const auto timings =
+        measure_all_reduce(tp, device.index, config.d_model, shared_norm && !artifact, flags.batches, 64, 5, nullptr);
+    const auto norm_timings = shared_norm && artifact
+                                  ? measure_all_reduce(tp, device.index, 4, false, flags.batches, 64, 5, nullptr)
+                                  : std::vector<AllReduceTiming>{};
     for (size_t b = 0; b < timings.size(); ++b) {
       const AllReduceTiming& t = timings[b];
-      const double call_us = t.engine_graph_us();
+      const double norm_us = norm_timings.empty() ? 0 : norm_timings[b].engine_graph_us();
+      const double call_us = t.engine_graph_us() + norm_us;
       const double step_us = call_us * config.n_layer, tpot_us = 1000 * by_tp[i][0].second[b].tpot_ms;
-      fmt::print("--tp {} batch {}: all-reduces {:.1f} µs a step ({} × {:.2f} µs alone) = {:.1f} % of TPOT\n", tp,
-                 t.rows, step_us, config.n_layer, call_us, 100 * step_us / tpot_us);
+      fmt::print("--tp {} batch {}: all-reduces {:.1f} µs a step ({} × {:.2f} µs alone{}) = {:.1f} % of TPOT\n", tp,
+                 t.rows, step_us, config.n_layer, call_us,
+                 norm_us > 0 ? fmt::format(", of which {:.2f} the gated norm's sums", norm_us) : "",
+                 100 * step_us / tpot_us);
       shares.push_back(json{{"tp", tp}, {"batch", t.rows}, {"all_reduce_us_per_step", step_us}, {"tpot_us", tpot_us}});
     }
   }

@@ -48,9 +48,6 @@ ModelSource load_model_source(const std::string& command, const ModelSourceFlags
   const std::string& device = flags.device;
   if (model.empty() == artifact.empty()) fail("{} needs exactly one of --model and --artifact", command);
   const DeviceSpec spec = parse_device(device);  // an unknown device is refused before anything is read
-  if (flags.tp > 1 && !artifact.empty() && spec.cuda)
-    fail("--tp {} --artifact {} --device cuda: quantized artifacts run tensor-parallel on the CPU specification "
-         "only so far (--device cpu --tp {}); on GPUs use --model", flags.tp, artifact, flags.tp);
   ModelSource source;
   std::string tokenizer_label;
   const auto tokenizer_line = [&] {
@@ -71,7 +68,12 @@ ModelSource load_model_source(const std::string& command, const ModelSourceFlags
     source.description = fmt::format("artifact {}\n        recipe {}\n        {}\n", artifact, loaded.description.recipe,
                                      loaded.model->config.summary()) +
                          tokenizer_line();
-    if (flags.tp > 1) {
+    if (flags.tp > 1 && spec.cuda) {
+      CudaBackendOptions options;
+      options.device = spec.index;
+      source.backend = std::make_unique<CudaTensorParallelBackend>(*loaded.model, flags.tp, options);
+      source.description += fmt::format("        tensor parallel: {} GPUs\n", flags.tp);
+    } else if (flags.tp > 1) {
       source.backend = std::make_unique<CpuTensorParallelBackend>(*loaded.model, flags.tp);
       source.description += fmt::format("        tensor parallel: {} virtual ranks\n", flags.tp);
     } else {

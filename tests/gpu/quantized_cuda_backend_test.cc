@@ -1,6 +1,7 @@
 // The quantized CUDA backend against the quantized CPU runtime (its specification): every recipe
 // × bit width on synthetic models with two and four B/C groups (prefill logits, decode steps
 // after a prefill, a batch of two), and the bundled model's NLL for every recipe × bit width.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -228,6 +229,35 @@ TEST(BundledModel, PerplexityWithinHalfAPercentOfTheCpu) {
                   std::exp(gpu - cpu));
       EXPECT_LT(std::abs(gpu - cpu), std::log(1.005)) << name;
     }
+}
+
+// export --tp-blocks: out_proj's input rotated in blocks (I_B ⊗ H_{E/B}) runs the gated norm and
+// the rotation as separate launches on the GPU; the same tolerance against the CPU as above.
+TEST(BundledModel, BlockRotationsMatchTheCpu) {
+  testing::require_device();
+  const ModelWeights w = tiny_model();
+  const Tokenizer tokenizer = Tokenizer::from_file("examples/mamba2-tiny/tokenizer.json");
+  const CalibrationFile calib = calibration_in_memory(
+      w, 2, 256, 5, sample_calibration_tokens({"examples/wikitext-2-raw/wiki.test.raw"}, tokenizer, 0, 2, 256, 5));
+  const SafetensorsFile golden = read_safetensors("tests/fixtures/golden/golden-wikitext2-first512.safetensors");
+  const Tensor& t = golden.tensors.at("tokens");
+  const std::vector<int32_t> eval(t.as<int32_t>(), t.as<int32_t>() + t.numel());
+  for (RecipeName recipe : {RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8})
+    for (BitWidth bits : {BitWidth::kW8A8, BitWidth::kW4A8})
+      for (int64_t blocks : {2, 4}) {
+        const std::string name = fmt::format("{} {} in {} blocks", recipe_name(recipe), bit_width_name(bits), blocks);
+        ExportOptions o;
+        o.recipe.recipe = recipe;
+        o.recipe.bits = bits;
+        o.recipe.tp_blocks = blocks;
+        const auto m = std::make_shared<QuantizedModel>(quantize_model(w, calib, o));
+        const CudaBackend gpu_backend(m, CudaBackendOptions{});
+        EXPECT_NE(gpu_backend.describe_plan(1, 1).find(fmt::format("rotation in {} blocks", blocks)), std::string::npos);
+        const double cpu = mean_nll(CpuBackend(m), eval), gpu = mean_nll(gpu_backend, eval);
+        std::printf("%-28s mean NLL CPU %.6f GPU %.6f (perplexity ratio %.5f)\n", name.c_str(), cpu, gpu,
+                    std::exp(gpu - cpu));
+        EXPECT_LT(std::abs(gpu - cpu), std::log(1.005)) << name;
+      }
 }
 
 TEST(CudaBackendArtifact, RejectsAStateOfAnotherBackend) {
