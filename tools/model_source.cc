@@ -41,6 +41,25 @@ std::string model_or_synthetic(const std::string& command, const std::string& mo
   return resolve_model_dir(model);
 }
 
+namespace {
+
+// `model` (the FP weights or an artifact) over `tp` ranks: GPUs from --device's index on, or
+// virtual ranks on the CPU.
+template <typename Model>
+void use_tensor_parallel(ModelSource& source, const Model& model, int tp, const DeviceSpec& spec) {
+  if (spec.cuda) {
+    CudaBackendOptions options;
+    options.device = spec.index;
+    source.backend = std::make_unique<CudaTensorParallelBackend>(model, tp, options);
+    source.description += fmt::format("        tensor parallel: {} GPUs\n", tp);
+  } else {
+    source.backend = std::make_unique<CpuTensorParallelBackend>(model, tp);
+    source.description += fmt::format("        tensor parallel: {} virtual ranks\n", tp);
+  }
+}
+
+}  // namespace
+
 ModelSource load_model_source(const std::string& command, const ModelSourceFlags& flags) {
   const std::string model = flags.model.empty() ? "" : resolve_model_dir(flags.model, flags.model_flag);
   const std::string& artifact = flags.artifact;
@@ -68,14 +87,8 @@ ModelSource load_model_source(const std::string& command, const ModelSourceFlags
     source.description = fmt::format("artifact {}\n        recipe {}\n        {}\n", artifact, loaded.description.recipe,
                                      loaded.model->config.summary()) +
                          tokenizer_line();
-    if (flags.tp > 1 && spec.cuda) {
-      CudaBackendOptions options;
-      options.device = spec.index;
-      source.backend = std::make_unique<CudaTensorParallelBackend>(*loaded.model, flags.tp, options);
-      source.description += fmt::format("        tensor parallel: {} GPUs\n", flags.tp);
-    } else if (flags.tp > 1) {
-      source.backend = std::make_unique<CpuTensorParallelBackend>(*loaded.model, flags.tp);
-      source.description += fmt::format("        tensor parallel: {} virtual ranks\n", flags.tp);
+    if (flags.tp > 1) {
+      use_tensor_parallel(source, *loaded.model, flags.tp, spec);
     } else {
       source.backend = make_quantized_backend(device, loaded.model);
     }
@@ -88,14 +101,8 @@ ModelSource load_model_source(const std::string& command, const ModelSourceFlags
   source.description =
       fmt::format("model   {} ({})\n        {}\n", model, loaded.weights_path, loaded.weights->config.summary()) +
       tokenizer_line();
-  if (flags.tp > 1 && spec.cuda) {
-    CudaBackendOptions options;
-    options.device = spec.index;
-    source.backend = std::make_unique<CudaTensorParallelBackend>(*loaded.weights, flags.tp, options);
-    source.description += fmt::format("        tensor parallel: {} GPUs\n", flags.tp);
-  } else if (flags.tp > 1) {
-    source.backend = std::make_unique<CpuTensorParallelBackend>(*loaded.weights, flags.tp);
-    source.description += fmt::format("        tensor parallel: {} virtual ranks\n", flags.tp);
+  if (flags.tp > 1) {
+    use_tensor_parallel(source, *loaded.weights, flags.tp, spec);
   } else {
     source.backend = make_backend(device, loaded.weights);
   }

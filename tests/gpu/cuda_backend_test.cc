@@ -79,20 +79,7 @@ TEST_F(TinyModelOnCuda, GraphReplayEqualsEagerDecode) {
   auto run = [&](bool graphs) {
     CudaBackendOptions options;
     options.use_graphs = graphs;
-    CudaBackend backend(*weights_, options);
-    auto state = backend.new_state(2);
-    std::vector<int32_t> argmax(2), all;
-    std::vector<float> logits(2 * backend.config().vocab_size), last;
-    for (size_t t = 0; t < 20; ++t) {
-      const int32_t step[2] = {tokens[t], tokens[t + 20]};
-      ForwardOutputs out;
-      out.logits = logits.data();
-      out.argmax = argmax.data();
-      backend.forward(step, 1, *state, out);
-      all.insert(all.end(), argmax.begin(), argmax.end());
-    }
-    last = logits;
-    return std::make_pair(all, last);
+    return testing::two_sequence_steps(CudaBackend(*weights_, options), tokens, 20, 20);
   };
   const auto eager = run(false), graph = run(true);
   EXPECT_EQ(eager.first, graph.first);

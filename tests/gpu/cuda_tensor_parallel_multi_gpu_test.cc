@@ -23,23 +23,8 @@ namespace {
 using testing::golden_tokens;
 using testing::logits_of;
 using testing::mean_nll;
+using testing::greedy;
 using testing::visible_gpus;
-
-// Greedy continuation of `prompt` for `count` tokens, one decode step at a time.
-std::vector<int32_t> greedy(const Backend& backend, const std::vector<int32_t>& prompt, int count) {
-  auto state = backend.new_state(1);
-  int32_t next = 0;
-  ForwardOutputs out;
-  out.argmax = &next;
-  out.last_position_only = true;
-  backend.forward(prompt.data(), prompt.size(), *state, out);
-  std::vector<int32_t> tokens;
-  for (int i = 0; i < count; ++i) {
-    tokens.push_back(next);
-    backend.forward(&tokens.back(), 1, *state, out);
-  }
-  return tokens;
-}
 
 std::vector<char> device_bytes(const void* p, size_t bytes) {
   std::vector<char> out(bytes);
@@ -128,19 +113,7 @@ TEST_F(TinyModelTp2, GraphReplayEqualsEagerSteps) {
   auto run = [&](bool graphs) {
     CudaBackendOptions options;
     options.use_graphs = graphs;
-    CudaTensorParallelBackend backend(*weights_, 2, options);
-    auto state = backend.new_state(2);
-    std::vector<float> logits(2 * backend.config().vocab_size);
-    std::vector<int32_t> argmax(2), all;
-    for (int t = 0; t < 24; ++t) {
-      const int32_t step[2] = {tokens[t], tokens[t + 32]};
-      ForwardOutputs out;
-      out.logits = logits.data();
-      out.argmax = argmax.data();
-      backend.forward(step, 1, *state, out);
-      all.insert(all.end(), argmax.begin(), argmax.end());
-    }
-    return std::make_pair(all, logits);
+    return testing::two_sequence_steps(CudaTensorParallelBackend(*weights_, 2, options), tokens, 24, 32);
   };
   const auto eager = run(false), graph = run(true);
   EXPECT_EQ(eager.first, graph.first);

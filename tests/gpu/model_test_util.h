@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "formats/safetensors.h"
@@ -47,6 +48,41 @@ inline double mean_nll(const Backend& backend, const std::vector<int32_t>& token
   double sum = 0;
   for (double v : nll) sum += v;
   return sum / nll.size();
+}
+
+// Greedy continuation of `prompt` for `count` tokens, one decode step at a time.
+inline std::vector<int32_t> greedy(const Backend& backend, const std::vector<int32_t>& prompt, int count) {
+  auto state = backend.new_state(1);
+  int32_t next = 0;
+  ForwardOutputs out;
+  out.argmax = &next;
+  out.last_position_only = true;
+  backend.forward(prompt.data(), static_cast<int64_t>(prompt.size()), *state, out);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < count; ++i) {
+    tokens.push_back(next);
+    backend.forward(&tokens.back(), 1, *state, out);
+  }
+  return tokens;
+}
+
+// `steps` decode steps of two sequences (tokens[t] and tokens[t + offset]): every step's argmax and
+// the last step's logits, for graph replay against eager steps.
+inline std::pair<std::vector<int32_t>, std::vector<float>> two_sequence_steps(const Backend& backend,
+                                                                                const std::vector<int32_t>& tokens,
+                                                                                int steps, int offset) {
+  auto state = backend.new_state(2);
+  std::vector<float> logits(2 * backend.config().vocab_size);
+  std::vector<int32_t> argmax(2), all;
+  for (int t = 0; t < steps; ++t) {
+    const int32_t step[2] = {tokens[t], tokens[t + offset]};
+    ForwardOutputs out;
+    out.logits = logits.data();
+    out.argmax = argmax.data();
+    backend.forward(step, 1, *state, out);
+    all.insert(all.end(), argmax.begin(), argmax.end());
+  }
+  return {all, logits};
 }
 
 }  // namespace ssdq::testing

@@ -205,18 +205,28 @@ TEST(HeadToToe, MatchesTheCpuRuntime) {
   check(wide_weights, calibration_in_memory(wide_weights, 4, 80, 2), BitWidth::kW8A8, 1536);
 }
 
+// The bundled model's calibration for these tests: 2 WikiText-2 windows of 256 tokens.
+CalibrationFile wikitext_calibration(const ModelWeights& w) {
+  const Tokenizer tokenizer = Tokenizer::from_file("examples/mamba2-tiny/tokenizer.json");
+  return calibration_in_memory(
+      w, 2, 256, 5, sample_calibration_tokens({"examples/wikitext-2-raw/wiki.test.raw"}, tokenizer, 0, 2, 256, 5));
+}
+
+// The golden fixture's 512 WikiText-2 tokens.
+std::vector<int32_t> golden_tokens() {
+  const SafetensorsFile golden = read_safetensors("tests/fixtures/golden/golden-wikitext2-first512.safetensors");
+  const Tensor& t = golden.tensors.at("tokens");
+  return {t.as<int32_t>(), t.as<int32_t>() + t.numel()};
+}
+
 // The acceptance of docs/ACCURACY.md's artifacts in miniature: on the bundled model, calibrated on
 // WikiText-2 windows, the CUDA backend's perplexity over the first 512 test tokens is within
 // 0.5 % of the CPU runtime's.
 TEST(BundledModel, PerplexityWithinHalfAPercentOfTheCpu) {
   testing::require_device();
   const ModelWeights w = tiny_model();
-  const Tokenizer tokenizer = Tokenizer::from_file("examples/mamba2-tiny/tokenizer.json");
-  const CalibrationFile calib = calibration_in_memory(
-      w, 2, 256, 5, sample_calibration_tokens({"examples/wikitext-2-raw/wiki.test.raw"}, tokenizer, 0, 2, 256, 5));
-  const SafetensorsFile golden = read_safetensors("tests/fixtures/golden/golden-wikitext2-first512.safetensors");
-  const Tensor& t = golden.tensors.at("tokens");
-  const std::vector<int32_t> eval(t.as<int32_t>(), t.as<int32_t>() + t.numel());
+  const CalibrationFile calib = wikitext_calibration(w);
+  const std::vector<int32_t> eval = golden_tokens();
   for (RecipeName recipe : kRecipes)
     for (BitWidth bits : kBits) {
       const std::string name = std::string(recipe_name(recipe)) + " " + bit_width_name(bits);
@@ -236,12 +246,8 @@ TEST(BundledModel, PerplexityWithinHalfAPercentOfTheCpu) {
 TEST(BundledModel, BlockRotationsMatchTheCpu) {
   testing::require_device();
   const ModelWeights w = tiny_model();
-  const Tokenizer tokenizer = Tokenizer::from_file("examples/mamba2-tiny/tokenizer.json");
-  const CalibrationFile calib = calibration_in_memory(
-      w, 2, 256, 5, sample_calibration_tokens({"examples/wikitext-2-raw/wiki.test.raw"}, tokenizer, 0, 2, 256, 5));
-  const SafetensorsFile golden = read_safetensors("tests/fixtures/golden/golden-wikitext2-first512.safetensors");
-  const Tensor& t = golden.tensors.at("tokens");
-  const std::vector<int32_t> eval(t.as<int32_t>(), t.as<int32_t>() + t.numel());
+  const CalibrationFile calib = wikitext_calibration(w);
+  const std::vector<int32_t> eval = golden_tokens();
   for (RecipeName recipe : {RecipeName::kHad, RecipeName::kQuamba2, RecipeName::kSsdi8})
     for (BitWidth bits : {BitWidth::kW8A8, BitWidth::kW4A8})
       for (int64_t blocks : {2, 4}) {

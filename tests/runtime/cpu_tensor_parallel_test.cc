@@ -129,6 +129,30 @@ QuantizedModel rtn_artifact(const ModelWeights& w, BitWidth bits) {
   return quantize_model(w, calib, testing_models::synthetic_model_options(RecipeName::kRtn, bits));
 }
 
+// Layers [first, last) of `model` sharded over `tp` virtual ranks (a thread each, as the backend
+// runs them), every rank starting from `residual` [T, d_model] with zero states: each rank's
+// residual after them.
+std::vector<std::vector<float>> layers_on_ranks(const QuantizedModel& model, int tp, const std::vector<float>& residual,
+                                                int64_t T, int64_t first, int64_t last) {
+  const Mamba2Config& c = model.config;
+  const TensorParallelPlan plan = plan_tensor_parallel(c, tp);
+  VirtualRanks ranks(tp);
+  std::vector<std::vector<float>> sharded(tp, residual);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < tp; ++r)
+    threads.emplace_back([&, r] {
+      const QuantizedModel shard = shard_quantized_model(model, plan, r);
+      const Mamba2Config& local = shard.config;
+      const BlockRank part = block_rank(c, plan, r, &ranks.rank(r));
+      for (int64_t l = first; l < last; ++l) {
+        std::vector<float> conv(local.conv_dim() * (local.d_conv - 1)), ssm(local.nheads() * local.headdim * local.d_state);
+        cpu_block_forward(local, shard.layers[l], l, sharded[r].data(), T, conv.data(), ssm.data(), nullptr, &part);
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  return sharded;
+}
+
 // Every layer of a sharded W8A8 artifact, run on virtual ranks as the backend runs them, leaves the
 // residual stream the one-rank block leaves, bit for bit: the int32 products are summed across the
 // ranks before scaling.
@@ -139,7 +163,6 @@ TEST(CpuTensorParallel, W8A8ArtifactLayersEqualOneRankBitForBit) {
       const ModelWeights w = random_weights(synthetic_config(groups), 17);
       const QuantizedModel model = rtn_artifact(w, BitWidth::kW8A8);
       const Mamba2Config& c = model.config;
-      const TensorParallelPlan plan = plan_tensor_parallel(c, tp);
       const int64_t T = 45, D = c.d_model;
       std::vector<float> residual(T * D);
       const std::vector<int32_t> tokens = random_tokens(T, c.vocab_size, 6);
@@ -149,20 +172,7 @@ TEST(CpuTensorParallel, W8A8ArtifactLayersEqualOneRankBitForBit) {
         std::vector<float> conv(c.conv_dim() * (c.d_conv - 1)), ssm(c.nheads() * c.headdim * c.d_state);
         cpu_block_forward(c, model.layers[l], l, whole.data(), T, conv.data(), ssm.data());
       }
-      VirtualRanks ranks(tp);
-      std::vector<std::vector<float>> sharded(tp, residual);
-      std::vector<std::thread> threads;
-      for (int r = 0; r < tp; ++r)
-        threads.emplace_back([&, r] {
-          const QuantizedModel shard = shard_quantized_model(model, plan, r);
-          const Mamba2Config& local = shard.config;
-          const BlockRank part = block_rank(c, plan, r, &ranks.rank(r));
-          for (int64_t l = 0; l < c.n_layer; ++l) {
-            std::vector<float> conv(local.conv_dim() * (local.d_conv - 1)), ssm(local.nheads() * local.headdim * local.d_state);
-            cpu_block_forward(local, shard.layers[l], l, sharded[r].data(), T, conv.data(), ssm.data(), nullptr, &part);
-          }
-        });
-      for (std::thread& t : threads) t.join();
+      const auto sharded = layers_on_ranks(model, tp, residual, T, 0, c.n_layer);
       for (int r = 0; r < tp; ++r) EXPECT_EQ(sharded[r], whole) << "rank " << r;
     }
   }
@@ -182,28 +192,15 @@ TEST(CpuTensorParallel, GroupedInt4LayersMatchOneRank) {
         if (recipe != RecipeName::kRtn) o.recipe.tp_blocks = 4;
         const QuantizedModel model = quantize_model(w, calib, o);
         const Mamba2Config& c = model.config;
-        const TensorParallelPlan plan = plan_tensor_parallel(c, tp);
         const int64_t T = 45, D = c.d_model;
         std::vector<float> input(T * D);
         const std::vector<int32_t> tokens = random_tokens(T, c.vocab_size, 6);
         for (int64_t t = 0; t < T; ++t) model.embedding.row_to_float(tokens[t], input.data() + t * D);
-        VirtualRanks ranks(tp);
         for (int64_t l = 0; l < c.n_layer; ++l) {
           std::vector<float> whole = input;
           std::vector<float> conv(c.conv_dim() * (c.d_conv - 1)), ssm(c.nheads() * c.headdim * c.d_state);
           cpu_block_forward(c, model.layers[l], l, whole.data(), T, conv.data(), ssm.data());
-          std::vector<std::vector<float>> sharded(tp, input);
-          std::vector<std::thread> threads;
-          for (int r = 0; r < tp; ++r)
-            threads.emplace_back([&, r] {
-              const QuantizedModel shard = shard_quantized_model(model, plan, r);
-              const Mamba2Config& local = shard.config;
-              const BlockRank part = block_rank(c, plan, r, &ranks.rank(r));
-              std::vector<float> cv(local.conv_dim() * (local.d_conv - 1)),
-                  sm(local.nheads() * local.headdim * local.d_state);
-              cpu_block_forward(local, shard.layers[l], l, sharded[r].data(), T, cv.data(), sm.data(), nullptr, &part);
-            });
-          for (std::thread& t : threads) t.join();
+          const auto sharded = layers_on_ranks(model, tp, input, T, l, l + 1);
           double worst = 0, scale = 0;
           for (size_t i = 0; i < whole.size(); ++i) {
             worst = std::max(worst, double(std::abs(whole[i] - sharded[0][i])));
