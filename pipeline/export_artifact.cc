@@ -1,8 +1,10 @@
 #include "pipeline/export_artifact.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <sys/stat.h>
 
 #include "formats/digest.h"
@@ -13,7 +15,10 @@
 
 namespace ssdq {
 
-ExportSummary export_artifact(const ExportRequest& request, const ExportOptions& options) {
+std::string partial_export_path(const std::string& out_path) { return out_path + ".partial"; }
+
+ExportSummary export_artifact(const ExportRequest& request, const ExportOptions& options,
+                              const std::function<void(const std::string&)>& note) {
   const LoadedModel model = load_model(request.model_dir);
   const CalibrationFile calib = read_calibration_file(request.calibration_path);
   const std::string& weights_hash = model.weights_sha256;
@@ -27,10 +32,8 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
 
   const auto start = std::chrono::steady_clock::now();
   ExportSummary summary;
-  const ExportOptions resolved = resolve_auto_w4a16_layers(
+  ExportOptions resolved = resolve_auto_w4a16_layers(
       *model.weights, calib, options, [&](const MixedPrecisionChoice& choice) { summary.mixed_precision = choice; });
-  const QuantizedModel quantized = quantize_model(*model.weights, calib, resolved);
-  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   summary.seqlen = calib.provenance.seqlen;
   summary.samples = options.max_samples > 0 ? std::min(options.max_samples, calib.provenance.samples)
                                             : calib.provenance.samples;
@@ -53,7 +56,42 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
   recorded.auto_w4a16_layers = options.recipe.auto_w4a16_layers;  // the layers above were chosen by measurement
   const ArtifactDescription description{recorded.to_json(), calibration.dump(),
                                         tokenizer_metadata(tokenizer_source.bytes, tokenizer_source.sha256)};
+
+  // Resumption: the partial file's description names every input (the weights through the
+  // calibration's provenance), so equal descriptions mean the same layers would be made again.
+  const std::string partial = partial_export_path(request.out_path);
+  struct stat partial_stat {};
+  if (::stat(partial.c_str(), &partial_stat) == 0) {
+    std::string why;
+    try {
+      const LoadedArtifact found = read_quantized_artifact(partial);
+      if (found.description.recipe != description.recipe || found.description.calibration != description.calibration ||
+          found.description.tokenizer != description.tokenizer)
+        why = "it was made from other inputs (model, calibration, recipe options or tokenizer)";
+      else if (static_cast<int64_t>(found.model->layers.size()) >= c.n_layer)
+        why = fmt::format("it holds {} layers, the model has {}", found.model->layers.size(), c.n_layer);
+      else
+        resolved.done_layers = found.model->layers;
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    if (note)
+      note(why.empty() ? fmt::format("resuming from {}: {} of {} layers done", partial, resolved.done_layers.size(),
+                                     c.n_layer)
+                       : fmt::format("not resuming from {}: {}; starting over", partial, why));
+  }
+  summary.resumed_layers = static_cast<int64_t>(resolved.done_layers.size());
+  resolved.on_layer_done = [&](const QuantizedModel& so_far) {
+    if (static_cast<int64_t>(so_far.layers.size()) >= c.n_layer) return;  // the artifact itself comes next
+    QuantizedModel done = so_far;
+    done.config.n_layer = static_cast<int64_t>(done.layers.size());
+    write_quantized_artifact(partial, done, description);
+  };
+
+  const QuantizedModel quantized = quantize_model(*model.weights, calib, resolved);
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   write_quantized_artifact(request.out_path, quantized, description);
+  std::remove(partial.c_str());
   struct stat st {};
   if (::stat(request.out_path.c_str(), &st) == 0) summary.bytes = st.st_size;
   return summary;

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include <functional>
 #include <optional>
 
 #include "pipeline/mixed_precision.h"
@@ -20,10 +21,19 @@ struct ExportSummary {
   int64_t samples = 0, seqlen = 0;
   int64_t bytes = 0;   // artifact size
   std::optional<MixedPrecisionChoice> mixed_precision;  // --w4a16-layers auto:K: what was measured
+  int64_t resumed_layers = 0;  // layers taken from an interrupted export's partial file
 };
 
+// The file a layer-by-layer export keeps its finished layers in while it runs (`out_path` + ".partial").
+std::string partial_export_path(const std::string& out_path);
+
 // Fails before any work when the calibration file's model hash differs from the model folder's
-// weights; writes atomically.
-ExportSummary export_artifact(const ExportRequest& request, const ExportOptions& options);
+// weights; writes atomically. A layer-by-layer export (had, quamba2, ssdi8) writes its finished
+// layers to partial_export_path(out) after each layer and removes it at the end; an export of the
+// same inputs (model, calibration file, recipe and options, tokenizer) finding that file resumes
+// after its last layer, with the result of an uninterrupted run. A partial file of other inputs is
+// replaced. `note` hears what was resumed or ignored, before the work starts.
+ExportSummary export_artifact(const ExportRequest& request, const ExportOptions& options,
+                              const std::function<void(const std::string&)>& note = {});
 
 }  // namespace ssdq

@@ -312,8 +312,28 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     for (int64_t l = 0; l < L; ++l)
       fp_means[l] = (subset ? subset_stats : calib.stats).layers[l].at(StatPoint::kOutProjOut).mean();
   }
+  if (static_cast<int64_t>(options.done_layers.size()) >= L)
+    fail("internal: resuming an export with {} of {} layers done", options.done_layers.size(), L);
   for (int64_t l = 0; l < L; ++l) {
     const std::string layer_name = fmt::format("layer {}/{}", l + 1, L);
+    if (l < static_cast<int64_t>(options.done_layers.size())) {
+      // A layer an interrupted export finished: the samples advance through it as pass C advanced
+      // them (the block without the mean-correction bias, then the bias added to the streams).
+      const QuantizedLayer& done = options.done_layers[l];
+      QuantizedLayer unbiased = done;
+      unbiased.out_bias.clear();
+      run_pass(
+          layer_name + " (resumed) forward", S, [] { return std::make_unique<PassSlot>(); },
+          [&](int64_t s, PassSlot&) {
+            std::vector<float> conv(c.conv_dim() * (c.d_conv - 1), 0.0f), ssm(H * P * N, 0.0f);
+            cpu_block_forward(c, unbiased, l, streams[s].data(), T, conv.data(), ssm.data(), nullptr);
+            for (int64_t t = 0; t < T && !done.out_bias.empty(); ++t)
+              for (int64_t i = 0; i < D; ++i) streams[s][t * D + i] += done.out_bias[i];
+          },
+          [](PassSlot&) {}, options);
+      m.layers.push_back(done);
+      continue;
+    }
     QuantizedLayer q = float_quantized_layer(w.layers[l]);
     q.online_hadamard = true;
     q.hadamard_blocks = o.tp_blocks;
@@ -390,6 +410,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
       }
     }
     m.layers.push_back(std::move(q));
+    if (options.on_layer_done) options.on_layer_done(m);
   }
   validate_quantized_model(m, "export");
   return m;

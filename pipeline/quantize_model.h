@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "calib/calibration_file.h"
 #include "calib/calibration_stats.h"
@@ -35,6 +36,13 @@ struct ExportOptions {
   int64_t max_samples = 0;  // use the first N calibration samples (0: all)
   // Called after each sample of each pass; `stage` names the layer and pass.
   std::function<void(const std::string& stage, int64_t done, int64_t total)> on_progress;
+  // Resumption (export_artifact): the first layers as an interrupted export with the same inputs left
+  // them. They are not quantized again, only run over the samples to bring them to the next layer,
+  // so the result is the uninterrupted export's, bit for bit. Layer-by-layer recipes only.
+  std::vector<QuantizedLayer> done_layers;
+  // Called when a layer-by-layer export has finished a layer, with the model so far (its embedding,
+  // norms, head and first layers).
+  std::function<void(const QuantizedModel& so_far)> on_layer_done;
 };
 
 // Fails when the calibration file was made for a different model shape, or on invalid options.

@@ -60,7 +60,10 @@ void run_export(ExportFlags& flags) {
   fmt::print("export {} with recipe {} at {} ({} threads)\n", flags.request.model_dir, flags.recipe, flags.bits,
              thread_count());
   std::fflush(stdout);
-  const ExportSummary summary = export_artifact(flags.request, flags.options);
+  const ExportSummary summary = export_artifact(flags.request, flags.options, [](const std::string& note) {
+    fmt::print("{}\n", note);
+    std::fflush(stdout);
+  });
   if (progress) progress->finish();
   if (summary.mixed_precision) {
     const MixedPrecisionChoice& m = *summary.mixed_precision;
@@ -83,7 +86,8 @@ void add_export_command(CLI::App& app) {
       "Quantize a model with a recipe (docs/QUANTIZATION.md) using a statistics file from `ssdq calibrate`, and write "
       "the .ssdq artifact (docs/ARTIFACT.md) that eval-ppl --artifact runs. rtn and fp16 take seconds; had, quamba2 "
       "and ssdi8 run the calibration samples through the model layer by layer (GPTQ Hessians, activation scales "
-      "after the Hadamard transforms, SSDi8 mean correction).");
+      "after the Hadamard transforms, SSDi8 mean correction); these keep their finished layers in OUT.partial, so an "
+      "interrupted export run again resumes after its last finished layer.");
   RecipeOptions& r = flags->options.recipe;
   CLI::Option* model =
       cmd->add_option("--model", flags->request.model_dir, "Checkpoint folder (the one calibrated), or org/name[@revision]");

@@ -64,8 +64,13 @@ import json, sys
 one, two = (json.load(open(p))["perplexity"]["mean"] for p in sys.argv[1:])
 assert abs(two - one) < 1e-3 * one, (one, two)
 PY
-"$ssdq" export --model "$model" --calib "$tmp/calib.safetensors" --recipe had --bits w8a8 --out "$tmp/had.ssdq" \
-  --quiet >/dev/null
+# A partial file that is not this export's is reported, replaced and removed at the end.
+echo "not an artifact" > "$tmp/had.ssdq.partial"
+out=$("$ssdq" export --model "$model" --calib "$tmp/calib.safetensors" --recipe had --bits w8a8 --out "$tmp/had.ssdq" \
+  --quiet)
+grep -qF "not resuming from $tmp/had.ssdq.partial:" <<<"$out"
+grep -qF "starting over" <<<"$out"
+test ! -e "$tmp/had.ssdq.partial"
 if "$ssdq" eval-ppl --artifact "$tmp/had.ssdq" --tp 2 "${common[@]}" 2>"$tmp/err"; then exit 1; fi
 grep -qF -- "export the artifact with --tp-blocks 2" "$tmp/err"
 if "$ssdq" export --model "$model" --calib "$tmp/calib.safetensors" --recipe had --bits w8a8 --tp-blocks 3 \

@@ -16,6 +16,7 @@
 #include "formats/error.h"
 #include "formats/file_io.h"
 #include "formats/safetensors.h"
+#include "model/model_loader.h"
 #include "model/quantized_artifact.h"
 #include "runtime/cpu_backend.h"
 #include "tests/support/quantized_fixtures.h"
@@ -246,6 +247,61 @@ TEST(Artifact, ExportOfAnotherModelsStatisticsLeavesTheOutputUntouched) {
   EXPECT_THAT([&] { export_artifact(request, options); },
               ::testing::ThrowsMessage<Error>(HasSubstr("the statistics were computed for weights with sha256 0000")));
   EXPECT_EQ(read_file(out), "previous artifact");
+}
+
+}  // namespace
+}  // namespace ssdq
+
+namespace ssdq {
+namespace {
+
+// A layer-by-layer export interrupted after two of the bundled model's four layers leaves them in
+// OUT.partial; the same export run again resumes there and writes the uninterrupted export's bytes,
+// then removes the partial file. A partial file of another recipe is not resumed from.
+TEST(Artifact, InterruptedExportResumesWithTheSameBytes) {
+  const ModelWeights tiny = tiny_model();
+  CalibrationFile calib = calibration_in_memory(tiny, 2, 64, 4);
+  calib.provenance.weights_sha256 = load_model(kTinyModel).weights_sha256;
+  const std::string calib_path = temp_path("resume-calib.safetensors");
+  write_calibration_file(calib_path, calib);
+  ExportOptions options;
+  options.recipe.recipe = RecipeName::kSsdi8;  // with mean correction: the streams carry its bias
+  options.recipe.bits = BitWidth::kW8A8;
+  const std::string whole = temp_path("whole.ssdq"), out = temp_path("resumed.ssdq");
+  std::remove(out.c_str());
+  std::remove(partial_export_path(out).c_str());
+  std::vector<std::string> notes;
+  const auto keep = [&](const std::string& note) { notes.push_back(note); };
+  export_artifact({kTinyModel, calib_path, "", whole}, options, keep);
+  EXPECT_TRUE(notes.empty());
+  EXPECT_FALSE(file_exists(partial_export_path(whole)));
+
+  ExportOptions interrupted = options;
+  interrupted.on_progress = [](const std::string& stage, int64_t, int64_t) {
+    if (stage.rfind("layer 3/4", 0) == 0) throw Error("interrupted");
+  };
+  EXPECT_THROW(export_artifact({kTinyModel, calib_path, "", out}, interrupted), Error);
+  EXPECT_FALSE(file_exists(out));
+  ASSERT_TRUE(file_exists(partial_export_path(out)));
+  EXPECT_EQ(read_quantized_artifact(partial_export_path(out)).model->layers.size(), 2u);
+
+  const ExportSummary resumed = export_artifact({kTinyModel, calib_path, "", out}, options, keep);
+  EXPECT_EQ(resumed.resumed_layers, 2);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_THAT(notes[0], HasSubstr("resuming from " + partial_export_path(out) + ": 2 of 4 layers done"));
+  EXPECT_EQ(read_file(out), read_file(whole));
+  EXPECT_FALSE(file_exists(partial_export_path(out)));
+
+  // Interrupted as had, run again as ssdi8: starts over.
+  ExportOptions had = interrupted;
+  had.recipe.recipe = RecipeName::kHad;
+  EXPECT_THROW(export_artifact({kTinyModel, calib_path, "", out}, had), Error);
+  ASSERT_TRUE(file_exists(partial_export_path(out)));
+  notes.clear();
+  EXPECT_EQ(export_artifact({kTinyModel, calib_path, "", out}, options, keep).resumed_layers, 0);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_THAT(notes[0], HasSubstr("made from other inputs"));
+  EXPECT_EQ(read_file(out), read_file(whole));
 }
 
 }  // namespace
