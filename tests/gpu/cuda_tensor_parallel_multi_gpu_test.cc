@@ -1,7 +1,8 @@
 // Tensor parallelism on 2 GPUs against one GPU (tests/gpu/BUILD.bazel: a multi-GPU test): the
 // bundled model's logits, greedy tokens and perplexity, each rank's SSM state against one GPU's
 // heads, graph replay against eager steps, state snapshots, a grouped model whose gated norm stays
-// local, and the errors a user meets (more ranks than GPUs).
+// local, the same checks over 4 GPUs where 4 are visible, and the errors a user meets (more ranks
+// than GPUs).
 #include "runtime/cuda_tensor_parallel.h"
 
 #include <cuda_runtime.h>
@@ -136,6 +137,27 @@ TEST_F(TinyModelTp2, SnapshotRestoresEveryRank) {
   out.logits = again.data();
   two_->forward(step, 1, *state, out);
   EXPECT_EQ(first, again);
+}
+
+// The bundled model over 4 GPUs where 4 are visible (issue: TP4 runs): logits, perplexity and
+// greedy tokens against one GPU, as TinyModelTp2 checks 2.
+TEST(TinyModelTp4, MatchesOneGpu) {
+  if (visible_gpus() < 4) GTEST_SKIP() << "needs 4 GPUs; " << visible_gpus() << " visible";
+  const auto weights = load_model("examples/mamba2-tiny").weights;
+  const CudaBackend one(*weights, CudaBackendOptions{});
+  const CudaTensorParallelBackend four(*weights, 4, CudaBackendOptions{});
+  const auto tokens = golden_tokens(300);
+  const double err = testing::max_relative_difference(logits_of(four, tokens, 2), logits_of(one, tokens, 2));
+  const auto eval = golden_tokens(512);
+  const double ppl1 = std::exp(mean_nll(one, eval)), ppl4 = std::exp(mean_nll(four, eval));
+  std::printf("TP4 vs TP1: max |Δlogit| / max |logit| = %.3g; perplexity TP1 %.4f TP4 %.4f (%+.4f %%)\n", err, ppl1,
+              ppl4, 100 * (ppl4 / ppl1 - 1));
+  EXPECT_LT(err, 2e-2);
+  EXPECT_NEAR(ppl4, ppl1, ppl1 * 1e-3);
+  for (int64_t start : {0, 100, 300}) {
+    const std::vector<int32_t> prompt(eval.begin() + start, eval.begin() + start + 48);
+    EXPECT_EQ(greedy(four, prompt, 48), greedy(one, prompt, 48)) << "prompt at token " << start;
+  }
 }
 
 TEST(GroupedModelTp2, LocalNormMatchesOneGpu) {
