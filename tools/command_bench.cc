@@ -394,8 +394,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--ssd-lengths", flags->ssd_lengths, "--module ssd: lengths at batch 32")->delimiter(',');
   cmd->add_option("--repeats", flags->repeats, "Timed repeats (median reported)")->capture_default_str()->check(whole_number(1));
   cmd->add_option("--tp", flags->tp,
-                  "Tensor-parallel sizes to time, each on its own build, e.g. 1,2 (the FP model on GPUs K, K+1, … "
-                  "of --device cuda:K); the later ones are compared with the first")
+                  "Tensor-parallel sizes to time, each on its own build, e.g. 1,2 (on GPUs K, K+1, … of --device "
+                  "cuda:K; the FP model, an --artifact, or a --recipe's synthetic artifact, rotated in as many blocks "
+                  "as the largest size); the later ones are compared with the first")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(8)))
       ->capture_default_str();

@@ -27,7 +27,8 @@ void add_model_source_options(CLI::App* command, ModelSourceFlags& flags) {
       ->add_option("--tp", flags.tp,
                    "Tensor-parallel ranks: the model sharded over N ranks (heads split, out_proj summed across "
                    "them; docs/TENSOR_PARALLEL.md). With --device cuda[:K], N GPUs (K, K+1, …), one thread each; "
-                   "with --device cpu, N threads run the CPU specification of sharded execution")
+                   "with --device cpu, N threads run the CPU specification of sharded execution. An artifact of had, "
+                   "quamba2 or ssdi8 needs ssdq export --tp-blocks N (or a multiple of N)")
       ->check(whole_number(1, 1024))
       ->capture_default_str();
 }
