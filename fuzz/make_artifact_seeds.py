@@ -20,8 +20,9 @@ import make_fixtures  # noqa: E402
 
 # One artifact per distinct reader path: int8 and packed int4 weights, quamba2's clusters and
 # per-group B/C scales, ssdi8's integer SSD with a quantized embedding.
+# had in two Hadamard blocks is a format-2.0 file (hadamard_blocks in its layout).
 RECIPES = [("rtn", "w8a8", []), ("rtn", "w4a16", ["--group-size", "32"]), ("quamba2", "w4a8", ["--group-size", "32"]),
-           ("ssdi8", "w8a8", ["--quantize-embedding"])]
+           ("ssdi8", "w8a8", ["--quantize-embedding"]), ("had", "w8a8", ["--tp-blocks", "2"])]
 
 
 def main():
@@ -44,7 +45,8 @@ def main():
         subprocess.run([ssdq, "calibrate", "--model", model, "--data", text, "--tokenizer", tokenizer, "--samples", "4",
                         "--seqlen", "32", "--out", calib, "--quiet"], check=True)
         for recipe, bits, extra in RECIPES:
-            out = os.path.join(out_dir, "seed-%s-%s.ssdq" % (recipe, bits))
+            suffix = "-blocks" + extra[1] if extra[:1] == ["--tp-blocks"] else ""
+            out = os.path.join(out_dir, "seed-%s-%s%s.ssdq" % (recipe, bits, suffix))
             subprocess.run([ssdq, "export", "--model", model, "--calib", calib, "--recipe", recipe, "--bits", bits,
                             "--tokenizer", tokenizer, "--out", out, "--quiet"] + extra, check=True)
             print(out, os.path.getsize(out), "bytes")
