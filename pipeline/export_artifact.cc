@@ -60,8 +60,7 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
   // Resumption: the partial file's description names every input (the weights through the
   // calibration's provenance), so equal descriptions mean the same layers would be made again.
   const std::string partial = partial_export_path(request.out_path);
-  struct stat partial_stat {};
-  if (::stat(partial.c_str(), &partial_stat) == 0) {
+  if (file_exists(partial)) {
     std::string why;
     try {
       const LoadedArtifact found = read_quantized_artifact(partial);

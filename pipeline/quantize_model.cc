@@ -129,6 +129,14 @@ std::vector<int32_t> consecutive_sets(int64_t channels, int64_t width) {
   return out;
 }
 
+// rows[t · width + i] += bias[i] for every row (nothing for an empty bias): the mean correction
+// added to a sample's residual stream.
+void add_to_rows(std::vector<float>& rows, const std::vector<float>& bias) {
+  const size_t width = bias.size();
+  for (size_t at = 0; width > 0 && at < rows.size(); at += width)
+    for (size_t i = 0; i < width; ++i) rows[at + i] += bias[i];
+}
+
 // Runs a pass over the samples: work(sample, slot) on the threads, fold in sample order.
 void run_pass(const std::string& stage, int64_t samples, const std::function<std::unique_ptr<PassSlot>()>& make,
               const std::function<void(int64_t, PassSlot&)>& work, const std::function<void(PassSlot&)>& fold,
@@ -327,8 +335,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
           [&](int64_t s, PassSlot&) {
             std::vector<float> conv(c.conv_dim() * (c.d_conv - 1), 0.0f), ssm(H * P * N, 0.0f);
             cpu_block_forward(c, unbiased, l, streams[s].data(), T, conv.data(), ssm.data(), nullptr);
-            for (int64_t t = 0; t < T && !done.out_bias.empty(); ++t)
-              for (int64_t i = 0; i < D; ++i) streams[s][t * D + i] += done.out_bias[i];
+            add_to_rows(streams[s], done.out_bias);
           },
           [](PassSlot&) {}, options);
       m.layers.push_back(done);
@@ -403,10 +410,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
           for (int64_t i = 0; i < D; ++i) fp_mean[i] *= signs[i];
         apply_hadamard_rows(fp_mean.data(), 1, D, /*normalized=*/true);
         q.out_bias = mean_correction(fp_mean, output.mean(), eta);
-        parallel_for(S, [&](int64_t s) {
-          for (int64_t t = 0; t < T; ++t)
-            for (int64_t i = 0; i < D; ++i) streams[s][t * D + i] += q.out_bias[i];
-        });
+        parallel_for(S, [&](int64_t s) { add_to_rows(streams[s], q.out_bias); });
       }
     }
     m.layers.push_back(std::move(q));

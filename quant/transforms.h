@@ -27,7 +27,9 @@ void rotate_residual(ModelWeights& weights, const std::vector<float>& signs);
 
 // Online Hadamard at out_proj.in: out_proj ← out_proj·H_E/√E in every layer. The runtime then MUST
 // replace each gated-norm output row y by y·H_E/√E (apply_hadamard_rows(y, rows, E, true)) before
-// out_proj, since (y·H/√E)·(W·H/√E)ᵀ = y·Wᵀ. Fails when E is not a supported Hadamard order.
+// out_proj, since (y·H/√E)·(W·H/√E)ᵀ = y·Wᵀ. With `blocks` B the rotation is I_B ⊗ H_{E/B}/√(E/B)
+// (each block of E/B columns alone; the runtime rotates rows·B rows of E/B). Fails when E/B is
+// not a supported Hadamard order.
 void fuse_out_proj_hadamard(ModelWeights& weights, int64_t blocks = 1);
 
 // Reorders heads and headdim channels (see head_permutation.h) consistently in one layer: the z, x

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
@@ -184,13 +185,13 @@ CudaTensorParallelBackend::CudaTensorParallelBackend(const Mamba2Config& config,
         for (int r = 0; r < tp; ++r) d.push_back(options.device + r);
         return d;
       }()),
-      group_(tp >= 2 ? std::make_unique<CudaRankGroup>(devices_) : nullptr), threads_(devices_) {
+      group_(tp >= 2 ? std::make_unique<CudaRankGroup>(devices_) : nullptr), threads_(devices_),
+      ranks_(static_cast<size_t>(std::max(tp, 0))) {
   if (tp < 2) fail("internal: the tensor-parallel backend needs 2 or more ranks (one GPU is CudaBackend)");
 }
 
 void CudaTensorParallelBackend::make_ranks(
     const std::function<std::unique_ptr<CudaBackend>(int, const CudaBackendOptions&)>& build, bool artifact) {
-  ranks_.resize(plan_.tp);
   // Refuses what the engine cannot run before any upload.
   const int64_t norm_width = artifact ? 0 : folded_norm_width(config_, plan_);
   const bool shared_norm = artifact && plan_.ranks_per_norm_group() > 1;
@@ -252,10 +253,7 @@ CudaTensorParallelBackend::CudaTensorParallelBackend(const QuantizedModel& model
 
 CudaTensorParallelBackend::~CudaTensorParallelBackend() {
   try {
-    // Each engine freed on its own GPU's thread (none yet where a constructor failed before making them).
-    threads_.run([&](int r) {
-      if (static_cast<size_t>(r) < ranks_.size()) ranks_[r].reset();
-    });
+    threads_.run([&](int r) { ranks_[r].reset(); });  // each engine freed on its own GPU's thread
   } catch (...) {
   }
 }

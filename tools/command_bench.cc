@@ -72,12 +72,17 @@ std::string model_label(const BenchFlags& flags) {
   return label;
 }
 
-// The synthetic model in --recipe's formats, made once and kept for the next --tp. A rotated
-// recipe's online Hadamard runs in as many blocks as the largest --tp (export --tp-blocks), so
-// that every --tp of one run times the same model.
+// What the builds of one bench share: the checkpoint's weights or the quantized model (an
+// artifact, or --recipe's synthetic one), each loaded or made once, and the model's config.
+struct BenchModel {
+  std::shared_ptr<const ModelWeights> weights;
+  std::shared_ptr<const QuantizedModel> quantized;
+  Mamba2Config config;
+};
+
+// The synthetic model in --recipe's formats. A rotated recipe's online Hadamard runs in as many
+// blocks as the largest --tp (export --tp-blocks), so that every --tp of one run times the same model.
 std::shared_ptr<const QuantizedModel> synthetic_quantized(const BenchFlags& flags) {
-  static std::shared_ptr<const QuantizedModel> made;
-  if (made) return made;
   if (flags.synthetic.empty()) fail("--recipe/--bits time a synthetic quantized model: give --synthetic NAME too");
   RecipeOptions recipe;
   recipe.recipe = parse_recipe_name(flags.recipe);
@@ -87,39 +92,33 @@ std::shared_ptr<const QuantizedModel> synthetic_quantized(const BenchFlags& flag
   if (flags.head_to_toe && !recipe.quantized()) fail("--head-to-toe needs quantized weights, not --bits fp16");
   const int64_t widest = *std::max_element(flags.tp.begin(), flags.tp.end());
   if (recipe.uses_transforms()) recipe.tp_blocks = widest;
-  made = std::make_shared<const QuantizedModel>(
+  return std::make_shared<const QuantizedModel>(
       synthetic_quantized_model(synthetic_config(flags.synthetic), recipe, flags.seed));
-  return made;
 }
 
 // The backend to time: a checkpoint or synthetic model (FP, bf16 on the GPU), an artifact, or a
-// synthetic model in a recipe's formats.
-// `weights`: a checkpoint's, loaded on the first build that needs them and kept for the next.
-std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec& device, int tp,
-                                       std::shared_ptr<const ModelWeights>& weights) {
-  if (!flags.model.empty() && !weights) weights = load_model(flags.model).weights;
+// synthetic model in a recipe's formats; what it needs loaded or made on the first build, into `model`.
+std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec& device, int tp, BenchModel& model) {
+  if (tp > 1 && !device.cuda) fail("bench --tp {}: tensor parallelism is timed on GPUs (--device cuda)", tp);
+  if (!flags.recipe.empty() && !device.cuda) fail("--synthetic needs --device cuda");
+  if (!flags.model.empty() && !model.weights) model.weights = load_model(flags.model).weights;
+  if (!model.quantized && !flags.artifact.empty()) model.quantized = read_quantized_artifact(flags.artifact).model;
+  if (!model.quantized && !flags.recipe.empty()) model.quantized = synthetic_quantized(flags);
   CudaBackendOptions cuda_options;
   cuda_options.device = device.index;
   if (tp > 1) {
-    if (!device.cuda) fail("bench --tp {}: tensor parallelism is timed on GPUs (--device cuda)", tp);
-    if (!flags.artifact.empty())
-      return std::make_unique<CudaTensorParallelBackend>(*read_quantized_artifact(flags.artifact).model, tp, cuda_options);
-    if (!flags.recipe.empty())
-      return std::make_unique<CudaTensorParallelBackend>(*synthetic_quantized(flags), tp, cuda_options);
+    if (model.quantized) return std::make_unique<CudaTensorParallelBackend>(*model.quantized, tp, cuda_options);
     if (!flags.synthetic.empty())
       return std::make_unique<CudaTensorParallelBackend>(synthetic_config(flags.synthetic), flags.seed, tp, cuda_options);
-    return std::make_unique<CudaTensorParallelBackend>(*weights, tp, cuda_options);
+    return std::make_unique<CudaTensorParallelBackend>(*model.weights, tp, cuda_options);
   }
-  if (!flags.artifact.empty()) return make_quantized_backend(flags.device, read_quantized_artifact(flags.artifact).model);
-  if (!flags.recipe.empty()) {
-    if (!device.cuda) fail("--synthetic needs --device cuda");
-    return std::make_unique<CudaBackend>(synthetic_quantized(flags), cuda_options);
-  }
+  if (!flags.artifact.empty()) return make_quantized_backend(flags.device, model.quantized);
+  if (model.quantized) return std::make_unique<CudaBackend>(model.quantized, cuda_options);
   if (!flags.synthetic.empty()) {
     if (!device.cuda) fail("--synthetic needs --device cuda (random weights are made on the GPU)");
     return std::make_unique<CudaBackend>(synthetic_config(flags.synthetic), flags.seed, cuda_options);
   }
-  return make_backend(flags.device, weights);
+  return make_backend(flags.device, model.weights);
 }
 
 void run_ssd_module(const BenchFlags& flags, const DeviceSpec& device) {
@@ -154,17 +153,11 @@ void run_ssd_module(const BenchFlags& flags, const DeviceSpec& device) {
                                {"rows", rows}});
 }
 
-// What the builds of one bench share: the checkpoint's weights (loaded once) and the model's config.
-struct BenchModel {
-  std::shared_ptr<const ModelWeights> weights;
-  Mamba2Config config;
-};
-
 // Times one build (tensor-parallel size `tp`) and returns its JSON report; `runs` receives its
 // rows, per prompt length.
 json run_model_on(const BenchFlags& flags, const DeviceSpec& device, const DeviceCeilings& ceilings, int tp,
                   BenchModel& model, std::vector<std::pair<int64_t, std::vector<ModelBenchRow>>>& runs) {
-  const std::unique_ptr<Backend> backend = bench_backend(flags, device, tp, model.weights);
+  const std::unique_ptr<Backend> backend = bench_backend(flags, device, tp, model);
   model.config = backend->config();
   const Mamba2Config& config = backend->config();
   const bool cuda = backend->on_device();
