@@ -3,6 +3,7 @@
 #include <Eigen/Core>
 
 #include <cmath>
+#include <utility>
 
 #include "formats/error.h"
 
@@ -34,6 +35,15 @@ void InputGram::merge(const InputGram& other) {
   if (other.dim_ != dim_) fail("internal: merging Gram matrices of dimensions {} and {}", other.dim_, dim_);
   for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += other.sum_[i];
   rows_ += other.rows_;
+}
+
+InputGram InputGram::from_sums(int64_t dim, int64_t rows, std::vector<double> sum) {
+  InputGram gram(dim);
+  if (static_cast<int64_t>(sum.size()) != dim * dim || rows < 0)
+    fail("internal: a Gram matrix of {} values over {} rows for dimension {}", sum.size(), rows, dim);
+  gram.sum_ = std::move(sum);
+  gram.rows_ = rows;
+  return gram;
 }
 
 std::vector<double> InputGram::hessian() const {

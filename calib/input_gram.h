@@ -16,6 +16,9 @@ class InputGram {
   // `rows` rows of dim() values, row r at x + r * stride; fails on a NaN or infinity.
   void add_rows(const float* x, int64_t rows, int64_t stride);
   void merge(const InputGram& other);
+  // A Gram matrix summed elsewhere (export on a GPU, kernels/input_gram.h): `sum` column-major
+  // [dim, dim], its lower triangle read, over `rows` rows.
+  static InputGram from_sums(int64_t dim, int64_t rows, std::vector<double> sum);
   // [dim, dim] row-major; fails when no row was added.
   std::vector<double> hessian() const;
 

@@ -69,7 +69,7 @@ LoadedModel load_model(const std::string& model_dir) {
   if (model_dir.rfind(kSyntheticPrefix, 0) == 0) {
     model.weights_path = model_dir;
     model.weights = std::make_shared<const ModelWeights>(
-        random_weights(synthetic_config(model_dir.substr(sizeof(kSyntheticPrefix) - 1)), 0));
+        random_weights_threaded(synthetic_config(model_dir.substr(sizeof(kSyntheticPrefix) - 1)), 0));
     Sha256 hash;
     hash.update(model_dir.data(), model_dir.size());
     model.weights_sha256 = hash.hex_digest();

@@ -33,5 +33,9 @@ struct ModelWeights {
 // A model with the config's shapes and seeded random weights in the ranges a trained Mamba-2
 // has (A_log, dt_bias like mamba_ssm's initialisation), for tests and synthetic benchmarks.
 ModelWeights random_weights(const Mamba2Config& config, uint64_t seed);
+// The same ranges drawn on every core (each layer and block of table rows from a generator of its
+// own, so other values than random_weights'): `--synthetic` models, whose 2.7B–8B parameters take
+// minutes on one thread.
+ModelWeights random_weights_threaded(const Mamba2Config& config, uint64_t seed);
 
 }  // namespace ssdq

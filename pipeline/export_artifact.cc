@@ -49,6 +49,7 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
                                {"model_dir", calib.provenance.model_dir},
                                {"weights_sha256", calib.provenance.weights_sha256},
                                {"ssdq_version", calib.provenance.ssdq_version}};
+  if (!request.forward.empty()) calibration["export_forward"] = request.forward;
   for (const DataFileRecord& f : calib.provenance.data_files)
     calibration["provenance"]["data_files"].push_back({{"path", f.path}, {"sha256", f.sha256}, {"bytes", f.bytes}});
   const Mamba2Config& c = model.weights->config;
@@ -80,11 +81,15 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
                        : fmt::format("not resuming from {}: {}; starting over", partial, why));
   }
   summary.resumed_layers = static_cast<int64_t>(resolved.done_layers.size());
+  auto last_write = std::chrono::steady_clock::now();
   resolved.on_layer_done = [&](const QuantizedModel& so_far) {
     if (static_cast<int64_t>(so_far.layers.size()) >= c.n_layer) return;  // the artifact itself comes next
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last_write).count() < request.checkpoint_seconds) return;
     QuantizedModel done = so_far;
     done.config.n_layer = static_cast<int64_t>(done.layers.size());
     write_quantized_artifact(partial, done, description);
+    last_write = std::chrono::steady_clock::now();
   };
 
   const QuantizedModel quantized = quantize_model(*model.weights, calib, resolved);

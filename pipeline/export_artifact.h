@@ -14,6 +14,15 @@ namespace ssdq {
 
 struct ExportRequest {
   std::string model_dir, calibration_path, tokenizer_path, out_path;  // tokenizer: "" = the model folder's
+  // Where the layer passes run when not on the CPU (CudaExport::describe()), recorded in the
+  // description's calibration record as "export_forward" (so a partial file from the other device
+  // is not resumed); empty: the CPU, not recorded.
+  std::string forward;
+  // The finished layers are written to the partial file after a layer when at least this many
+  // seconds have passed since the last write (0: after every layer). The file holds the embedding
+  // and every finished layer, gigabytes for a 2.7B model, so rewriting it after each of 64 layers
+  // would cost more than the layers; an interruption loses at most this long plus one layer.
+  double checkpoint_seconds = 60;
 };
 
 struct ExportSummary {
@@ -31,7 +40,8 @@ std::string partial_export_path(const std::string& out_path);
 // weights; writes atomically. A layer-by-layer export (had, quamba2, ssdi8) writes its finished
 // layers to partial_export_path(out) after each layer and removes it at the end; an export of the
 // same inputs (model, calibration file, recipe and options, tokenizer) finding that file resumes
-// after its last layer, with the result of an uninterrupted run. A partial file of other inputs is
+// after its last layer, with the result of an uninterrupted run. The file is rewritten at most
+// every request.checkpoint_seconds. A partial file of other inputs is
 // replaced. `note` hears what was resumed or ignored, before the work starts.
 ExportSummary export_artifact(const ExportRequest& request, const ExportOptions& options,
                               const std::function<void(const std::string&)>& note = {});

@@ -3,13 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <memory>
 
 #include "pipeline/calibrate.h"
-#include "pipeline/stats_observer.h"
 #include "calib/input_gram.h"
-#include "pipeline/ordered_parallel.h"
 #include "runtime/parallel.h"
 #include "formats/error.h"
 #include "quant/activation_clipping.h"
@@ -19,7 +18,6 @@
 #include "quant/sort_cluster.h"
 #include "quant/transforms.h"
 #include "quant/weight_formats.h"
-#include "runtime/cpu_block.h"
 
 namespace ssdq {
 namespace {
@@ -35,28 +33,8 @@ void check_same_shape(const Mamba2Config& model, const Mamba2Config& calib) {
          model.summary());
 }
 
-// The observer of one sample in one export pass: whichever of its parts are set.
-struct PassSlot : ForwardObserver {
-  std::unique_ptr<StatsObserver> stats;      // pass A: every point of the layer
-  std::unique_ptr<InputGram> in_proj_gram;   // pass A with GPTQ
-  std::unique_ptr<InputGram> out_proj_gram;  // pass B
-  std::unique_ptr<ChannelStats> output;      // pass C: out_proj.out sums
-
-  void on_activation(int64_t layer, ActivationPoint point, const float* data, int64_t rows, int64_t width,
-                     int64_t stride) override {
-    if (stats) stats->on_activation(layer, point, data, rows, width, stride);
-    if (in_proj_gram && point == ActivationPoint::kInProjIn) in_proj_gram->add_rows(data, rows, stride);
-    if (out_proj_gram && point == ActivationPoint::kOutProjIn) out_proj_gram->add_rows(data, rows, stride);
-    if (output && point == ActivationPoint::kOutProjOut) output->add_rows(data, rows, stride, "out_proj.out");
-  }
-  void on_ssd_inputs(int64_t layer, const cpu::SsdDims& dims, const cpu::SsdInputs& inputs, int64_t length,
-                     int64_t chunk, const float* initial_state) override {
-    if (stats) stats->on_ssd_inputs(layer, dims, inputs, length, chunk, initial_state);
-  }
-};
-
 WeightMatrix quantize_projection(const std::vector<float>& w, int64_t rows, int64_t cols, const RecipeOptions& o,
-                                 const std::vector<double>* hessian) {
+                                 const std::vector<double>* hessian, const ExportOptions& export_options) {
   if (o.keeps_float("weights")) return float16_weight(w, rows, cols);
   const QuantBits bits = o.weights_int4() ? QuantBits::kInt4 : QuantBits::kInt8;
   const int64_t group_size = o.weights_int4() ? o.group_size : 0;
@@ -68,6 +46,7 @@ WeightMatrix quantize_projection(const std::vector<float>& w, int64_t rows, int6
   g.act_order = o.act_order;
   g.static_groups = o.act_order;
   g.parallel_for = parallel_for;  // rows and U's columns over the cores (quant/gptq.h)
+  g.inverse_factor = export_options.gptq_inverse_factor;
   return gptq_weight(w, rows, cols, *hessian, g);
 }
 
@@ -127,28 +106,6 @@ std::vector<int32_t> consecutive_sets(int64_t channels, int64_t width) {
   std::vector<int32_t> out(channels);
   for (int64_t c = 0; c < channels; ++c) out[c] = static_cast<int32_t>(c / width);
   return out;
-}
-
-// rows[t · width + i] += bias[i] for every row (nothing for an empty bias): the mean correction
-// added to a sample's residual stream.
-void add_to_rows(std::vector<float>& rows, const std::vector<float>& bias) {
-  const size_t width = bias.size();
-  for (size_t at = 0; width > 0 && at < rows.size(); at += width)
-    for (size_t i = 0; i < width; ++i) rows[at + i] += bias[i];
-}
-
-// Runs a pass over the samples: work(sample, slot) on the threads, fold in sample order.
-void run_pass(const std::string& stage, int64_t samples, const std::function<std::unique_ptr<PassSlot>()>& make,
-              const std::function<void(int64_t, PassSlot&)>& work, const std::function<void(PassSlot&)>& fold,
-              const ExportOptions& options) {
-  using Slot = std::unique_ptr<PassSlot>;
-  ordered_parallel_fold<Slot>(
-      samples, make, [&](int64_t s, Slot& slot) { work(s, *slot); },
-      [&](int64_t s, Slot& slot) {
-        fold(*slot);
-        slot.reset();
-        if (options.on_progress) options.on_progress(stage, s + 1, samples);
-      });
 }
 
 }  // namespace
@@ -239,7 +196,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
   check_same_shape(c, calib.config);
   o.validate(c.n_layer, c.heads_per_group(), c.headdim);
   o.validate_tp_blocks(c.nheads(), c.d_inner());
-  const int64_t D = c.d_model, E = c.d_inner(), V = c.vocab_size, H = c.nheads(), P = c.headdim, N = c.d_state;
+  const int64_t D = c.d_model, E = c.d_inner(), V = c.vocab_size, H = c.nheads(), P = c.headdim;
   const int64_t in_dim = c.d_in_proj(), L = c.n_layer, T = calib.provenance.seqlen;
   const int64_t S = options.max_samples > 0 ? std::min(options.max_samples, calib.provenance.samples)
                                             : calib.provenance.samples;
@@ -280,8 +237,8 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     for (int64_t l = 0; l < L; ++l) {
       QuantizedLayer q = float_quantized_layer(w.layers[l]);
       if (o.quantized()) {
-        q.in_proj = quantize_projection(w.layers[l].in_proj, in_dim, D, o, nullptr);
-        q.out_proj = quantize_projection(w.layers[l].out_proj, D, E, o, nullptr);
+        q.in_proj = quantize_projection(w.layers[l].in_proj, in_dim, D, o, nullptr, options);
+        q.out_proj = quantize_projection(w.layers[l].out_proj, D, E, o, nullptr, options);
         assign_activation_formats(q, calib.stats.layers[l], o, l, c, nullptr);
       } else {
         q.in_proj = float16_weight(w.layers[l].in_proj, in_dim, D);
@@ -296,13 +253,17 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     return m;
   }
 
-  // Sequential passes over the calibration samples. streams[s]: the residual stream [T, D] of
-  // sample s entering the current layer.
-  std::vector<std::vector<float>> streams(S, std::vector<float>(T * D));
-  parallel_for(S, [&](int64_t s) {
-    for (int64_t t = 0; t < T; ++t)
-      m.embedding.row_to_float(calib.tokens[s * T + t], streams[s].data() + t * D);
-  });
+  // Where the time goes, for the command's summary.
+  auto timed = [&options](double ExportTimes::*part, const std::function<void()>& work) {
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    if (options.times)
+      options.times->*part += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  // Sequential passes over the calibration samples' residual streams, each entering the current layer.
+  const std::vector<int32_t> tokens(calib.tokens.begin(), calib.tokens.begin() + S * T);
+  const std::unique_ptr<LayerPasses> passes =
+      (options.layer_passes ? options.layer_passes : cpu_layer_passes)(c, m.embedding, tokens, S, T, options.on_progress);
   const bool internals = o.recipe == RecipeName::kQuamba2 || o.recipe == RecipeName::kSsdi8;
   const double eta = o.mean_correction_eta();
   // μ_fp over the same samples as μ_q: the calibration file's means cover all of its samples, so a
@@ -314,8 +275,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     if (subset) {
       CollectOptions collect;
       collect.ssd_internals = false;
-      subset_stats = collect_statistics(
-          fp, std::vector<int32_t>(calib.tokens.begin(), calib.tokens.begin() + S * T), S, T, collect);
+      subset_stats = (options.collect ? options.collect : collect_statistics)(fp, tokens, S, T, collect);
     }
     for (int64_t l = 0; l < L; ++l)
       fp_means[l] = (subset ? subset_stats : calib.stats).layers[l].at(StatPoint::kOutProjOut).mean();
@@ -330,79 +290,44 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
       const QuantizedLayer& done = options.done_layers[l];
       QuantizedLayer unbiased = done;
       unbiased.out_bias.clear();
-      run_pass(
-          layer_name + " (resumed) forward", S, [] { return std::make_unique<PassSlot>(); },
-          [&](int64_t s, PassSlot&) {
-            std::vector<float> conv(c.conv_dim() * (c.d_conv - 1), 0.0f), ssm(H * P * N, 0.0f);
-            cpu_block_forward(c, unbiased, l, streams[s].data(), T, conv.data(), ssm.data(), nullptr);
-            add_to_rows(streams[s], done.out_bias);
-          },
-          [](PassSlot&) {}, options);
+      timed(&ExportTimes::passes, [&] { passes->advance(layer_name + " (resumed) forward", l, unbiased, nullptr); });
+      passes->add_bias(done.out_bias);
       m.layers.push_back(done);
       continue;
     }
     QuantizedLayer q = float_quantized_layer(w.layers[l]);
     q.online_hadamard = true;
     q.hadamard_blocks = o.tp_blocks;
-    auto run_copy = [&](int64_t s, const QuantizedLayer& layer, ForwardObserver& observer) {
-      std::vector<float> residual = streams[s];
-      std::vector<float> conv(c.conv_dim() * (c.d_conv - 1), 0.0f), ssm(H * P * N, 0.0f);
-      cpu_block_forward(c, layer, l, residual.data(), T, conv.data(), ssm.data(), &observer);
-    };
 
     // Pass A: activation maxima of the fp32 layer (and the in_proj Hessian).
     CalibrationStats stats = CalibrationStats::empty_for(c, l);
     InputGram in_gram(D);
-    run_pass(
-        layer_name + " activations", S,
-        [&] {
-          auto slot = std::make_unique<PassSlot>();
-          slot->stats = std::make_unique<StatsObserver>(c, internals, l);
-          if (o.uses_gptq()) slot->in_proj_gram = std::make_unique<InputGram>(D);
-          return slot;
-        },
-        [&](int64_t s, PassSlot& slot) { run_copy(s, q, slot); },
-        [&](PassSlot& slot) {
-          stats.merge(slot.stats->stats());
-          if (slot.in_proj_gram) in_gram.merge(*slot.in_proj_gram);
-        },
-        options);
+    timed(&ExportTimes::passes, [&] {
+      passes->observe_layer(layer_name + " activations", l, q, internals, stats, o.uses_gptq() ? &in_gram : nullptr);
+    });
     assign_activation_formats(q, stats.layers[l], o, l, c, o.recipe == RecipeName::kQuamba2 ? &clusters[l] : nullptr);
     std::vector<double> hessian;
     if (o.uses_gptq()) hessian = in_gram.hessian();
-    q.in_proj = quantize_projection(w.layers[l].in_proj, in_dim, D, o, o.uses_gptq() ? &hessian : nullptr);
+    timed(&ExportTimes::weights, [&] {
+      q.in_proj = quantize_projection(w.layers[l].in_proj, in_dim, D, o, o.uses_gptq() ? &hessian : nullptr, options);
+    });
 
     // Pass B: the out_proj input Hessian through the quantized in_proj and activations.
     if (o.uses_gptq()) {
       InputGram out_gram(E);
-      run_pass(
-          layer_name + " out_proj Hessian", S,
-          [&] {
-            auto slot = std::make_unique<PassSlot>();
-            slot->out_proj_gram = std::make_unique<InputGram>(E);
-            return slot;
-          },
-          [&](int64_t s, PassSlot& slot) { run_copy(s, q, slot); },
-          [&](PassSlot& slot) { out_gram.merge(*slot.out_proj_gram); }, options);
+      timed(&ExportTimes::passes,
+            [&] { passes->observe_out_proj_input(layer_name + " out_proj Hessian", l, q, out_gram); });
       hessian = out_gram.hessian();
     }
-    q.out_proj = quantize_projection(w.layers[l].out_proj, D, E, o, o.uses_gptq() ? &hessian : nullptr);
+    timed(&ExportTimes::weights, [&] {
+      q.out_proj = quantize_projection(w.layers[l].out_proj, D, E, o, o.uses_gptq() ? &hessian : nullptr, options);
+    });
 
     // Pass C: advance the streams through the quantized layer; mean correction.
     if (l + 1 < L || eta > 0) {
       ChannelStats output(D, true);
-      run_pass(
-          layer_name + " quantized forward", S,
-          [&] {
-            auto slot = std::make_unique<PassSlot>();
-            slot->output = std::make_unique<ChannelStats>(D, true);
-            return slot;
-          },
-          [&](int64_t s, PassSlot& slot) {
-            std::vector<float> conv(c.conv_dim() * (c.d_conv - 1), 0.0f), ssm(H * P * N, 0.0f);
-            cpu_block_forward(c, q, l, streams[s].data(), T, conv.data(), ssm.data(), &slot);
-          },
-          [&](PassSlot& slot) { output.merge(*slot.output); }, options);
+      timed(&ExportTimes::passes,
+            [&] { passes->advance(layer_name + " quantized forward", l, q, eta > 0 ? &output : nullptr); });
       if (eta > 0) {
         // μ_fp in the rotated basis: the FP block output o becomes o·Q with Q = diag(signs)·H/√D.
         std::vector<float> fp_mean = fp_means[l];
@@ -410,7 +335,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
           for (int64_t i = 0; i < D; ++i) fp_mean[i] *= signs[i];
         apply_hadamard_rows(fp_mean.data(), 1, D, /*normalized=*/true);
         q.out_bias = mean_correction(fp_mean, output.mean(), eta);
-        parallel_for(S, [&](int64_t s) { add_to_rows(streams[s], q.out_bias); });
+        passes->add_bias(q.out_bias);
       }
     }
     m.layers.push_back(std::move(q));

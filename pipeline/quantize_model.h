@@ -13,8 +13,9 @@
 //   pass C  the quantized layer advances the samples' residual streams; with SSDi8 mean
 //           correction its out_proj.out mean μ_q gives c = η·(μ_fp − μ_q), which is stored as the
 //           layer's out_proj bias and added to the streams (Algorithm 1).
-// Samples run in parallel and are merged in sample order: the result does not depend on the
-// thread count.
+// The passes run through pipeline/layer_passes.h: on the CPU samples run in parallel and are
+// merged in sample order (the result does not depend on the thread count); on a GPU
+// (ExportOptions::layer_passes, pipeline/cuda_layer_passes.h) in batches on the device.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,8 @@
 
 #include "calib/calibration_file.h"
 #include "calib/calibration_stats.h"
+#include "pipeline/calibrate.h"
+#include "pipeline/layer_passes.h"
 #include "quant/recipe.h"
 #include "quant/sort_cluster.h"
 #include "model/model_weights.h"
@@ -31,11 +34,25 @@
 
 namespace ssdq {
 
+// Seconds a layer-by-layer export spent in the forwards over the samples (all three passes) and in
+// quantizing the projections (GPTQ or rounding).
+struct ExportTimes {
+  double passes = 0, weights = 0;
+};
+
 struct ExportOptions {
   RecipeOptions recipe;
   int64_t max_samples = 0;  // use the first N calibration samples (0: all)
-  // Called after each sample of each pass; `stage` names the layer and pass.
-  std::function<void(const std::string& stage, int64_t done, int64_t total)> on_progress;
+  // Called after each sample (or batch of samples) of each pass; `stage` names the layer and pass.
+  PassProgress on_progress;
+  // Where the layer-by-layer passes run: empty for the CPU (cpu_layer_passes), or a GPU's
+  // (pipeline/cuda_layer_passes.h); and what runs the FP forward of a subset of the samples
+  // (--calib-samples with mean correction): empty for collect_statistics.
+  LayerPassesMaker layer_passes;
+  StatisticsCollector collect;
+  ExportTimes* times = nullptr;  // when set, the time of each part is added to it
+  // GPTQ's inverse factor (GptqOptions::inverse_factor): empty for the host's.
+  std::function<bool(const std::vector<double>& h, int64_t cols, std::vector<float>& u)> gptq_inverse_factor;
   // Resumption (export_artifact): the first layers as an interrupted export with the same inputs left
   // them. They are not quantized again, only run over the samples to bring them to the next layer,
   // so the result is the uninterrupted export's, bit for bit. Layer-by-layer recipes only.

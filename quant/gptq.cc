@@ -112,25 +112,35 @@ QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, c
   }
 
   h.diagonal().array() += o.damp_percent * h.diagonal().mean();
-  // U (upper, H⁻¹ = UᵀU) without forming H⁻¹: with J the reversal, J·H·J = L·Lᵀ gives H = V·Vᵀ for
-  // the upper-triangular V = J·L·J, so H⁻¹ = V⁻ᵀ·V⁻¹ and U = V⁻¹ (the matrix of the reference's
-  // cholesky, cholesky_inverse, cholesky sequence, at less than half its cost).
-  const Eigen::LLT<Eigen::MatrixXd> llt(h.reverse());
-  if (llt.info() != Eigen::Success) fail("gptq: the damped Hessian ({} columns) is not positive definite", cols);
-  const Eigen::MatrixXd v = Eigen::MatrixXd(llt.matrixL()).reverse();
-  // U = V⁻¹ column slice by column slice (independent solves, over the cores when allowed).
   MatrixF u(cols, cols);
-  const int64_t column_slices = (cols + kGptqSliceRows - 1) / kGptqSliceRows;
-  const auto invert_columns = [&](int64_t slice) {
-    const int64_t c0 = slice * kGptqSliceRows, n = std::min(kGptqSliceRows, cols - c0);
-    u.middleCols(c0, n) = v.triangularView<Eigen::Upper>()
-                              .solve(Eigen::MatrixXd::Identity(cols, cols).middleCols(c0, n))
-                              .cast<float>();
-  };
-  if (o.parallel_for) {
-    o.parallel_for(column_slices, invert_columns);
+  if (o.inverse_factor) {
+    std::vector<double> damped(cols * cols);
+    Eigen::Map<RowMajorD>(damped.data(), cols, cols) = h;
+    std::vector<float> factor;
+    if (!o.inverse_factor(damped, cols, factor))
+      fail("gptq: the damped Hessian ({} columns) is not positive definite", cols);
+    if (static_cast<int64_t>(factor.size()) != cols * cols) fail("internal: gptq factor of {} values", factor.size());
+    u = Eigen::Map<const RowMajorF>(factor.data(), cols, cols);
   } else {
-    for (int64_t slice = 0; slice < column_slices; ++slice) invert_columns(slice);
+    // U (upper, H⁻¹ = UᵀU) without forming H⁻¹: with J the reversal, J·H·J = L·Lᵀ gives H = V·Vᵀ for
+    // the upper-triangular V = J·L·J, so H⁻¹ = V⁻ᵀ·V⁻¹ and U = V⁻¹ (the matrix of the reference's
+    // cholesky, cholesky_inverse, cholesky sequence, at less than half its cost).
+    const Eigen::LLT<Eigen::MatrixXd> llt(h.reverse());
+    if (llt.info() != Eigen::Success) fail("gptq: the damped Hessian ({} columns) is not positive definite", cols);
+    const Eigen::MatrixXd v = Eigen::MatrixXd(llt.matrixL()).reverse();
+    // U = V⁻¹ column slice by column slice (independent solves, over the cores when allowed).
+    const int64_t column_slices = (cols + kGptqSliceRows - 1) / kGptqSliceRows;
+    const auto invert_columns = [&](int64_t slice) {
+      const int64_t c0 = slice * kGptqSliceRows, n = std::min(kGptqSliceRows, cols - c0);
+      u.middleCols(c0, n) = v.triangularView<Eigen::Upper>()
+                                .solve(Eigen::MatrixXd::Identity(cols, cols).middleCols(c0, n))
+                                .cast<float>();
+    };
+    if (o.parallel_for) {
+      o.parallel_for(column_slices, invert_columns);
+    } else {
+      for (int64_t slice = 0; slice < column_slices; ++slice) invert_columns(slice);
+    }
   }
 
   const int64_t groups = q.groups_per_row();

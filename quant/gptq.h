@@ -59,6 +59,11 @@ struct GptqOptions {
   // Runs body(i) for i in [0, count), possibly on several threads (the pipeline passes
   // runtime/parallel.h's parallel_for; quant/ itself starts no threads). Empty: one thread.
   std::function<void(int64_t count, const std::function<void(int64_t)>& body)> parallel_for;
+  // Computes U (row-major [cols, cols], upper triangular, H⁻¹ = UᵀU) of the damped and permuted
+  // Hessian h (row-major [cols, cols]); false when h is not positive definite. Empty: Eigen's LLT
+  // on this thread and the triangular solve over parallel_for. The export on a GPU passes the
+  // device's (pipeline/cuda_gptq.h).
+  std::function<bool(const std::vector<double>& h, int64_t cols, std::vector<float>& u)> inverse_factor;
 };
 inline constexpr int64_t kGptqSliceRows = 64;
 

@@ -94,6 +94,13 @@ class CudaBackend : public Backend {
   // The stream every forward and state copy runs on (the device's work is ordered on it).
   CUstream_st* stream() const;
 
+  // An artifact's layer `layer` alone over `batch` sequences of `length` tokens, each from a zero
+  // state: the residual rows at `in` (device, fp32 [batch · length, d_model]) go through the block,
+  // and the residual after it (out_proj's output and bias added) is written to `out` (device; may
+  // be `in`; null: not kept). The observer, if any, watches it. Returns when the device is done.
+  // The export's layer-by-layer passes run this (pipeline/cuda_layer_passes.h).
+  void forward_layer(int64_t layer, const float* in, float* out, int64_t batch, int64_t length) const;
+
   struct Impl;
 
  private:

@@ -294,7 +294,7 @@ void CudaBackend::Impl::enqueue_layer(const DeviceLayer& d, const LayerPlan& p, 
     observe(l, ActivationPoint::kSsdB, work.conv_out + E, M, GN, conv_dim);
     observe(l, ActivationPoint::kSsdC, work.conv_out + E + GN, M, GN, conv_dim);
     observe(l, ActivationPoint::kSsdDt, work.zxbcdt + d.dt_at, M, H, in_dim);
-    if (length > 1) observe_ssd_inputs(d, batch, length, state, l);
+    if (length > 1 && options.observer->watches_ssd_inputs()) observe_ssd_inputs(d, batch, length, state, l);
   }
 
   switch (p.ssd) {
@@ -346,7 +346,8 @@ void CudaBackend::Impl::enqueue_layer(const DeviceLayer& d, const LayerPlan& p, 
 
 void CudaBackend::Impl::observe(int64_t layer, ActivationPoint point, const float* data, int64_t rows, int64_t width,
                                 int64_t stride) const {
-  if (options.observer) options.observer->on_activation(layer, point, data, rows, width, stride, stream);
+  if (options.observer && options.observer->watches(point))
+    options.observer->on_activation(layer, point, data, rows, width, stride, stream);
 }
 
 void CudaBackend::Impl::observe_ssd_inputs(const DeviceLayer& d, int64_t batch, int64_t length, CudaState& state,

@@ -2,7 +2,11 @@
 // (the device-side counterpart of runtime/forward_observer.h). The engine calls it with device
 // pointers in stream order: whatever the observer enqueues on `stream` reads the values before the
 // forward's later steps overwrite them. Only an engine that computes in fp32 between its steps
-// (CudaBackendOptions::fp32_float_math) takes an observer.
+// (CudaBackendOptions::fp32_float_math) takes an observer. An observer of every point watches an
+// FP32 model only; one that watches no more than out_proj's input and output (the export's
+// Hessian and mean-correction passes, pipeline/cuda_layer_passes.h) also watches quantized layers,
+// whose out_proj input it sees as out_proj multiplies it (after its format) and whose output
+// it sees before the residual add.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +42,17 @@ class DeviceObserver {
                              int64_t stride, CUstream_st* stream) = 0;
   // Before the SSD of a prefill (more than one token a sequence) runs.
   virtual void on_ssd_inputs(int64_t layer, const DeviceSsdInputs& inputs, CUstream_st* stream) = 0;
+  // What the engine calls this observer for; the rest it skips.
+  virtual bool watches(ActivationPoint) const { return true; }
+  virtual bool watches_ssd_inputs() const { return true; }
+  // Whether it watches out_proj's input or output only (then quantized layers may be watched).
+  bool watches_out_proj_only() const {
+    for (int p = 0; p < kActivationPointCount; ++p) {
+      const auto point = static_cast<ActivationPoint>(p);
+      if (watches(point) && point != ActivationPoint::kOutProjIn && point != ActivationPoint::kOutProjOut) return false;
+    }
+    return !watches_ssd_inputs();
+  }
 };
 
 }  // namespace ssdq

@@ -194,7 +194,9 @@ LayerPlan CudaBackend::Impl::plan_layer(const DeviceLayer& d, int64_t batch, int
   // A tensor-parallel rank's out_proj writes fp32 partial rows; the all-reduce adds their sum and
   // the bias (once) into the residual.
   const bool tp = options.communicator != nullptr;
-  const bool residual_add = !tp && adds_into_residual(d.out_proj, M);
+  // An observer of out_proj's output reads it apart from the residual.
+  const bool output_watched = options.observer && options.observer->watches(ActivationPoint::kOutProjOut);
+  const bool residual_add = !tp && !output_watched && adds_into_residual(d.out_proj, M);
   const float* bias = d.out_bias.bytes() && !tp ? d.out_bias.at<float>(0) : nullptr;
   p.out_proj = plan_linear(d.out_proj, M, d.out_proj_in.scale0, bias,
                            tp ? tp_partial(M, l) : residual_add ? work.residual : work.out_proj_delta, residual_add,

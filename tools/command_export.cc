@@ -1,8 +1,14 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 
+#include "pipeline/cuda_calibrate.h"
+#include "pipeline/cuda_gptq.h"
+#include "pipeline/cuda_layer_passes.h"
 #include "pipeline/export_artifact.h"
+#include "runtime/backend_factory.h"
+#include "runtime/cuda_resources.h"
 #include "formats/error.h"
 #include "formats/hub_cache.h"
 #include "runtime/parallel.h"
@@ -18,7 +24,7 @@ struct ExportFlags {
   ExportRequest request;
   ExportOptions options;
   std::string synthetic;
-  std::string recipe, bits, act_clip = "percentile:99.99";
+  std::string recipe, bits, act_clip = "percentile:99.99", device = "cpu", gemm = "fp32";
   std::vector<std::string> w4a16_layers;
   bool gptq = false, no_gptq = false;
   double eta = -1;
@@ -28,6 +34,8 @@ struct ExportFlags {
 };
 
 void run_export(ExportFlags& flags) {
+  const DeviceSpec device = parse_device(flags.device);  // an unknown device is refused before anything is read
+  if (flags.gemm != "fp32" && !device.cuda) fail("--gemm {} needs --device cuda (the CPU computes in fp32)", flags.gemm);
   if (flags.threads > 0) set_thread_count(flags.threads);
   RecipeOptions& r = flags.options.recipe;
   r.recipe = parse_recipe_name(flags.recipe);
@@ -57,8 +65,28 @@ void run_export(ExportFlags& flags) {
     }
     progress->update(done);
   };
-  fmt::print("export {} with recipe {} at {} ({} threads)\n", flags.request.model_dir, flags.recipe, flags.bits,
-             thread_count());
+  size_t device_bytes = 0;
+  ExportTimes times;
+  flags.options.times = &times;
+  if (device.cuda) {
+    select_cuda_device(device.index);  // an absent or too old device is refused before any work
+    CudaExport gpu;
+    gpu.device = device.index;
+    gpu.tf32 = flags.gemm == "tf32";
+    gpu.on_device_memory = [&device_bytes](size_t bytes) { device_bytes = std::max(device_bytes, bytes); };
+    flags.options.layer_passes = cuda_layer_passes(gpu);
+    flags.options.gptq_inverse_factor = cuda_gptq_inverse_factor(device.index);
+    CudaCalibration fp;
+    fp.device = device.index;
+    fp.tf32_gemms = gpu.tf32;
+    flags.options.collect = [fp](const ModelWeights& weights, const std::vector<int32_t>& tokens, int64_t samples,
+                                 int64_t seqlen, const CollectOptions& o) {
+      return collect_statistics_cuda(weights, tokens, samples, seqlen, o, fp);
+    };
+    flags.request.forward = gpu.describe();
+  }
+  fmt::print("export {} with recipe {} at {} ({} threads{})\n", flags.request.model_dir, flags.recipe, flags.bits,
+             thread_count(), device.cuda ? ", the layer passes on " + flags.request.forward : "");
   std::fflush(stdout);
   const ExportSummary summary = export_artifact(flags.request, flags.options, [](const std::string& note) {
     fmt::print("{}\n", note);
@@ -73,8 +101,13 @@ void run_export(ExportFlags& flags) {
     for (const LayerSensitivity& s : m.layers) fmt::print(" {}: {:.5f}", s.layer, s.kl);
     fmt::print("\n                 W4A16 layers chosen: {}\n", fmt::join(m.w4a16_layers, ", "));
   }
-  fmt::print("wrote {} ({:.1f} MB): quantized in {:.1f} s over {} calibration samples of {} tokens\n",
-             flags.request.out_path, summary.bytes / 1e6, summary.seconds, summary.samples, summary.seqlen);
+  fmt::print("wrote {} ({:.1f} MB): quantized in {:.1f} s over {} calibration samples of {} tokens{}\n",
+             flags.request.out_path, summary.bytes / 1e6, summary.seconds, summary.samples, summary.seqlen,
+             device_bytes ? fmt::format(", {:.1f} GiB of device memory at most", device_bytes / 1073741824.0) : "");
+  if (times.passes > 0)
+    fmt::print("  of which {:.1f} s in the layer passes over the samples ({}), {:.1f} s quantizing the projections "
+               "(on {} CPU threads)\n",
+               times.passes, device.cuda ? flags.request.forward : "cpu", times.weights, thread_count());
 }
 
 }  // namespace
@@ -157,6 +190,23 @@ void add_export_command(CLI::App& app) {
                   "Use the first N calibration samples for the layer-by-layer passes (0: all)")
       ->capture_default_str()
       ->check(whole_number(0));
+  cmd->add_option("--device", flags->device,
+                  "cpu, or cuda[:N]: had, quamba2 and ssdi8 run their layer passes on a GPU (each layer in fp32 over "
+                  "the samples' residual streams kept on the device, GPTQ's Hessians and their Cholesky factors by "
+                  "cuBLAS; GPTQ's row pass on the CPU's threads); docs/QUANTIZATION.md says how close the artifacts come "
+                  "to the CPU's")
+      ->capture_default_str();
+  cmd->add_option("--gemm", flags->gemm,
+                  "With --device cuda: fp32 (strict fp32 projections and Hessians), or tf32 (both on tensor cores in "
+                  "TF32)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "tf32"}));
+  cmd->add_option("--checkpoint-seconds", flags->request.checkpoint_seconds,
+                  "had, quamba2, ssdi8: rewrite OUT.partial (the finished layers, from which an interrupted export "
+                  "resumes) after a layer when this many seconds have passed since the last write; 0: after every "
+                  "layer")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores, or SSDQ_THREADS)")
       ->capture_default_str()
       ->check(whole_number(0));

@@ -277,10 +277,12 @@ TEST(Artifact, InterruptedExportResumesWithTheSameBytes) {
   EXPECT_FALSE(file_exists(partial_export_path(whole)));
 
   ExportOptions interrupted = options;
+  ExportRequest every_layer{kTinyModel, calib_path, "", out};
+  every_layer.checkpoint_seconds = 0;
   interrupted.on_progress = [](const std::string& stage, int64_t, int64_t) {
     if (stage.rfind("layer 3/4", 0) == 0) throw Error("interrupted");
   };
-  EXPECT_THROW(export_artifact({kTinyModel, calib_path, "", out}, interrupted), Error);
+  EXPECT_THROW(export_artifact(every_layer, interrupted), Error);
   EXPECT_FALSE(file_exists(out));
   ASSERT_TRUE(file_exists(partial_export_path(out)));
   EXPECT_EQ(read_quantized_artifact(partial_export_path(out)).model->layers.size(), 2u);
@@ -295,7 +297,7 @@ TEST(Artifact, InterruptedExportResumesWithTheSameBytes) {
   // Interrupted as had, run again as ssdi8: starts over.
   ExportOptions had = interrupted;
   had.recipe.recipe = RecipeName::kHad;
-  EXPECT_THROW(export_artifact({kTinyModel, calib_path, "", out}, had), Error);
+  EXPECT_THROW(export_artifact(every_layer, had), Error);
   ASSERT_TRUE(file_exists(partial_export_path(out)));
   notes.clear();
   EXPECT_EQ(export_artifact({kTinyModel, calib_path, "", out}, options, keep).resumed_layers, 0);

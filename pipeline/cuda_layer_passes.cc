@@ -1,0 +1,258 @@
+#include "pipeline/cuda_layer_passes.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "formats/error.h"
+#include "kernels/channel_stats.h"
+#include "kernels/input_gram.h"
+#include "kernels/row_bias.h"
+#include "pipeline/cuda_calibrate.h"
+#include "pipeline/cuda_stats_observer.h"
+#include "runtime/cuda_backend.h"
+#include "runtime/cuda_observer.h"
+#include "runtime/cuda_resources.h"
+#include "runtime/parallel.h"
+
+namespace ssdq {
+namespace {
+
+// Σ x xᵀ of one point's rows on the device (kernels/input_gram.h).
+class GramObserver : public DeviceObserver {
+ public:
+  GramObserver(ActivationPoint point, int64_t dim, bool tf32)
+      : point_(point), dim_(dim), tf32_(tf32), sum_(dim * dim * 4, "a GPTQ input Gram matrix", nullptr) {
+    cuda_ok(cudaMemset(sum_.at<void>(0), 0, sum_.bytes()), "cudaMemset");
+  }
+  bool watches(ActivationPoint p) const override { return p == point_; }
+  bool watches_ssd_inputs() const override { return false; }
+  void on_activation(int64_t, ActivationPoint, const float* data, int64_t rows, int64_t width, int64_t stride,
+                     CUstream_st* stream) override {
+    if (width != dim_) fail("internal: a Gram of width {} given rows of {}", dim_, width);
+    kernels::InputGramArgs a;
+    a.rows = rows;
+    a.dim = static_cast<int>(dim_);
+    a.x = data;
+    a.stride = stride;
+    a.sum = sum_.at<float>(0);
+    a.tf32 = tf32_;
+    runner_.run(a, stream);
+    rows_ += rows;
+  }
+  void on_ssd_inputs(int64_t, const DeviceSsdInputs&, CUstream_st*) override {}
+  // The sums so far, as the CPU's InputGram (waits for the device).
+  InputGram read() const {
+    std::vector<float> sum(dim_ * dim_);
+    cuda_ok(cudaMemcpy(sum.data(), sum_.at<void>(0), sum_.bytes(), cudaMemcpyDeviceToHost), "read a Gram matrix");
+    return InputGram::from_sums(dim_, rows_, std::vector<double>(sum.begin(), sum.end()));
+  }
+  size_t device_bytes() const { return sum_.bytes(); }
+
+ private:
+  ActivationPoint point_;
+  int64_t dim_;
+  bool tf32_;
+  DeviceBlock sum_;
+  kernels::InputGramRunner runner_;
+  int64_t rows_ = 0;
+};
+
+// out_proj's output: per-channel maxima and sums (kernels/channel_stats.h).
+class OutputObserver : public DeviceObserver {
+ public:
+  explicit OutputObserver(int64_t width)
+      : width_(width), stats_(width * 12 + 8, "out_proj output sums", nullptr) {
+    cuda_ok(cudaMemset(stats_.at<void>(0), 0, width * 12), "cudaMemset");
+    cuda_ok(cudaMemset(stats_.at<void>(width * 12), 0xff, 8), "cudaMemset");
+  }
+  bool watches(ActivationPoint p) const override { return p == ActivationPoint::kOutProjOut; }
+  bool watches_ssd_inputs() const override { return false; }
+  void on_activation(int64_t, ActivationPoint, const float* data, int64_t rows, int64_t width, int64_t stride,
+                     CUstream_st* stream) override {
+    kernels::ChannelStatsArgs a;
+    a.rows = rows;
+    a.width = static_cast<int>(width);
+    a.data = data;
+    a.stride = stride;
+    a.sums = stats_.at<double>(0);
+    a.absmax = stats_.at<float>(width_ * 8);
+    a.first_bad = stats_.at<unsigned long long>(width_ * 12);
+    const size_t need = kernels::channel_stats_workspace_bytes(a);
+    if (need > workspace_.bytes()) {
+      cuda_ok(cudaStreamSynchronize(stream), "synchronize before growing scratch");
+      workspace_ = DeviceBlock();
+      workspace_ = DeviceBlock(align_up(need), "out_proj output sums scratch", nullptr);
+    }
+    a.workspace = workspace_.at<void>(0);
+    cuda_ok(kernels::launch_channel_stats(a, stream), "out_proj output sums");
+    rows_ += rows;
+  }
+  void on_ssd_inputs(int64_t, const DeviceSsdInputs&, CUstream_st*) override {}
+  ChannelStats read(int64_t layer) const {
+    std::vector<double> sums(width_);
+    std::vector<float> absmax(width_);
+    unsigned long long bad = 0;
+    cuda_ok(cudaMemcpy(sums.data(), stats_.at<void>(0), width_ * 8, cudaMemcpyDeviceToHost), "read sums");
+    cuda_ok(cudaMemcpy(absmax.data(), stats_.at<void>(width_ * 8), width_ * 4, cudaMemcpyDeviceToHost), "read maxima");
+    cuda_ok(cudaMemcpy(&bad, stats_.at<void>(width_ * 12), 8, cudaMemcpyDeviceToHost), "read checks");
+    if (bad != ~0ull)
+      fail("layer {}: out_proj's output has a non-finite value at calibration token {}, channel {}", layer,
+           bad / width_, bad % width_);
+    return ChannelStats::from_parts(std::move(absmax), std::move(sums), rows_);
+  }
+
+ private:
+  int64_t width_;
+  DeviceBlock stats_, workspace_;
+  int64_t rows_ = 0;
+};
+
+// Pass A's observers together.
+class BothObservers : public DeviceObserver {
+ public:
+  BothObservers(DeviceObserver& first, DeviceObserver* second) : first_(first), second_(second) {}
+  bool watches(ActivationPoint p) const override { return first_.watches(p) || (second_ && second_->watches(p)); }
+  bool watches_ssd_inputs() const override {
+    return first_.watches_ssd_inputs() || (second_ && second_->watches_ssd_inputs());
+  }
+  void on_activation(int64_t layer, ActivationPoint point, const float* data, int64_t rows, int64_t width,
+                     int64_t stride, CUstream_st* stream) override {
+    for (DeviceObserver* o : {&first_, second_})
+      if (o && o->watches(point)) o->on_activation(layer, point, data, rows, width, stride, stream);
+  }
+  void on_ssd_inputs(int64_t layer, const DeviceSsdInputs& inputs, CUstream_st* stream) override {
+    for (DeviceObserver* o : {&first_, second_})
+      if (o && o->watches_ssd_inputs()) o->on_ssd_inputs(layer, inputs, stream);
+  }
+
+ private:
+  DeviceObserver& first_;
+  DeviceObserver* second_;
+};
+
+class CudaLayerPasses : public LayerPasses {
+ public:
+  static constexpr int64_t kUnreadVocabulary = 16;  // the one-layer engines' embedding, never read
+
+  CudaLayerPasses(const CudaExport& gpu, const Mamba2Config& config, const WeightMatrix& embedding,
+                  const std::vector<int32_t>& tokens, int64_t samples, int64_t seqlen, const PassProgress& progress)
+      : gpu_(gpu), c_(config), S_(samples), T_(seqlen), progress_(progress) {
+    select_cuda_device(gpu.device);
+    const int64_t D = c_.d_model;
+    batch_ = std::clamp<int64_t>(kCudaCalibrationRows / seqlen, 1, samples);
+    streams_ = DeviceBlock(samples * seqlen * D * 4, "the calibration samples' residual streams", nullptr);
+    std::vector<float> rows(seqlen * D);
+    for (int64_t s = 0; s < samples; ++s) {
+      parallel_for(seqlen, [&](int64_t t) { embedding.row_to_float(tokens[s * seqlen + t], rows.data() + t * D); });
+      cuda_ok(cudaMemcpy(stream(s), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice), "upload a residual stream");
+    }
+    layer_config_ = c_;
+    layer_config_.n_layer = 1;
+  }
+  ~CudaLayerPasses() override {
+    if (gpu_.on_device_memory) gpu_.on_device_memory(peak_bytes_);
+  }
+
+  void observe_layer(const std::string& stage, int64_t l, const QuantizedLayer& layer, bool internals,
+                     CalibrationStats& stats, InputGram* in_gram) override {
+    CudaStatsObserver point_stats(layer_config_, internals);
+    std::unique_ptr<GramObserver> gram;
+    if (in_gram) gram = std::make_unique<GramObserver>(ActivationPoint::kInProjIn, c_.d_model, gpu_.tf32);
+    BothObservers both(point_stats, gram.get());
+    const auto engine = make_engine(layer, &both);
+    run(stage, *engine, /*advance=*/false, point_stats.device_bytes() + (gram ? gram->device_bytes() : 0));
+    point_stats.check_finite(engine->stream());
+    stats.layers[l] = std::move(point_stats.read(engine->stream()).layers[0]);
+    if (gram) in_gram->merge(gram->read());
+  }
+
+  void observe_out_proj_input(const std::string& stage, int64_t, const QuantizedLayer& layer, InputGram& gram) override {
+    GramObserver observer(ActivationPoint::kOutProjIn, c_.d_inner(), gpu_.tf32);
+    const auto engine = make_engine(layer, &observer);
+    run(stage, *engine, /*advance=*/false, observer.device_bytes());
+    gram.merge(observer.read());
+  }
+
+  void advance(const std::string& stage, int64_t l, const QuantizedLayer& layer, ChannelStats* output) override {
+    std::unique_ptr<OutputObserver> observer;
+    if (output) observer = std::make_unique<OutputObserver>(c_.d_model);
+    const auto engine = make_engine(layer, observer.get());
+    run(stage, *engine, /*advance=*/true, 0);
+    if (output) output->merge(observer->read(l));
+  }
+
+  void add_bias(const std::vector<float>& bias) override {
+    if (bias.empty()) return;
+    if (static_cast<int64_t>(bias.size()) != c_.d_model) fail("internal: a bias of {} for d_model {}", bias.size(), c_.d_model);
+    DeviceBlock device_bias(bias.size() * 4, "the mean-correction bias", nullptr);
+    cuda_ok(cudaMemcpy(device_bias.at<void>(0), bias.data(), bias.size() * 4, cudaMemcpyHostToDevice), "upload bias");
+    kernels::RowBiasArgs a;
+    a.rows = S_ * T_;
+    a.width = static_cast<int>(c_.d_model);
+    a.data = streams_.at<float>(0);
+    a.bias = device_bias.at<float>(0);
+    cuda_ok(kernels::launch_add_row_bias(a, nullptr), "add the mean correction to the streams");
+    cuda_ok(cudaDeviceSynchronize(), "add the mean correction to the streams");
+  }
+
+ private:
+  float* stream(int64_t sample) const { return streams_.at<float>(sample * T_ * c_.d_model * 4); }
+
+  // An engine over layer alone (a one-layer artifact whose embedding is never read).
+  std::unique_ptr<CudaBackend> make_engine(const QuantizedLayer& layer, DeviceObserver* observer) const {
+    auto model = std::make_shared<QuantizedModel>();
+    model->config = layer_config_;
+    model->config.tie_embeddings = true;
+    model->config.vocab_size = kUnreadVocabulary;
+    model->embedding.rows = kUnreadVocabulary;
+    model->embedding.cols = c_.d_model;
+    model->embedding.kind = WeightMatrix::Kind::kFloat16;
+    model->embedding.dense.assign(kUnreadVocabulary * c_.d_model, 0.0f);
+    model->norm_f.assign(c_.d_model, 1.0f);
+    model->layers.push_back(layer);
+    CudaBackendOptions o;
+    o.device = gpu_.device;
+    o.use_graphs = false;
+    o.fp32_float_math = true;
+    o.tf32_gemms = gpu_.tf32;
+    o.observer = observer;
+    return std::make_unique<CudaBackend>(std::shared_ptr<const QuantizedModel>(std::move(model)), o);
+  }
+
+  // The layer over every stream in batches; `advance`: the streams replaced by the layer's output.
+  void run(const std::string& stage, const CudaBackend& engine, bool advance, size_t observer_bytes) {
+    for (int64_t first = 0; first < S_; first += batch_) {
+      const int64_t n = std::min(batch_, S_ - first);
+      engine.forward_layer(0, stream(first), advance ? stream(first) : nullptr, n, T_);
+      if (progress_) progress_(stage, first + n, S_);
+    }
+    peak_bytes_ = std::max(peak_bytes_, streams_.bytes() + engine.memory().peak_bytes + observer_bytes);
+  }
+
+  CudaExport gpu_;
+  Mamba2Config c_, layer_config_;
+  int64_t S_, T_, batch_ = 1;
+  PassProgress progress_;
+  DeviceBlock streams_;
+  size_t peak_bytes_ = 0;
+};
+
+}  // namespace
+
+std::string CudaExport::describe() const {
+  return "cuda:" + std::to_string(device) + (tf32 ? " fp32, TF32 GEMMs" : " fp32");
+}
+
+LayerPassesMaker cuda_layer_passes(const CudaExport& gpu) {
+  return [gpu](const Mamba2Config& config, const WeightMatrix& embedding, const std::vector<int32_t>& tokens,
+               int64_t samples, int64_t seqlen, const PassProgress& progress) -> std::unique_ptr<LayerPasses> {
+    if (samples <= 0 || seqlen <= 1 || static_cast<int64_t>(tokens.size()) < samples * seqlen)
+      fail("internal: GPU layer passes over {} samples of {} tokens from {} tokens", samples, seqlen, tokens.size());
+    return std::make_unique<CudaLayerPasses>(gpu, config, embedding, tokens, samples, seqlen, progress);
+  };
+}
+
+}  // namespace ssdq
