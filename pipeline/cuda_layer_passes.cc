@@ -143,7 +143,13 @@ class CudaLayerPasses : public LayerPasses {
     select_cuda_device(gpu.device);
     const int64_t D = c_.d_model;
     batch_ = std::clamp<int64_t>(kCudaCalibrationRows / seqlen, 1, samples);
-    streams_ = DeviceBlock(samples * seqlen * D * 4, "the calibration samples' residual streams", nullptr);
+    const size_t stream_bytes = seqlen * D * 4;
+    try {
+      streams_ = DeviceBlock(samples * stream_bytes, "the calibration samples' residual streams", nullptr);
+    } catch (const Error& e) {
+      fail("{}; they take {:.1f} MiB a sample: export fewer with --calib-samples, or on the CPU", e.what(),
+           stream_bytes / 1048576.0);
+    }
     std::vector<float> rows(seqlen * D);
     for (int64_t s = 0; s < samples; ++s) {
       parallel_for(seqlen, [&](int64_t t) { embedding.row_to_float(tokens[s * seqlen + t], rows.data() + t * D); });
