@@ -13,6 +13,7 @@
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
 #include "tools/json_report.h"
+#include "runtime/model_drafter.h"
 #include "tools/model_source.h"
 
 namespace ssdq::cli {
@@ -22,7 +23,8 @@ using nlohmann::json;
 
 struct GenerateFlags {
   ModelSourceFlags source;
-  std::string prompt, prompt_file, json_path, speculate = "off", draft_policy = "adaptive",
+  std::string prompt, prompt_file, json_path, speculate = "off", draft_policy = "adaptive", draft_model,
+      draft_artifact,
               verify = "exact";
   std::vector<std::string> stop;
   int64_t max_new_tokens = 128, top_k = 0, draft = 6, ngram_min = 1, ngram_max = 3;
@@ -81,16 +83,38 @@ void run_generate(const GenerateFlags& flags) {
   options.stop_strings = flags.stop;
   for (const std::string& stop : flags.stop)
     if (stop.empty()) fail("--stop: a stop string cannot be empty");
+  const bool by_model = flags.speculate == "model";
+  if (by_model == (flags.draft_model.empty() && flags.draft_artifact.empty()))
+    fail(by_model ? "--speculate model needs --draft-model DIR or --draft-artifact FILE"
+                  : "--draft-model and --draft-artifact are for --speculate model");
   if (flags.speculate == "ngram") {
     if (flags.ngram_min > flags.ngram_max)
       fail("--ngram-min {} is above --ngram-max {}", flags.ngram_min, flags.ngram_max);
     options.drafter = ngram_drafter({flags.draft, flags.ngram_min, flags.ngram_max});
+  }
+  if (flags.speculate != "off") {
     options.max_draft = flags.draft;
     options.adaptive_draft = flags.draft_policy == "adaptive";
     options.verify = flags.verify == "window" ? VerifyMode::kWindow : VerifyMode::kExact;
   }
   const ModelSource source = load_model_source("generate", flags.source);
   std::fprintf(stderr, "%s", source.description.c_str());
+  // The draft model: on the target's device, its vocabulary the target's.
+  ModelSource draft;
+  if (by_model) {
+    ModelSourceFlags d;
+    d.model = flags.draft_model;
+    d.artifact = flags.draft_artifact;
+    d.device = flags.source.device;
+    d.model_flag = "--draft-model";
+    draft = load_model_source("generate --speculate model", d);
+    const int64_t target_vocab = source.backend->config().vocab_size, draft_vocab = draft.backend->config().vocab_size;
+    if (draft_vocab != target_vocab)
+      fail("{}: the draft's vocabulary has {} tokens, the model's {}; a draft must share the model's tokenizer",
+           flags.draft_model.empty() ? flags.draft_artifact : flags.draft_model, draft_vocab, target_vocab);
+    std::fprintf(stderr, "draft: %s", draft.description.c_str());
+    options.drafter = model_drafter(*draft.backend, static_cast<int64_t>(prompts.size()), flags.draft);
+  }
   const Tokenizer& tokenizer = *source.tokenizer;
   if (const auto eos = tokenizer.end_of_text()) options.stop_tokens.push_back(*eos);
   std::vector<std::vector<int32_t>> ids;
@@ -165,9 +189,11 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", flags->seed, "Seed of the sampling (token t of prompt i uses (seed, i, t) alone)")
       ->capture_default_str();
   cmd->add_option("--stop", flags->stop, "Stop before this string (repeatable); the end-of-text token (<|endoftext|>, </s>) always stops");
-  cmd->add_option("--speculate", flags->speculate, "off, or ngram: drafts by prompt lookup, verified exactly")
+  cmd->add_option("--speculate", flags->speculate,
+                  "off; ngram: drafts by prompt lookup; model: greedy drafts of --draft-model or --draft-artifact "
+                  "(e.g. the model's own W4A8 artifact); every draft verified exactly")
       ->capture_default_str()
-      ->check(CLI::IsMember({"off", "ngram"}));
+      ->check(CLI::IsMember({"off", "ngram", "model"}));
   cmd->add_option("--draft", flags->draft, "--speculate: draft tokens per verify window at most")
       ->capture_default_str()
       ->check(whole_number(1, 64));
@@ -183,6 +209,10 @@ void add_generate_command(CLI::App& app) {
                   "to plain decoding to rounding, so a near-tie can change the text; docs/GENERATION.md)")
       ->capture_default_str()
       ->check(CLI::IsMember({"exact", "window"}));
+  cmd->add_option("--draft-model", flags->draft_model,
+                  "--speculate model: a checkpoint folder (same vocabulary) that drafts, on --device");
+  cmd->add_option("--draft-artifact", flags->draft_artifact,
+                  "--speculate model: an .ssdq artifact (same vocabulary) that drafts, on --device");
   cmd->add_option("--ngram-min", flags->ngram_min, "--speculate ngram: shortest suffix looked up")
       ->capture_default_str()
       ->check(whole_number(1));

@@ -20,6 +20,25 @@ window=$("$ssdq" generate --model "$model" --prompt "The city of London" --max-n
 [ "$plain" = "$window" ]
 if "$ssdq" generate --model "$model" --prompt "x" --speculate ngram --verify fast 2>"$tmp/err"; then exit 1; fi
 grep -q -- "--verify" "$tmp/err"
+# --speculate model: the model drafting for itself, and its W8A8 artifact drafting: the same text.
+self=$("$ssdq" generate --model "$model" --prompt "The city of London" --max-new-tokens 24 --speculate model \
+  --draft-model "$model" --json "$tmp/self.json" 2>/dev/null)
+[ "$plain" = "$self" ]
+python3 - "$tmp/self.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["results"][0]["speculation"]
+assert r["windows"] > 0 and r["accepted"] == r["drafted"], r
+PY
+"$ssdq" calibrate --model "$model" --data examples/wikitext-2-raw/wiki.test.raw --samples 2 --seqlen 64 \
+  --out "$tmp/c.safetensors" --quiet >/dev/null
+"$ssdq" export --model "$model" --calib "$tmp/c.safetensors" --recipe rtn --bits w8a8 --out "$tmp/w8a8.ssdq" --quiet >/dev/null
+drafted=$("$ssdq" generate --model "$model" --prompt "The city of London" --max-new-tokens 24 --speculate model \
+  --draft-artifact "$tmp/w8a8.ssdq" 2>/dev/null)
+[ "$plain" = "$drafted" ]
+if "$ssdq" generate --model "$model" --prompt "x" --speculate model 2>"$tmp/err"; then exit 1; fi
+grep -qF -- "--speculate model needs --draft-model DIR or --draft-artifact FILE" "$tmp/err"
+if "$ssdq" generate --model "$model" --prompt "x" --draft-model "$model" 2>"$tmp/err"; then exit 1; fi
+grep -qF -- "--draft-model and --draft-artifact are for --speculate model" "$tmp/err"
 
 printf '{"prompt": "Once upon a time"}\n\n{"text": "The history of"}\n' >"$tmp/prompts.jsonl"
 out=$("$ssdq" generate --model "$model" --prompt-file "$tmp/prompts.jsonl" --max-new-tokens 8 --temperature 0.8 \

@@ -15,6 +15,8 @@
 #include "model/model_weights.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/generate.h"
+#include "runtime/model_drafter.h"
+#include "tests/support/quantized_fixtures.h"
 #include "tests/support/recipe_cases.h"
 #include "tests/support/test_models.h"
 #include "tests/runtime/speculation_checks.h"
@@ -48,6 +50,49 @@ TEST(Generate, SpeculativeIsPlainForEveryRecipeAndBits) {
     sampled.sampling = {1.0, 0, 1.0, 11};
     expect_speculation_exact(backend, sampled, name + " sampled");
   }
+}
+
+// Speculation with a model drafting (runtime/model_drafter.h) against plain generation: the same
+// text; returns the speculative results.
+std::vector<GeneratedText> expect_model_drafts_exact(const Backend& target, const Backend& draft,
+                                                     GenerateOptions options, const std::string& name) {
+  const auto prompts = prompts_of(target.config().vocab_size);
+  options.max_new_tokens = 24;
+  const std::vector<GeneratedText> plain = run(target, options, prompts);
+  options.drafter = model_drafter(draft, static_cast<int64_t>(prompts.size()), 4);
+  options.max_draft = 4;
+  const std::vector<GeneratedText> speculative = run(target, options, prompts);
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    EXPECT_EQ(speculative[b].tokens, plain[b].tokens) << name << ": prompt " << b;
+    EXPECT_GT(speculative[b].windows, 0) << name;
+  }
+  return speculative;
+}
+
+// The model drafting for itself proposes its own greedy continuation, so every draft is accepted:
+// the drafter's state follows the context through accepted windows and rolls back its own drafts.
+TEST(Generate, ModelDraftingForItselfIsAlwaysAccepted) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  for (const GeneratedText& r : expect_model_drafts_exact(backend, backend, {}, "self-draft greedy"))
+    EXPECT_EQ(r.accepted, r.drafted);
+}
+
+// A quantized artifact of the model drafting (self-speculation): exact, greedy and sampled, and
+// the artifact's drafts are the model's often enough to be accepted.
+TEST(Generate, QuantizedDraftOfTheModelIsExact) {
+  const ModelWeights weights = random_weights(synthetic_config(2), 3);
+  const CpuBackend target(weights);
+  ExportOptions o = synthetic_model_options(RecipeName::kRtn, BitWidth::kW8A8);
+  const CpuBackend draft(std::make_shared<const QuantizedModel>(
+      quantize_model(weights, calibration_in_memory(weights, 2, 64, 1), o)));
+  int64_t accepted = 0;
+  for (const GeneratedText& r : expect_model_drafts_exact(target, draft, {}, "w8a8 draft greedy")) accepted += r.accepted;
+  EXPECT_GT(accepted, 0);
+  GenerateOptions sampled;
+  sampled.sampling = {0.8, 50, 0.9, 7};
+  expect_model_drafts_exact(target, draft, sampled, "w8a8 draft sampled");
+  // The model drafting for its artifact: exact the other way round too.
+  expect_model_drafts_exact(draft, target, {}, "fp32 draft for the artifact");
 }
 
 // Drafts the next `length` tokens of the reference output `plain`, each shifted by `offset` in

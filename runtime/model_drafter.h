@@ -1,0 +1,21 @@
+// Drafts by a model (GenerateOptions::drafter): a quantized artifact of the target drafting for it
+// (self-speculation), or a smaller Mamba-2 of the same vocabulary. Each sequence has a batch-1
+// decode session over the draft backend that follows the sequence's context: a call first feeds
+// the tokens the context gained since the last call (the accepted ones), keeps the state, then
+// takes `max_draft` greedy tokens of the draft model (max_draft − 1 more steps) and puts the kept
+// state back, so the next call starts again at the context's end. The target verifies the drafts
+// as it verifies any (runtime/generate.h): the output is the target's alone, whatever the draft.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/backend.h"
+#include "runtime/generate.h"
+
+namespace ssdq {
+
+// `draft` must outlive the drafter and share the target's vocabulary size (checked by the caller,
+// which knows both); `sequences`: the batch the drafter serves (sequence ids 0 … sequences − 1).
+Drafter model_drafter(const Backend& draft, int64_t sequences, int64_t max_draft);
+
+}  // namespace ssdq
