@@ -67,6 +67,34 @@ std::vector<double> HessianAccumulator::hessian() const {
   return out;
 }
 
+namespace {
+constexpr int64_t kTile = 64;
+}  // namespace
+
+std::vector<double> reversed_matrix(const std::vector<double>& h, int64_t n) {
+  if (static_cast<int64_t>(h.size()) != n * n) fail("internal: reversing {} values as [{}, {}]", h.size(), n, n);
+  std::vector<double> out(n * n);
+  for (int64_t i = 0; i < n; ++i) {  // row i of the result is row n − 1 − i reversed: both contiguous
+    const double* from = h.data() + (n - 1 - i) * n;
+    double* to = out.data() + i * n;
+    for (int64_t j = 0; j < n; ++j) to[j] = from[n - 1 - j];
+  }
+  return out;
+}
+
+std::vector<float> factor_from_reversed_inverse(const std::vector<double>& l_inverse, int64_t n) {
+  if (static_cast<int64_t>(l_inverse.size()) != n * n) fail("internal: a factor of {} values as [{}, {}]", l_inverse.size(), n, n);
+  // U(i, j) = L⁻¹(n − 1 − i, n − 1 − j), L⁻¹(r, c) at c · n + r; zero below the diagonal.
+  std::vector<float> u(n * n, 0.0f);
+  for (int64_t i0 = 0; i0 < n; i0 += kTile)
+    for (int64_t j0 = i0 / kTile * kTile; j0 < n; j0 += kTile)
+      for (int64_t j = j0; j < std::min(n, j0 + kTile); ++j) {
+        const double* column = l_inverse.data() + (n - 1 - j) * n;
+        for (int64_t i = i0; i < std::min({n, i0 + kTile, j + 1}); ++i) u[i * n + j] = static_cast<float>(column[n - 1 - i]);
+      }
+  return u;
+}
+
 QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, const std::vector<double>& hessian,
                               const GptqOptions& o) {
   check_options(o, rows, cols, hessian.size());
