@@ -9,7 +9,7 @@
 namespace ssdq {
 
 Drafter ngram_drafter(const NgramDraftOptions& options) {
-  return [options](int64_t, const std::vector<int32_t>& context) { return ngram_draft(context, options); };
+  return [options](int64_t, const std::vector<int32_t>& context, int64_t) { return ngram_draft(context, options); };
 }
 
 size_t complete_utf8_prefix(std::string_view text) {
@@ -166,10 +166,11 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
           --seq[b].pause;
           continue;
         }
-        drafts[b] = options.drafter(b, seq[b].context);
         const int64_t room = options.max_new_tokens - static_cast<int64_t>(seq[b].out.tokens.size()) - 1;
-        const int64_t limit = options.adaptive_draft ? seq[b].draft_limit : options.max_draft;
-        drafts[b].resize(std::max<int64_t>(0, std::min<int64_t>({static_cast<int64_t>(drafts[b].size()), limit, room})));
+        const int64_t limit = std::min(options.adaptive_draft ? seq[b].draft_limit : options.max_draft, room);
+        if (limit <= 0) continue;
+        drafts[b] = options.drafter(b, seq[b].context, limit);
+        drafts[b].resize(std::min<int64_t>(static_cast<int64_t>(drafts[b].size()), limit));
         for (int32_t& t : drafts[b]) t = std::clamp<int32_t>(t, 0, static_cast<int32_t>(V - 1));
         K = std::max<int64_t>(K, static_cast<int64_t>(drafts[b].size()));
       }

@@ -18,8 +18,10 @@
 
 namespace ssdq {
 
-// Proposes draft tokens continuing `context` (prompt + generated so far) of sequence `sequence`.
-using Drafter = std::function<std::vector<int32_t>(int64_t sequence, const std::vector<int32_t>& context)>;
+// Proposes at most `max_tokens` draft tokens continuing `context` (prompt + generated so far) of
+// sequence `sequence` (more are cut; a model drafter spends a step on each).
+using Drafter = std::function<std::vector<int32_t>(int64_t sequence, const std::vector<int32_t>& context,
+                                                   int64_t max_tokens)>;
 
 struct GenerateOptions {
   int64_t max_new_tokens = 128;

@@ -29,10 +29,10 @@ class ModelDrafter {
     if (sequences <= 0 || max_draft <= 0) fail("internal: a model drafter for {} sequences of {} tokens", sequences, max_draft);
   }
 
-  std::vector<int32_t> operator()(int64_t b, const std::vector<int32_t>& context) {
+  std::vector<int32_t> operator()(int64_t b, const std::vector<int32_t>& context, int64_t max_tokens) {
     if (b < 0 || b >= static_cast<int64_t>(sequences_.size()))
       fail("internal: draft for sequence {} of {}", b, sequences_.size());
-    if (context.empty()) return {};
+    if (context.empty() || max_tokens <= 0) return {};
     DraftSequence& s = sequences_[b];
     const int64_t V = draft_.config().vocab_size;
     if (!s.session) {
@@ -49,7 +49,7 @@ class ModelDrafter {
     s.kept->copy_all(s.session->state());
     std::vector<int32_t> drafts{argmax(s.logits)};
     std::vector<float> logits(V);
-    while (static_cast<int64_t>(drafts.size()) < max_draft_) {
+    while (static_cast<int64_t>(drafts.size()) < std::min(max_draft_, max_tokens)) {
       s.session->step(&drafts.back(), logits.data());
       drafts.push_back(argmax(logits));
     }
@@ -67,7 +67,9 @@ class ModelDrafter {
 
 Drafter model_drafter(const Backend& draft, int64_t sequences, int64_t max_draft) {
   auto drafter = std::make_shared<ModelDrafter>(draft, sequences, max_draft);
-  return [drafter](int64_t b, const std::vector<int32_t>& context) { return (*drafter)(b, context); };
+  return [drafter](int64_t b, const std::vector<int32_t>& context, int64_t max_tokens) {
+    return (*drafter)(b, context, max_tokens);
+  };
 }
 
 }  // namespace ssdq

@@ -2,9 +2,10 @@
 // (self-speculation), or a smaller Mamba-2 of the same vocabulary. Each sequence has a batch-1
 // decode session over the draft backend that follows the sequence's context: a call first feeds
 // the tokens the context gained since the last call (the accepted ones), keeps the state, then
-// takes `max_draft` greedy tokens of the draft model (max_draft − 1 more steps) and puts the kept
-// state back, so the next call starts again at the context's end. The target verifies the drafts
-// as it verifies any (runtime/generate.h): the output is the target's alone, whatever the draft.
+// takes as many greedy tokens of the draft model as the generator asks for (`max_draft` at most;
+// a step each after the first) and puts the kept state back, so the next call starts again at the
+// context's end. The target verifies the drafts as it verifies any (runtime/generate.h): the
+// output is the target's alone, whatever the draft.
 #pragma once
 
 #include <cstdint>

@@ -99,7 +99,7 @@ TEST(Generate, QuantizedDraftOfTheModelIsExact) {
 // the vocabulary (0: always right; otherwise always wrong).
 Drafter shifted_reference_drafter(const std::vector<std::vector<int32_t>>& prompts,
                                   const std::vector<GeneratedText>& plain, size_t length, int32_t offset, int64_t V) {
-  return [&prompts, &plain, length, offset, V](int64_t b, const std::vector<int32_t>& context) {
+  return [&prompts, &plain, length, offset, V](int64_t b, const std::vector<int32_t>& context, int64_t) {
     const size_t n = context.size() - prompts[b].size();
     std::vector<int32_t> draft;
     for (size_t k = 0; k < length && n + k < plain[b].tokens.size(); ++k)
