@@ -9,7 +9,9 @@
 namespace ssdq {
 
 Drafter ngram_drafter(const NgramDraftOptions& options) {
-  return [options](int64_t, const std::vector<int32_t>& context, int64_t) { return ngram_draft(context, options); };
+  return [options](int64_t, const std::vector<int32_t>& context, int64_t) {
+    return Draft{ngram_draft(context, options), {}};
+  };
 }
 
 size_t complete_utf8_prefix(std::string_view text) {
@@ -157,7 +159,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
   std::vector<float> window_logits;
   while (!all_done()) {
     // Drafts: at most max_draft tokens, and no more than a sequence may still generate.
-    std::vector<std::vector<int32_t>> drafts(B);
+    std::vector<Draft> drafts(B);
     int64_t K = 0;
     if (options.drafter)
       for (int64_t b = 0; b < B; ++b) {
@@ -169,10 +171,16 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
         const int64_t room = options.max_new_tokens - static_cast<int64_t>(seq[b].out.tokens.size()) - 1;
         const int64_t limit = std::min(options.adaptive_draft ? seq[b].draft_limit : options.max_draft, room);
         if (limit <= 0) continue;
-        drafts[b] = options.drafter(b, seq[b].context, limit);
-        drafts[b].resize(std::min<int64_t>(static_cast<int64_t>(drafts[b].size()), limit));
-        for (int32_t& t : drafts[b]) t = std::clamp<int32_t>(t, 0, static_cast<int32_t>(V - 1));
-        K = std::max<int64_t>(K, static_cast<int64_t>(drafts[b].size()));
+        Draft& d = drafts[b] = options.drafter(b, seq[b].context, limit);
+        d.tokens.resize(std::min<int64_t>(static_cast<int64_t>(d.tokens.size()), limit));
+        for (int32_t& t : d.tokens) t = std::clamp<int32_t>(t, 0, static_cast<int32_t>(V - 1));
+        if (!d.distributions.empty()) {
+          if (d.distributions.size() < d.tokens.size() || options.sampling.temperature == 0)
+            fail("internal: a draft of {} tokens with {} distributions at temperature {}", d.tokens.size(),
+                 d.distributions.size(), options.sampling.temperature);
+          d.distributions.resize(d.tokens.size());
+        }
+        K = std::max<int64_t>(K, static_cast<int64_t>(d.tokens.size()));
       }
     if (K == 0) {  // nothing to verify: a plain step
       window_logits.resize(B * V);
@@ -190,19 +198,32 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
     std::vector<int32_t> window(B * W);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t j = 0; j < W; ++j)
-        window[b * W + j] = j == 0 || j > static_cast<int64_t>(drafts[b].size()) ? pending[b] : drafts[b][j - 1];
+        window[b * W + j] = j == 0 || j > static_cast<int64_t>(drafts[b].tokens.size()) ? pending[b] : drafts[b].tokens[j - 1];
     window_logits.resize(B * W * V);
     session.verify(window.data(), W, window_logits.data());
     std::vector<int64_t> keep(B, W);
     for (int64_t b = 0; b < B; ++b) {
       Progress& p = seq[b];
       if (p.done) continue;
-      const int64_t drafted = static_cast<int64_t>(drafts[b].size());
+      const Draft& d = drafts[b];
+      const int64_t drafted = static_cast<int64_t>(d.tokens.size());
       int64_t j = 0;
       for (;; ++j) {  // position j's logits follow window token j; the model's choice there
-        pending[b] = choose(b, p, window_logits.data() + (b * W + j) * V);
+        const float* at = window_logits.data() + (b * W + j) * V;
+        if (j < drafted && !d.distributions.empty()) {  // speculative sampling's rule
+          const uint64_t t = p.out.tokens.size();
+          const SpeculativeChoice c =
+              speculative_choice(token_distribution(at, V, options.sampling), d.distributions[j], d.tokens[j],
+                                 counter_uniform(options.sampling.seed ^ kAcceptStream, sequence_id(b), t),
+                                 counter_uniform(options.sampling.seed, sequence_id(b), t));
+          pending[b] = c.token;
+          generator.append(b, p, pending[b]);
+          if (p.done || !c.accepted) break;
+          continue;
+        }
+        pending[b] = choose(b, p, at);
         generator.append(b, p, pending[b]);
-        if (p.done || j >= drafted || pending[b] != drafts[b][j]) break;
+        if (p.done || j >= drafted || pending[b] != d.tokens[j]) break;
       }
       keep[b] = j + 1;  // the window tokens fed: pending + the j accepted drafts
       if (drafted > 0) {

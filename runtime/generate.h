@@ -18,10 +18,19 @@
 
 namespace ssdq {
 
+// What a drafter proposes: tokens, and for a drafter that samples them (a model drafter when the
+// sampling temperature is above 0) the distribution each was drawn from. With distributions the
+// window is verified by speculative sampling's rule (sampling.h, speculative_choice): the text
+// has the model's distribution but is not plain decoding's very sample. Without, a draft token
+// stands only where the model's own choice equals it: the plain text, token for token.
+struct Draft {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<double>> distributions;  // empty, or one [vocab] per token
+};
+
 // Proposes at most `max_tokens` draft tokens continuing `context` (prompt + generated so far) of
 // sequence `sequence` (more are cut; a model drafter spends a step on each).
-using Drafter = std::function<std::vector<int32_t>(int64_t sequence, const std::vector<int32_t>& context,
-                                                   int64_t max_tokens)>;
+using Drafter = std::function<Draft(int64_t sequence, const std::vector<int32_t>& context, int64_t max_tokens)>;
 
 struct GenerateOptions {
   int64_t max_new_tokens = 128;

@@ -10,10 +10,6 @@
 namespace ssdq {
 namespace {
 
-int32_t argmax(const std::vector<float>& logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
 // One sequence's draft session: the context tokens it has read, its state kept while drafting.
 struct DraftSequence {
   std::unique_ptr<DecodeSession> session;
@@ -24,12 +20,12 @@ struct DraftSequence {
 
 class ModelDrafter {
  public:
-  ModelDrafter(const Backend& draft, int64_t sequences, int64_t max_draft)
-      : draft_(draft), max_draft_(max_draft), sequences_(sequences) {
+  ModelDrafter(const Backend& draft, int64_t sequences, int64_t max_draft, const SamplingOptions& sampling)
+      : draft_(draft), max_draft_(max_draft), sampling_(sampling), sequences_(sequences) {
     if (sequences <= 0 || max_draft <= 0) fail("internal: a model drafter for {} sequences of {} tokens", sequences, max_draft);
   }
 
-  std::vector<int32_t> operator()(int64_t b, const std::vector<int32_t>& context, int64_t max_tokens) {
+  Draft operator()(int64_t b, const std::vector<int32_t>& context, int64_t max_tokens) {
     if (b < 0 || b >= static_cast<int64_t>(sequences_.size()))
       fail("internal: draft for sequence {} of {}", b, sequences_.size());
     if (context.empty() || max_tokens <= 0) return {};
@@ -47,26 +43,33 @@ class ModelDrafter {
     }
     s.read = context.size();
     s.kept->copy_all(s.session->state());
-    std::vector<int32_t> drafts{argmax(s.logits)};
-    std::vector<float> logits(V);
-    while (static_cast<int64_t>(drafts.size()) < std::min(max_draft_, max_tokens)) {
-      s.session->step(&drafts.back(), logits.data());
-      drafts.push_back(argmax(logits));
+    // Greedy drafts, or drafts sampled from the draft model's distribution (kept for the rule).
+    Draft d;
+    const bool sampled = sampling_.temperature > 0;
+    std::vector<float> logits = s.logits;
+    const int64_t count = std::min(max_draft_, max_tokens);
+    for (int64_t k = 0; k < count; ++k) {
+      if (k > 0) s.session->step(&d.tokens.back(), logits.data());
+      const uint64_t position = context.size() + k;
+      d.tokens.push_back(choose_token(logits.data(), V, sampling_,
+                                      counter_uniform(sampling_.seed ^ kDraftStream, static_cast<uint64_t>(b), position)));
+      if (sampled) d.distributions.push_back(token_distribution(logits.data(), V, sampling_));
     }
     s.session->state().copy_all(*s.kept);
-    return drafts;
+    return d;
   }
 
  private:
   const Backend& draft_;
   int64_t max_draft_;
+  SamplingOptions sampling_;
   std::vector<DraftSequence> sequences_;
 };
 
 }  // namespace
 
-Drafter model_drafter(const Backend& draft, int64_t sequences, int64_t max_draft) {
-  auto drafter = std::make_shared<ModelDrafter>(draft, sequences, max_draft);
+Drafter model_drafter(const Backend& draft, int64_t sequences, int64_t max_draft, const SamplingOptions& sampling) {
+  auto drafter = std::make_shared<ModelDrafter>(draft, sequences, max_draft, sampling);
   return [drafter](int64_t b, const std::vector<int32_t>& context, int64_t max_tokens) {
     return (*drafter)(b, context, max_tokens);
   };

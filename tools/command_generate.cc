@@ -113,7 +113,7 @@ void run_generate(const GenerateFlags& flags) {
       fail("{}: the draft's vocabulary has {} tokens, the model's {}; a draft must share the model's tokenizer",
            flags.draft_model.empty() ? flags.draft_artifact : flags.draft_model, draft_vocab, target_vocab);
     std::fprintf(stderr, "draft: %s", draft.description.c_str());
-    options.drafter = model_drafter(*draft.backend, static_cast<int64_t>(prompts.size()), flags.draft);
+    options.drafter = model_drafter(*draft.backend, static_cast<int64_t>(prompts.size()), flags.draft, options.sampling);
   }
   const Tokenizer& tokenizer = *source.tokenizer;
   if (const auto eos = tokenizer.end_of_text()) options.stop_tokens.push_back(*eos);

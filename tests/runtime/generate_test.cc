@@ -52,14 +52,15 @@ TEST(Generate, SpeculativeIsPlainForEveryRecipeAndBits) {
   }
 }
 
-// Speculation with a model drafting (runtime/model_drafter.h) against plain generation: the same
-// text; returns the speculative results.
+// Speculation with a model drafting (runtime/model_drafter.h), greedy: the plain text; returns the
+// speculative results.
 std::vector<GeneratedText> expect_model_drafts_exact(const Backend& target, const Backend& draft,
-                                                     GenerateOptions options, const std::string& name) {
+                                                     const std::string& name) {
   const auto prompts = prompts_of(target.config().vocab_size);
+  GenerateOptions options;
   options.max_new_tokens = 24;
   const std::vector<GeneratedText> plain = run(target, options, prompts);
-  options.drafter = model_drafter(draft, static_cast<int64_t>(prompts.size()), 4);
+  options.drafter = model_drafter(draft, static_cast<int64_t>(prompts.size()), 4, options.sampling);
   options.max_draft = 4;
   const std::vector<GeneratedText> speculative = run(target, options, prompts);
   for (size_t b = 0; b < prompts.size(); ++b) {
@@ -69,30 +70,55 @@ std::vector<GeneratedText> expect_model_drafts_exact(const Backend& target, cons
   return speculative;
 }
 
-// The model drafting for itself proposes its own greedy continuation, so every draft is accepted:
-// the drafter's state follows the context through accepted windows and rolls back its own drafts.
-TEST(Generate, ModelDraftingForItselfIsAlwaysAccepted) {
-  const CpuBackend backend(random_weights(synthetic_config(2), 3));
-  for (const GeneratedText& r : expect_model_drafts_exact(backend, backend, {}, "self-draft greedy"))
-    EXPECT_EQ(r.accepted, r.drafted);
+// Sampled speculation with a model drafting: speculative sampling's rule (its distribution is
+// tests/runtime/sampling_test's), reproducible for a seed; returns the results.
+std::vector<GeneratedText> sampled_model_drafts(const Backend& target, const Backend& draft) {
+  const auto prompts = prompts_of(target.config().vocab_size);
+  GenerateOptions options;
+  options.max_new_tokens = 24;
+  options.sampling = {0.8, 50, 0.9, 7};
+  options.drafter = model_drafter(draft, static_cast<int64_t>(prompts.size()), 4, options.sampling);
+  options.max_draft = 4;
+  const std::vector<GeneratedText> first = run(target, options, prompts);
+  options.drafter = model_drafter(draft, static_cast<int64_t>(prompts.size()), 4, options.sampling);
+  const std::vector<GeneratedText> again = run(target, options, prompts);
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    EXPECT_EQ(first[b].tokens, again[b].tokens) << "prompt " << b;
+    EXPECT_EQ(first[b].tokens.size(), 24u) << "prompt " << b;
+    EXPECT_GT(first[b].windows, 0);
+  }
+  return first;
 }
 
-// A quantized artifact of the model drafting (self-speculation): exact, greedy and sampled, and
-// the artifact's drafts are the model's often enough to be accepted.
+// The model drafting for itself proposes its own greedy continuation, or samples from its own
+// distribution, so every draft is accepted: the drafter's state follows the context through
+// accepted windows and rolls back its own drafts.
+TEST(Generate, ModelDraftingForItselfIsAlwaysAccepted) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  for (const GeneratedText& r : expect_model_drafts_exact(backend, backend, "self-draft greedy"))
+    EXPECT_EQ(r.accepted, r.drafted);
+  for (const GeneratedText& r : sampled_model_drafts(backend, backend)) EXPECT_EQ(r.accepted, r.drafted);
+}
+
+// A quantized artifact of the model drafting (self-speculation): greedy gives the plain text both
+// ways round, and the artifact's drafts are the model's often enough to be accepted, greedy and
+// sampled.
 TEST(Generate, QuantizedDraftOfTheModelIsExact) {
   const ModelWeights weights = random_weights(synthetic_config(2), 3);
   const CpuBackend target(weights);
   ExportOptions o = synthetic_model_options(RecipeName::kRtn, BitWidth::kW8A8);
   const CpuBackend draft(std::make_shared<const QuantizedModel>(
       quantize_model(weights, calibration_in_memory(weights, 2, 64, 1), o)));
-  int64_t accepted = 0;
-  for (const GeneratedText& r : expect_model_drafts_exact(target, draft, {}, "w8a8 draft greedy")) accepted += r.accepted;
+  int64_t accepted = 0, drafted = 0;
+  for (const GeneratedText& r : expect_model_drafts_exact(target, draft, "w8a8 draft greedy")) accepted += r.accepted;
   EXPECT_GT(accepted, 0);
-  GenerateOptions sampled;
-  sampled.sampling = {0.8, 50, 0.9, 7};
-  expect_model_drafts_exact(target, draft, sampled, "w8a8 draft sampled");
-  // The model drafting for its artifact: exact the other way round too.
-  expect_model_drafts_exact(draft, target, {}, "fp32 draft for the artifact");
+  expect_model_drafts_exact(draft, target, "fp32 draft for the artifact");
+  accepted = 0;
+  for (const GeneratedText& r : sampled_model_drafts(target, draft)) {
+    accepted += r.accepted;
+    drafted += r.drafted;
+  }
+  EXPECT_GT(accepted, drafted / 2);  // the two distributions are close
 }
 
 // Drafts the next `length` tokens of the reference output `plain`, each shifted by `offset` in
@@ -101,9 +127,9 @@ Drafter shifted_reference_drafter(const std::vector<std::vector<int32_t>>& promp
                                   const std::vector<GeneratedText>& plain, size_t length, int32_t offset, int64_t V) {
   return [&prompts, &plain, length, offset, V](int64_t b, const std::vector<int32_t>& context, int64_t) {
     const size_t n = context.size() - prompts[b].size();
-    std::vector<int32_t> draft;
+    Draft draft;
     for (size_t k = 0; k < length && n + k < plain[b].tokens.size(); ++k)
-      draft.push_back(static_cast<int32_t>((plain[b].tokens[n + k] + offset) % V));
+      draft.tokens.push_back(static_cast<int32_t>((plain[b].tokens[n + k] + offset) % V));
     return draft;
   };
 }

@@ -31,7 +31,7 @@ struct OracleDrafter {
   std::vector<size_t> prompt_lengths;
   int64_t K, vocab;
   std::shared_ptr<std::vector<int64_t>> calls = std::make_shared<std::vector<int64_t>>();
-  std::vector<int32_t> operator()(int64_t b, const std::vector<int32_t>& context, int64_t) const {
+  Draft operator()(int64_t b, const std::vector<int32_t>& context, int64_t) const {
     if (calls->size() <= static_cast<size_t>(b)) calls->resize(b + 1);
     const int64_t error_at = (*calls)[b]++ % (K + 1);
     const size_t n = context.size() - prompt_lengths[b];  // tokens generated; the next draft continues them
@@ -40,7 +40,7 @@ struct OracleDrafter {
       const int32_t token = reference[b][n + k];
       draft.push_back(k == error_at ? (token + 1) % static_cast<int32_t>(vocab) : token);
     }
-    return draft;
+    return Draft{draft, {}};
   }
 };
 
