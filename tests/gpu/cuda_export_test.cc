@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -34,13 +33,7 @@
 namespace ssdq {
 namespace {
 
-std::vector<float> random_rows(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<float> v(count);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
+using testing_models::random_normals;
 
 template <typename T>
 struct DeviceArray {
@@ -60,7 +53,7 @@ struct DeviceArray {
 // Rows in two calls (the sum accumulates), a stride wider than the rows: the CPU's fp64 Hessian.
 void expect_gram_matches(bool tf32, double tolerance) {
   const int64_t rows = 3000, dim = 96, stride = 100;
-  const std::vector<float> x = random_rows(rows * stride, 7);
+  const std::vector<float> x = random_normals(rows * stride, 7);
   InputGram cpu(dim);
   cpu.add_rows(x.data(), rows, stride);
   DeviceArray<float> dx(x), sum(std::vector<float>(dim * dim, 0.f));
@@ -94,7 +87,7 @@ TEST(ExportKernels, InputGramMatchesTheCpu) {
 
 TEST(ExportKernels, RowBiasAddsToEveryRow) {
   const int64_t rows = 777, width = 130;
-  const std::vector<float> x = random_rows(rows * width, 3), bias = random_rows(width, 4);
+  const std::vector<float> x = random_normals(rows * width, 3), bias = random_normals(width, 4);
   DeviceArray<float> dx(x), db(bias);
   kernels::RowBiasArgs a;
   a.rows = rows;
@@ -113,7 +106,7 @@ TEST(ExportKernels, RowBiasAddsToEveryRow) {
 // L·Lᵀ gives it back and L⁻¹·L the identity, to fp64 rounding.
 TEST(ExportKernels, CholeskyInverseMatchesItsDefinition) {
   const int64_t n = 300;
-  const std::vector<float> x = random_rows(n * 2 * n, 11);
+  const std::vector<float> x = random_normals(n * 2 * n, 11);
   std::vector<double> a(n * n, 0.0);  // Σ x xᵀ / rows over 2n rows, plus a little of the identity
   for (int64_t r = 0; r < 2 * n; ++r)
     for (int64_t i = 0; i < n; ++i)
@@ -148,7 +141,7 @@ TEST(ExportKernels, CholeskyInverseMatchesItsDefinition) {
 // difference in U rounds the other way, with and without act-order.
 TEST(ExportKernels, GptqWithTheDeviceFactorMatchesTheHost) {
   const int64_t rows = 96, cols = 320;
-  const std::vector<float> w = random_rows(rows * cols, 12), x = random_rows(4 * cols * cols, 13);
+  const std::vector<float> w = random_normals(rows * cols, 12), x = random_normals(4 * cols * cols, 13);
   InputGram gram(cols);
   gram.add_rows(x.data(), 4 * cols, cols);
   const std::vector<double> h = gram.hessian();

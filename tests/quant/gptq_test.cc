@@ -19,19 +19,14 @@
 #include "formats/safetensors.h"
 #include "model/checkpoint_weights.h"
 #include "runtime/cpu_ops.h"
+#include "tests/support/test_models.h"
 
 namespace ssdq {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::vector<float> random_values(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> out(count);
-  for (float& v : out) v = normal(rng);
-  return out;
-}
+std::vector<float> random_values(int64_t count, uint32_t seed) { return testing_models::random_normals(count, seed); }
 
 std::vector<double> identity(int64_t n) {
   std::vector<double> h(n * n, 0.0);

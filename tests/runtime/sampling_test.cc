@@ -4,21 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include "runtime/sampling.h"
+#include "tests/support/test_models.h"
 
 namespace ssdq {
 namespace {
 
-std::vector<float> random_logits(int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.f, 2.f);
-  std::vector<float> logits(vocab);
-  for (float& v : logits) v = normal(rng);
-  return logits;
-}
+std::vector<float> random_logits(int64_t vocab, uint32_t seed) { return testing_models::random_normals(vocab, seed, 2.f); }
 
 // The distribution of f(u) for u on a midpoint grid of n points.
 template <typename F>

@@ -37,6 +37,15 @@ inline std::vector<int32_t> random_tokens(int64_t count, int64_t vocab, uint32_t
   return out;
 }
 
+// count values of N(0, stddev²) from a Mersenne Twister seeded with `seed`.
+inline std::vector<float> random_normals(int64_t count, uint32_t seed, float stddev = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> out(count);
+  for (float& v : out) v = normal(rng) * stddev;
+  return out;
+}
+
 // max |a - ref| / max |ref|.
 inline double max_relative(const std::vector<float>& a, const std::vector<float>& ref) {
   double diff = 0, scale = 0;
