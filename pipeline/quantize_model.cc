@@ -206,19 +206,19 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
   std::vector<SortClusterResult> clusters(L);
   std::vector<float> signs;
   if (o.uses_transforms()) {
-    fuse_norm_weights(w);
+    fuse_norm_weights(w, parallel_for);
     if (o.rotation_seed) signs = random_signs(D, *o.rotation_seed);
-    rotate_residual(w, signs);
+    rotate_residual(w, signs, parallel_for);
     // Reordering permutes out_proj's columns, so it comes before the Hadamard is fused into them.
     if (o.recipe == RecipeName::kQuamba2)
-      for (int64_t l = 0; l < L; ++l) {
+      parallel_for(L, [&](int64_t l) {  // layers are independent
         SortClusterOptions so;
         so.head_clusters = *o.head_clusters;
         so.channel_clusters = *o.channel_clusters;
         clusters[l] = sort_and_cluster(calib.stats.layers[l].at(StatPoint::kSsdX).absmax(), H, P, c.ngroups, so);
         reorder_heads(w.layers[l], c, clusters[l].permutation);
-      }
-    fuse_out_proj_hadamard(w, o.tp_blocks);
+      });
+    fuse_out_proj_hadamard(w, o.tp_blocks, parallel_for);
   }
 
   QuantizedModel m;

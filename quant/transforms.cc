@@ -1,5 +1,7 @@
 #include "quant/transforms.h"
 
+#include <algorithm>
+#include <functional>
 #include <random>
 #include <string>
 
@@ -52,13 +54,6 @@ std::vector<float> transpose(const std::vector<float>& m, int64_t rows, int64_t 
   return t;
 }
 
-// Each row x of [rows, n] becomes x·diag(signs)·H_n/√n.
-void rotate_rows(std::vector<float>& m, int64_t n, const std::vector<float>& signs) {
-  const int64_t rows = static_cast<int64_t>(m.size()) / n;
-  if (!signs.empty()) scale_columns(m, n, signs);
-  apply_hadamard_rows(m.data(), rows, n, true);
-}
-
 // Rows [begin, begin + count) of a [*, cols] matrix: new row i is old row begin + index[i].
 void gather_rows(std::vector<float>& m, int64_t cols, int64_t begin, const std::vector<int64_t>& index) {
   std::vector<float> old(m.begin() + begin * cols, m.begin() + (begin + static_cast<int64_t>(index.size())) * cols);
@@ -68,17 +63,49 @@ void gather_rows(std::vector<float>& m, int64_t cols, int64_t begin, const std::
 
 void gather(std::vector<float>& v, const std::vector<int64_t>& index) { gather_rows(v, 1, 0, index); }
 
+void run(const TransformParallelFor& parallel, int64_t count, const std::function<void(int64_t)>& body) {
+  if (parallel) {
+    parallel(count, body);
+  } else {
+    for (int64_t i = 0; i < count; ++i) body(i);
+  }
+}
+
+// Rows of a table [*, cols] in blocks, each block body(first row, rows) on its own.
+constexpr int64_t kRowsPerItem = 4096;
+void for_row_blocks(const TransformParallelFor& parallel, int64_t rows,
+                    const std::function<void(int64_t first, int64_t count)>& body) {
+  run(parallel, (rows + kRowsPerItem - 1) / kRowsPerItem,
+      [&](int64_t i) { body(i * kRowsPerItem, std::min(kRowsPerItem, rows - i * kRowsPerItem)); });
+}
+
+// Rows [first, first + count) of [*, n] become x·diag(signs)·H_n/√n.
+void rotate_row_block(float* m, int64_t first, int64_t count, int64_t n, const std::vector<float>& signs) {
+  float* rows = m + first * n;
+  if (!signs.empty())
+    for (int64_t i = 0; i < count * n; ++i) rows[i] *= signs[i % n];
+  apply_hadamard_rows(rows, count, n, true);
+}
+
+// Each row x of [rows, n] becomes x·diag(signs)·H_n/√n.
+void rotate_rows(std::vector<float>& m, int64_t n, const std::vector<float>& signs) {
+  rotate_row_block(m.data(), 0, static_cast<int64_t>(m.size()) / n, n, signs);
+}
+
 }  // namespace
 
-void fuse_norm_weights(ModelWeights& w) {
+void fuse_norm_weights(ModelWeights& w, const TransformParallelFor& parallel) {
   check_shapes(w);
   const int64_t D = w.config.d_model;
-  for (LayerWeights& layer : w.layers) {
+  run(parallel, w.config.n_layer, [&](int64_t l) {
+    LayerWeights& layer = w.layers[l];
     scale_columns(layer.in_proj, D, layer.norm);
     std::fill(layer.norm.begin(), layer.norm.end(), 1.0f);
-  }
+  });
   std::vector<float> head = w.head();
-  scale_columns(head, D, w.norm_f);
+  for_row_blocks(parallel, w.config.vocab_size, [&](int64_t first, int64_t rows) {
+    for (int64_t i = first * D; i < (first + rows) * D; ++i) head[i] *= w.norm_f[i % D];
+  });
   w.lm_head = std::move(head);
   std::fill(w.norm_f.begin(), w.norm_f.end(), 1.0f);
   w.config.tie_embeddings = false;
@@ -91,7 +118,7 @@ std::vector<float> random_signs(int64_t count, uint64_t seed) {
   return signs;
 }
 
-void rotate_residual(ModelWeights& w, const std::vector<float>& signs) {
+void rotate_residual(ModelWeights& w, const std::vector<float>& signs, const TransformParallelFor& parallel) {
   check_shapes(w);
   const int64_t D = w.config.d_model, E = w.config.d_inner();
   hadamard_base_order(D);  // fails with a clear message before anything changes
@@ -107,24 +134,28 @@ void rotate_residual(ModelWeights& w, const std::vector<float>& signs) {
   for (int64_t l = 0; l < w.config.n_layer; ++l) check_fused(w.layers[l].norm, fmt::format("layers.{}.norm", l));
   check_fused(w.norm_f, "norm_f");
 
-  rotate_rows(w.embedding, D, signs);
-  if (!w.lm_head.empty()) rotate_rows(w.lm_head, D, signs);
-  for (LayerWeights& layer : w.layers) {
+  for (std::vector<float>* table : {&w.embedding, &w.lm_head})
+    if (!table->empty())
+      for_row_blocks(parallel, w.config.vocab_size,
+                     [&](int64_t first, int64_t rows) { rotate_row_block(table->data(), first, rows, D, signs); });
+  run(parallel, w.config.n_layer, [&](int64_t l) {
+    LayerWeights& layer = w.layers[l];
     rotate_rows(layer.in_proj, D, signs);
     std::vector<float> out_t = transpose(layer.out_proj, D, E);  // columns of out_proj as rows
     rotate_rows(out_t, D, signs);
     layer.out_proj = transpose(out_t, E, D);
-  }
+  });
 }
 
-void fuse_out_proj_hadamard(ModelWeights& w, int64_t blocks) {
+void fuse_out_proj_hadamard(ModelWeights& w, int64_t blocks, const TransformParallelFor& parallel) {
   check_shapes(w);
   const int64_t D = w.config.d_model, E = w.config.d_inner();
   if (blocks < 1 || E % blocks != 0) fail("fuse_out_proj_hadamard: {} blocks do not split {} channels", blocks, E);
   hadamard_base_order(E / blocks);
   // A row of out_proj is B blocks of E/B columns, each rotated by H_{E/B}: the same as rotating
   // D·B rows of E/B.
-  for (LayerWeights& layer : w.layers) apply_hadamard_rows(layer.out_proj.data(), D * blocks, E / blocks, true);
+  run(parallel, w.config.n_layer,
+      [&](int64_t l) { apply_hadamard_rows(w.layers[l].out_proj.data(), D * blocks, E / blocks, true); });
 }
 
 void reorder_heads(LayerWeights& layer, const Mamba2Config& c, const HeadPermutation& perm) {

@@ -220,6 +220,37 @@ TEST(Transforms, RejectsMalformedWeights) {
               ::testing::ThrowsMessage<Error>(HasSubstr("layers.1.out_proj has 8191 values, expected 8192")));
 }
 
+// Layers and blocks of table rows on several threads give the bits of one thread (a vocabulary
+// of two whole blocks of rows and a part, an untied head, signs and Hadamard blocks).
+TEST(Transforms, ThreadsDoNotChangeTheBits) {
+  Mamba2Config c = small_config(64, false);
+  c.vocab_size = 9000;
+  c.n_layer = 3;
+  const ModelWeights original = random_weights(c, 5);
+  const std::vector<float> signs = random_signs(c.d_model, 2);
+  auto transformed = [&](const TransformParallelFor& parallel) {
+    ModelWeights w = original;
+    fuse_norm_weights(w, parallel);
+    rotate_residual(w, signs, parallel);
+    fuse_out_proj_hadamard(w, 2, parallel);
+    return w;
+  };
+  const ModelWeights one = transformed({});
+  // Items in reverse order, as threads may run them.
+  const ModelWeights many = transformed([](int64_t count, const std::function<void(int64_t)>& body) {
+    for (int64_t i = count - 1; i >= 0; --i) body(i);
+  });
+  EXPECT_EQ(one.embedding, many.embedding);
+  EXPECT_EQ(one.lm_head, many.lm_head);
+  EXPECT_EQ(one.norm_f, many.norm_f);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    EXPECT_EQ(one.layers[l].in_proj, many.layers[l].in_proj) << l;
+    EXPECT_EQ(one.layers[l].out_proj, many.layers[l].out_proj) << l;
+    EXPECT_EQ(one.layers[l].norm, many.layers[l].norm) << l;
+  }
+  EXPECT_NE(one.embedding, original.embedding);
+}
+
 TEST(Transforms, RandomSignsAreSeededPlusMinusOne) {
   const std::vector<float> a = random_signs(256, 3), b = random_signs(256, 3), c = random_signs(256, 4);
   EXPECT_EQ(a, b);
