@@ -190,8 +190,10 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--stop", flags->stop, "Stop before this string (repeatable); the end-of-text token (<|endoftext|>, </s>) always stops");
   cmd->add_option("--speculate", flags->speculate,
-                  "off; ngram: drafts by prompt lookup; model: greedy drafts of --draft-model or --draft-artifact "
-                  "(e.g. the model's own W4A8 artifact); every draft verified exactly")
+                  "off; ngram: drafts by prompt lookup, a draft token kept where the model's own choice equals it "
+                  "(the plain text); model: drafts of --draft-model or --draft-artifact (e.g. the model's own W4A8 "
+                  "artifact), greedy (the plain text) or, at a --temperature, sampled and kept by speculative "
+                  "sampling's rule (the model's distribution, not plain sampling's draws; docs/GENERATION.md)")
       ->capture_default_str()
       ->check(CLI::IsMember({"off", "ngram", "model"}));
   cmd->add_option("--draft", flags->draft, "--speculate: draft tokens per verify window at most")
