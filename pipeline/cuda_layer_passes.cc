@@ -7,10 +7,8 @@
 #include <vector>
 
 #include "formats/error.h"
-#include "kernels/channel_stats.h"
 #include "kernels/input_gram.h"
 #include "kernels/row_bias.h"
-#include "pipeline/cuda_calibrate.h"
 #include "pipeline/cuda_stats_observer.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/cuda_observer.h"
@@ -60,56 +58,6 @@ class GramObserver : public DeviceObserver {
   int64_t rows_ = 0;
 };
 
-// out_proj's output: per-channel maxima and sums (kernels/channel_stats.h).
-class OutputObserver : public DeviceObserver {
- public:
-  explicit OutputObserver(int64_t width)
-      : width_(width), stats_(width * 12 + 8, "out_proj output sums", nullptr) {
-    cuda_ok(cudaMemset(stats_.at<void>(0), 0, width * 12), "cudaMemset");
-    cuda_ok(cudaMemset(stats_.at<void>(width * 12), 0xff, 8), "cudaMemset");
-  }
-  bool watches(ActivationPoint p) const override { return p == ActivationPoint::kOutProjOut; }
-  bool watches_ssd_inputs() const override { return false; }
-  void on_activation(int64_t, ActivationPoint, const float* data, int64_t rows, int64_t width, int64_t stride,
-                     CUstream_st* stream) override {
-    kernels::ChannelStatsArgs a;
-    a.rows = rows;
-    a.width = static_cast<int>(width);
-    a.data = data;
-    a.stride = stride;
-    a.sums = stats_.at<double>(0);
-    a.absmax = stats_.at<float>(width_ * 8);
-    a.first_bad = stats_.at<unsigned long long>(width_ * 12);
-    const size_t need = kernels::channel_stats_workspace_bytes(a);
-    if (need > workspace_.bytes()) {
-      cuda_ok(cudaStreamSynchronize(stream), "synchronize before growing scratch");
-      workspace_ = DeviceBlock();
-      workspace_ = DeviceBlock(align_up(need), "out_proj output sums scratch", nullptr);
-    }
-    a.workspace = workspace_.at<void>(0);
-    cuda_ok(kernels::launch_channel_stats(a, stream), "out_proj output sums");
-    rows_ += rows;
-  }
-  void on_ssd_inputs(int64_t, const DeviceSsdInputs&, CUstream_st*) override {}
-  ChannelStats read(int64_t layer) const {
-    std::vector<double> sums(width_);
-    std::vector<float> absmax(width_);
-    unsigned long long bad = 0;
-    cuda_ok(cudaMemcpy(sums.data(), stats_.at<void>(0), width_ * 8, cudaMemcpyDeviceToHost), "read sums");
-    cuda_ok(cudaMemcpy(absmax.data(), stats_.at<void>(width_ * 8), width_ * 4, cudaMemcpyDeviceToHost), "read maxima");
-    cuda_ok(cudaMemcpy(&bad, stats_.at<void>(width_ * 12), 8, cudaMemcpyDeviceToHost), "read checks");
-    if (bad != ~0ull)
-      fail("layer {}: out_proj's output has a non-finite value at calibration token {}, channel {}", layer,
-           bad / width_, bad % width_);
-    return ChannelStats::from_parts(std::move(absmax), std::move(sums), rows_);
-  }
-
- private:
-  int64_t width_;
-  DeviceBlock stats_, workspace_;
-  int64_t rows_ = 0;
-};
-
 // Pass A's observers together.
 class BothObservers : public DeviceObserver {
  public:
@@ -137,7 +85,7 @@ class CudaLayerPasses : public LayerPasses {
  public:
   static constexpr int64_t kUnreadVocabulary = 16;  // the one-layer engines' embedding, never read
 
-  CudaLayerPasses(const CudaExport& gpu, const Mamba2Config& config, const WeightMatrix& embedding,
+  CudaLayerPasses(const CudaCalibration& gpu, const Mamba2Config& config, const WeightMatrix& embedding,
                   const std::vector<int32_t>& tokens, int64_t samples, int64_t seqlen, const PassProgress& progress)
       : gpu_(gpu), c_(config), S_(samples), T_(seqlen), progress_(progress) {
     select_cuda_device(gpu.device);
@@ -166,28 +114,30 @@ class CudaLayerPasses : public LayerPasses {
                      CalibrationStats& stats, InputGram* in_gram) override {
     CudaStatsObserver point_stats(layer_config_, internals);
     std::unique_ptr<GramObserver> gram;
-    if (in_gram) gram = std::make_unique<GramObserver>(ActivationPoint::kInProjIn, c_.d_model, gpu_.tf32);
+    if (in_gram) gram = std::make_unique<GramObserver>(ActivationPoint::kInProjIn, c_.d_model, gpu_.tf32_gemms);
     BothObservers both(point_stats, gram.get());
     const auto engine = make_engine(layer, &both);
     run(stage, *engine, /*advance=*/false, point_stats.device_bytes() + (gram ? gram->device_bytes() : 0));
-    point_stats.check_finite(engine->stream());
+    point_stats.check_finite(engine->stream(), l);
     stats.layers[l] = std::move(point_stats.read(engine->stream()).layers[0]);
     if (gram) in_gram->merge(gram->read());
   }
 
   void observe_out_proj_input(const std::string& stage, int64_t, const QuantizedLayer& layer, InputGram& gram) override {
-    GramObserver observer(ActivationPoint::kOutProjIn, c_.d_inner(), gpu_.tf32);
+    GramObserver observer(ActivationPoint::kOutProjIn, c_.d_inner(), gpu_.tf32_gemms);
     const auto engine = make_engine(layer, &observer);
     run(stage, *engine, /*advance=*/false, observer.device_bytes());
     gram.merge(observer.read());
   }
 
   void advance(const std::string& stage, int64_t l, const QuantizedLayer& layer, ChannelStats* output) override {
-    std::unique_ptr<OutputObserver> observer;
-    if (output) observer = std::make_unique<OutputObserver>(c_.d_model);
+    std::unique_ptr<CudaStatsObserver> observer;  // out_proj's output alone: its maxima and sums
+    if (output) observer = std::make_unique<CudaStatsObserver>(layer_config_, false, ActivationPoint::kOutProjOut);
     const auto engine = make_engine(layer, observer.get());
-    run(stage, *engine, /*advance=*/true, 0);
-    if (output) output->merge(observer->read(l));
+    run(stage, *engine, /*advance=*/true, observer ? observer->device_bytes() : 0);
+    if (!output) return;
+    observer->check_finite(engine->stream(), l);
+    output->merge(observer->read(engine->stream()).layers[0].at(StatPoint::kOutProjOut));
   }
 
   void add_bias(const std::vector<float>& bias) override {
@@ -223,7 +173,7 @@ class CudaLayerPasses : public LayerPasses {
     o.device = gpu_.device;
     o.use_graphs = false;
     o.fp32_float_math = true;
-    o.tf32_gemms = gpu_.tf32;
+    o.tf32_gemms = gpu_.tf32_gemms;
     o.observer = observer;
     return std::make_unique<CudaBackend>(std::shared_ptr<const QuantizedModel>(std::move(model)), o);
   }
@@ -238,7 +188,7 @@ class CudaLayerPasses : public LayerPasses {
     peak_bytes_ = std::max(peak_bytes_, streams_.bytes() + engine.memory().peak_bytes + observer_bytes);
   }
 
-  CudaExport gpu_;
+  CudaCalibration gpu_;
   Mamba2Config c_, layer_config_;
   int64_t S_, T_, batch_ = 1;
   PassProgress progress_;
@@ -248,11 +198,7 @@ class CudaLayerPasses : public LayerPasses {
 
 }  // namespace
 
-std::string CudaExport::describe() const {
-  return "cuda:" + std::to_string(device) + (tf32 ? " fp32, TF32 GEMMs" : " fp32");
-}
-
-LayerPassesMaker cuda_layer_passes(const CudaExport& gpu) {
+LayerPassesMaker cuda_layer_passes(const CudaCalibration& gpu) {
   return [gpu](const Mamba2Config& config, const WeightMatrix& embedding, const std::vector<int32_t>& tokens,
                int64_t samples, int64_t seqlen, const PassProgress& progress) -> std::unique_ptr<LayerPasses> {
     if (samples <= 0 || seqlen <= 1 || static_cast<int64_t>(tokens.size()) < samples * seqlen)

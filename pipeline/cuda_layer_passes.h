@@ -12,25 +12,14 @@
 // batch's activations and a Gram matrix (d_inner² · 4 bytes).
 #pragma once
 
-#include <cstddef>
-#include <functional>
-#include <string>
-
+#include "pipeline/cuda_calibrate.h"
 #include "pipeline/layer_passes.h"
 
 namespace ssdq {
 
-struct CudaExport {
-  int device = 0;
-  // The fp32 projections and the Grams on the tensor cores in TF32 (inputs rounded to 10 mantissa
-  // bits): export --gemm tf32.
-  bool tf32 = false;
-  // Told, when the passes end, the most device memory they held.
-  std::function<void(size_t bytes)> on_device_memory;
-  // Where the passes ran, for the artifact's description: "cuda:0 fp32" or "cuda:0 fp32, TF32 GEMMs".
-  std::string describe() const;
-};
-
-LayerPassesMaker cuda_layer_passes(const CudaExport& gpu);
+// The passes on `gpu.device`, TF32 for the fp32 projections and the Grams with gpu.tf32_gemms
+// (export --gemm tf32); gpu.on_device_memory is told, when the passes end, the most device memory
+// they held; gpu.describe() names where they ran in the artifact's description.
+LayerPassesMaker cuda_layer_passes(const CudaCalibration& gpu);
 
 }  // namespace ssdq

@@ -76,7 +76,8 @@ struct CudaStatsObserver::Impl {
   }
 };
 
-CudaStatsObserver::CudaStatsObserver(const Mamba2Config& config, bool ssd_internals) : impl_(std::make_unique<Impl>()) {
+CudaStatsObserver::CudaStatsObserver(const Mamba2Config& config, bool ssd_internals, std::optional<ActivationPoint> only)
+    : impl_(std::make_unique<Impl>()), only_(only) {
   Impl& m = *impl_;
   m.config = config;
   m.ssd_internals = ssd_internals;
@@ -150,7 +151,7 @@ void CudaStatsObserver::on_ssd_inputs(int64_t layer, const DeviceSsdInputs& in, 
   m.fold(layer, StatPoint::kSsdCb, a.cb, chunk_rows, c.ngroups, c.ngroups, stream);
 }
 
-void CudaStatsObserver::check_finite(CUstream_st* stream) {
+void CudaStatsObserver::check_finite(CUstream_st* stream, int64_t first_layer) {
   Impl& m = *impl_;
   std::vector<unsigned long long> bad(m.config.n_layer * kStatPointCount);
   cuda_ok(cudaStreamSynchronize(stream), "calibration forward");
@@ -160,7 +161,7 @@ void CudaStatsObserver::check_finite(CUstream_st* stream) {
     const int64_t layer = static_cast<int64_t>(i) / kStatPointCount;
     const StatPoint p = static_cast<StatPoint>(i % kStatPointCount);
     const int64_t width = m.at(layer, p).channels;
-    fail("calibration: layer {} {} has a non-finite value at row {} of a forward, channel {}", layer,
+    fail("layer {} {} has a non-finite value at row {} of a forward, channel {}", first_layer + layer,
          stat_point_name(p), static_cast<int64_t>(bad[i]) / width, static_cast<int64_t>(bad[i]) % width);
   }
 }

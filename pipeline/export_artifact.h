@@ -14,7 +14,7 @@ namespace ssdq {
 
 struct ExportRequest {
   std::string model_dir, calibration_path, tokenizer_path, out_path;  // tokenizer: "" = the model folder's
-  // Where the layer passes run when not on the CPU (CudaExport::describe()), recorded in the
+  // Where the layer passes run when not on the CPU (CudaCalibration::describe()), recorded in the
   // description's calibration record as "export_forward" (so a partial file from the other device
   // is not resumed); empty: the CPU, not recorded.
   std::string forward;

@@ -50,10 +50,15 @@ class ModelDrafter {
     const int64_t count = std::min(max_draft_, max_tokens);
     for (int64_t k = 0; k < count; ++k) {
       if (k > 0) s.session->step(&d.tokens.back(), logits.data());
+      if (!sampled) {
+        d.tokens.push_back(choose_token(logits.data(), V, sampling_, 0.0));
+        continue;
+      }
+      // One sort of the logits a token: the distribution, then a draw from it.
+      d.distributions.push_back(token_distribution(logits.data(), V, sampling_));
       const uint64_t position = context.size() + k;
-      d.tokens.push_back(choose_token(logits.data(), V, sampling_,
-                                      counter_uniform(sampling_.seed ^ kDraftStream, static_cast<uint64_t>(b), position)));
-      if (sampled) d.distributions.push_back(token_distribution(logits.data(), V, sampling_));
+      d.tokens.push_back(sample_distribution(
+          d.distributions.back(), counter_uniform(sampling_.seed ^ kDraftStream, static_cast<uint64_t>(b), position)));
     }
     s.session->state().copy_all(*s.kept);
     return d;

@@ -70,18 +70,16 @@ void run_export(ExportFlags& flags) {
   flags.options.times = &times;
   if (device.cuda) {
     select_cuda_device(device.index);  // an absent or too old device is refused before any work
-    CudaExport gpu;
+    // The layer passes, and the FP forward of a subset of the samples, on one device.
+    CudaCalibration gpu;
     gpu.device = device.index;
-    gpu.tf32 = flags.gemm == "tf32";
+    gpu.tf32_gemms = flags.gemm == "tf32";
     gpu.on_device_memory = [&device_bytes](size_t bytes) { device_bytes = std::max(device_bytes, bytes); };
     flags.options.layer_passes = cuda_layer_passes(gpu);
     flags.options.gptq_inverse_factor = cuda_gptq_inverse_factor(device.index);
-    CudaCalibration fp;
-    fp.device = device.index;
-    fp.tf32_gemms = gpu.tf32;
-    flags.options.collect = [fp](const ModelWeights& weights, const std::vector<int32_t>& tokens, int64_t samples,
-                                 int64_t seqlen, const CollectOptions& o) {
-      return collect_statistics_cuda(weights, tokens, samples, seqlen, o, fp);
+    flags.options.collect = [gpu](const ModelWeights& weights, const std::vector<int32_t>& tokens, int64_t samples,
+                                  int64_t seqlen, const CollectOptions& o) {
+      return collect_statistics_cuda(weights, tokens, samples, seqlen, o, gpu);
     };
     flags.request.forward = gpu.describe();
   }

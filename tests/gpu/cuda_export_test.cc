@@ -168,7 +168,7 @@ void expect_gpu_export_matches(const ModelWeights& weights, const CalibrationFil
   const auto cpu_model = std::make_shared<const QuantizedModel>(quantize_model(weights, calib, base));
   ExportOptions gpu = base;
   size_t device_bytes = 0;
-  CudaExport cuda;
+  CudaCalibration cuda;
   cuda.on_device_memory = [&](size_t bytes) { device_bytes = bytes; };
   gpu.layer_passes = cuda_layer_passes(cuda);
   gpu.gptq_inverse_factor = cuda_gptq_inverse_factor(0);
@@ -226,7 +226,7 @@ TEST(CudaExport, PassesMatchTheCpuPasses) {
   const QuantizedModel exported = quantize_model(weights, calib, o);
   std::unique_ptr<LayerPasses> passes[2] = {
       cpu_layer_passes(c, exported.embedding, calib.tokens, S, T, {}),
-      cuda_layer_passes(CudaExport{})(c, exported.embedding, calib.tokens, S, T, {})};
+      cuda_layer_passes(CudaCalibration{})(c, exported.embedding, calib.tokens, S, T, {})};
   for (int64_t l = 0; l < 2; ++l) {
     SCOPED_TRACE("layer " + std::to_string(l));
     // Layer 0 sees the same streams on both; layer 1 sees streams through the quantized layer 0,
