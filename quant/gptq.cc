@@ -164,11 +164,7 @@ QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, c
                                 .solve(Eigen::MatrixXd::Identity(cols, cols).middleCols(c0, n))
                                 .cast<float>();
     };
-    if (o.parallel_for) {
-      o.parallel_for(column_slices, invert_columns);
-    } else {
-      for (int64_t slice = 0; slice < column_slices; ++slice) invert_columns(slice);
-    }
+    run_items(o.parallel_for, column_slices, invert_columns);
   }
 
   const int64_t groups = q.groups_per_row();
@@ -198,11 +194,7 @@ QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, c
     }
   };
   const int64_t slices = (rows + kGptqSliceRows - 1) / kGptqSliceRows;
-  if (o.parallel_for) {
-    o.parallel_for(slices, quantize_rows);
-  } else {
-    for (int64_t slice = 0; slice < slices; ++slice) quantize_rows(slice);
-  }
+  run_items(o.parallel_for, slices, quantize_rows);
   return q;
 }
 

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "model/quantizer.h"
+#include "quant/parallel_items.h"
 
 namespace ssdq {
 
@@ -58,7 +59,7 @@ struct GptqOptions {
   bool static_groups = false;
   // Runs body(i) for i in [0, count), possibly on several threads (the pipeline passes
   // runtime/parallel.h's parallel_for; quant/ itself starts no threads). Empty: one thread.
-  std::function<void(int64_t count, const std::function<void(int64_t)>& body)> parallel_for;
+  ParallelFor parallel_for;
   // Computes U (row-major [cols, cols], upper triangular, H⁻¹ = UᵀU) of the damped and permuted
   // Hessian h (row-major [cols, cols]); false when h is not positive definite. Empty: Eigen's LLT
   // on this thread and the triangular solve over parallel_for. The export on a GPU passes the

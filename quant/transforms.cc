@@ -1,7 +1,6 @@
 #include "quant/transforms.h"
 
 #include <algorithm>
-#include <functional>
 #include <random>
 #include <string>
 
@@ -42,9 +41,9 @@ void check_shapes(const ModelWeights& w) {
   for (int64_t l = 0; l < c.n_layer; ++l) check_layer_shapes(w.layers[l], c, l);
 }
 
-// Each row x of [rows, cols] becomes x·diag(scale).
-void scale_columns(std::vector<float>& m, int64_t cols, const std::vector<float>& scale) {
-  for (size_t i = 0; i < m.size(); ++i) m[i] *= scale[i % cols];
+// Each of `rows` rows x of `cols` values at m becomes x·diag(scale).
+void scale_columns(float* m, int64_t rows, int64_t cols, const std::vector<float>& scale) {
+  for (int64_t i = 0; i < rows * cols; ++i) m[i] *= scale[i % cols];
 }
 
 std::vector<float> transpose(const std::vector<float>& m, int64_t rows, int64_t cols) {
@@ -63,27 +62,18 @@ void gather_rows(std::vector<float>& m, int64_t cols, int64_t begin, const std::
 
 void gather(std::vector<float>& v, const std::vector<int64_t>& index) { gather_rows(v, 1, 0, index); }
 
-void run(const TransformParallelFor& parallel, int64_t count, const std::function<void(int64_t)>& body) {
-  if (parallel) {
-    parallel(count, body);
-  } else {
-    for (int64_t i = 0; i < count; ++i) body(i);
-  }
-}
-
 // Rows of a table [*, cols] in blocks, each block body(first row, rows) on its own.
 constexpr int64_t kRowsPerItem = 4096;
-void for_row_blocks(const TransformParallelFor& parallel, int64_t rows,
+void for_row_blocks(const ParallelFor& parallel, int64_t rows,
                     const std::function<void(int64_t first, int64_t count)>& body) {
-  run(parallel, (rows + kRowsPerItem - 1) / kRowsPerItem,
+  run_items(parallel, (rows + kRowsPerItem - 1) / kRowsPerItem,
       [&](int64_t i) { body(i * kRowsPerItem, std::min(kRowsPerItem, rows - i * kRowsPerItem)); });
 }
 
 // Rows [first, first + count) of [*, n] become x·diag(signs)·H_n/√n.
 void rotate_row_block(float* m, int64_t first, int64_t count, int64_t n, const std::vector<float>& signs) {
   float* rows = m + first * n;
-  if (!signs.empty())
-    for (int64_t i = 0; i < count * n; ++i) rows[i] *= signs[i % n];
+  if (!signs.empty()) scale_columns(rows, count, n, signs);
   apply_hadamard_rows(rows, count, n, true);
 }
 
@@ -94,18 +84,17 @@ void rotate_rows(std::vector<float>& m, int64_t n, const std::vector<float>& sig
 
 }  // namespace
 
-void fuse_norm_weights(ModelWeights& w, const TransformParallelFor& parallel) {
+void fuse_norm_weights(ModelWeights& w, const ParallelFor& parallel) {
   check_shapes(w);
   const int64_t D = w.config.d_model;
-  run(parallel, w.config.n_layer, [&](int64_t l) {
+  run_items(parallel, w.config.n_layer, [&](int64_t l) {
     LayerWeights& layer = w.layers[l];
-    scale_columns(layer.in_proj, D, layer.norm);
+    scale_columns(layer.in_proj.data(), w.config.d_in_proj(), D, layer.norm);
     std::fill(layer.norm.begin(), layer.norm.end(), 1.0f);
   });
   std::vector<float> head = w.head();
-  for_row_blocks(parallel, w.config.vocab_size, [&](int64_t first, int64_t rows) {
-    for (int64_t i = first * D; i < (first + rows) * D; ++i) head[i] *= w.norm_f[i % D];
-  });
+  for_row_blocks(parallel, w.config.vocab_size,
+                 [&](int64_t first, int64_t rows) { scale_columns(head.data() + first * D, rows, D, w.norm_f); });
   w.lm_head = std::move(head);
   std::fill(w.norm_f.begin(), w.norm_f.end(), 1.0f);
   w.config.tie_embeddings = false;
@@ -118,7 +107,7 @@ std::vector<float> random_signs(int64_t count, uint64_t seed) {
   return signs;
 }
 
-void rotate_residual(ModelWeights& w, const std::vector<float>& signs, const TransformParallelFor& parallel) {
+void rotate_residual(ModelWeights& w, const std::vector<float>& signs, const ParallelFor& parallel) {
   check_shapes(w);
   const int64_t D = w.config.d_model, E = w.config.d_inner();
   hadamard_base_order(D);  // fails with a clear message before anything changes
@@ -138,7 +127,7 @@ void rotate_residual(ModelWeights& w, const std::vector<float>& signs, const Tra
     if (!table->empty())
       for_row_blocks(parallel, w.config.vocab_size,
                      [&](int64_t first, int64_t rows) { rotate_row_block(table->data(), first, rows, D, signs); });
-  run(parallel, w.config.n_layer, [&](int64_t l) {
+  run_items(parallel, w.config.n_layer, [&](int64_t l) {
     LayerWeights& layer = w.layers[l];
     rotate_rows(layer.in_proj, D, signs);
     std::vector<float> out_t = transpose(layer.out_proj, D, E);  // columns of out_proj as rows
@@ -147,14 +136,14 @@ void rotate_residual(ModelWeights& w, const std::vector<float>& signs, const Tra
   });
 }
 
-void fuse_out_proj_hadamard(ModelWeights& w, int64_t blocks, const TransformParallelFor& parallel) {
+void fuse_out_proj_hadamard(ModelWeights& w, int64_t blocks, const ParallelFor& parallel) {
   check_shapes(w);
   const int64_t D = w.config.d_model, E = w.config.d_inner();
   if (blocks < 1 || E % blocks != 0) fail("fuse_out_proj_hadamard: {} blocks do not split {} channels", blocks, E);
   hadamard_base_order(E / blocks);
   // A row of out_proj is B blocks of E/B columns, each rotated by H_{E/B}: the same as rotating
   // D·B rows of E/B.
-  run(parallel, w.config.n_layer,
+  run_items(parallel, w.config.n_layer,
       [&](int64_t l) { apply_hadamard_rows(w.layers[l].out_proj.data(), D * blocks, E / blocks, true); });
 }
 

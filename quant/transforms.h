@@ -3,23 +3,21 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "quant/head_permutation.h"
+#include "quant/parallel_items.h"
 #include "model/model_weights.h"
 
 namespace ssdq {
 
-// Runs body(i) for i in [0, count), possibly on several threads (the pipeline passes
-// runtime/parallel.h's parallel_for; quant/ starts no threads). Empty: one thread. The transforms
-// give the same bits either way: their items (layers, blocks of table rows) are independent.
-using TransformParallelFor = std::function<void(int64_t count, const std::function<void(int64_t)>& body)>;
+// `parallel` (quant/parallel_items.h) spreads layers and blocks of table rows over the cores; the
+// transforms give the same bits either way.
 
 // RMSNorm γ fusion: every layer's in_proj ← in_proj·diag(norm) and norm ← 1; the final norm goes
 // into an explicit lm_head ← head()·diag(norm_f), norm_f ← 1, and config.tie_embeddings = false
 // (the head is no longer the embedding).
-void fuse_norm_weights(ModelWeights& weights, const TransformParallelFor& parallel = {});
+void fuse_norm_weights(ModelWeights& weights, const ParallelFor& parallel = {});
 
 // `count` signs ±1 from std::mt19937_64(seed): sign i is -1 when the i-th draw's top bit is set.
 std::vector<float> random_signs(int64_t count, uint64_t seed);
@@ -29,14 +27,14 @@ std::vector<float> random_signs(int64_t count, uint64_t seed);
 // lm_head ← lm_head·Q (a tied head follows the embedding). The residual stream becomes r·Q, which
 // RMSNorm without γ maps to rmsnorm(r)·Q, so every norm weight must be 1 (fuse_norm_weights first);
 // fails otherwise, and when D is not a supported Hadamard order.
-void rotate_residual(ModelWeights& weights, const std::vector<float>& signs, const TransformParallelFor& parallel = {});
+void rotate_residual(ModelWeights& weights, const std::vector<float>& signs, const ParallelFor& parallel = {});
 
 // Online Hadamard at out_proj.in: out_proj ← out_proj·H_E/√E in every layer. The runtime then MUST
 // replace each gated-norm output row y by y·H_E/√E (apply_hadamard_rows(y, rows, E, true)) before
 // out_proj, since (y·H/√E)·(W·H/√E)ᵀ = y·Wᵀ. With `blocks` B the rotation is I_B ⊗ H_{E/B}/√(E/B)
 // (each block of E/B columns alone; the runtime rotates rows·B rows of E/B). Fails when E/B is
 // not a supported Hadamard order.
-void fuse_out_proj_hadamard(ModelWeights& weights, int64_t blocks = 1, const TransformParallelFor& parallel = {});
+void fuse_out_proj_hadamard(ModelWeights& weights, int64_t blocks = 1, const ParallelFor& parallel = {});
 
 // Reorders heads and headdim channels (see head_permutation.h) consistently in one layer: the z, x
 // and dt rows of in_proj, the x channels of the conv weight and bias, A, D, dt_bias, the gated-norm

@@ -228,7 +228,7 @@ TEST(Transforms, ThreadsDoNotChangeTheBits) {
   c.n_layer = 3;
   const ModelWeights original = random_weights(c, 5);
   const std::vector<float> signs = random_signs(c.d_model, 2);
-  auto transformed = [&](const TransformParallelFor& parallel) {
+  auto transformed = [&](const ParallelFor& parallel) {
     ModelWeights w = original;
     fuse_norm_weights(w, parallel);
     rotate_residual(w, signs, parallel);
