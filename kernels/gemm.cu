@@ -7,14 +7,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cublas_check.h"
+
 namespace ssdq::kernels {
-namespace {
-
-void check(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": " + cublasGetStatusString(status));
-}
-
-}  // namespace
 
 // Row-major out[m, n] = x[m, k] · w[n, k]ᵀ is, in cuBLAS's column-major view,
 // outᵀ[n, m] = (w viewed as [k, n])ᵀ · (x viewed as [k, m]): the "TN" case.
@@ -32,7 +27,7 @@ struct Gemm::Plan {
 
 Gemm::Gemm(void* workspace, size_t workspace_bytes) : workspace_(workspace), workspace_bytes_(workspace_bytes) {
   cublasLtHandle_t handle = nullptr;
-  check(cublasLtCreate(&handle), "cublasLtCreate");
+  check_cublas(cublasLtCreate(&handle), "cublasLtCreate");
   handle_ = handle;
 }
 
@@ -99,30 +94,30 @@ const Gemm::Plan& Gemm::plan(const GemmArgs& args) {
   const cublasComputeType_t compute = integer     ? CUBLAS_COMPUTE_32I
                                       : args.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                   : CUBLAS_COMPUTE_32F;
-  check(cublasLtMatmulDescCreate(&plan->desc, compute, integer ? CUDA_R_32I : CUDA_R_32F),
+  check_cublas(cublasLtMatmulDescCreate(&plan->desc, compute, integer ? CUDA_R_32I : CUDA_R_32F),
         "cublasLtMatmulDescCreate");
   const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose), "TRANSA");
-  check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep), "TRANSB");
-  check(cublasLtMatrixLayoutCreate(&plan->a, in_type, args.k, args.n, weight_stride(args)), "layout w");
-  check(cublasLtMatrixLayoutCreate(&plan->b, in_type, args.k, args.m, args.ldx), "layout x");
-  check(cublasLtMatrixLayoutCreate(&plan->c, out_type, args.n, args.m, args.ldout), "layout out");
+  check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose), "TRANSA");
+  check_cublas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep), "TRANSB");
+  check_cublas(cublasLtMatrixLayoutCreate(&plan->a, in_type, args.k, args.n, weight_stride(args)), "layout w");
+  check_cublas(cublasLtMatrixLayoutCreate(&plan->b, in_type, args.k, args.m, args.ldx), "layout x");
+  check_cublas(cublasLtMatrixLayoutCreate(&plan->c, out_type, args.n, args.m, args.ldout), "layout out");
   cublasLtMatmulPreference_t preference = nullptr;
-  check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
-  check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+  check_cublas(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+  check_cublas(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
                                              sizeof workspace_bytes_),
         "workspace preference");
   const uint32_t align_bytes = static_cast<uint32_t>(alignment);
   for (const auto attribute : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    check(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &align_bytes, sizeof align_bytes), "alignment");
+    check_cublas(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &align_bytes, sizeof align_bytes), "alignment");
   cublasLtMatmulHeuristicResult_t result{};
   int found_count = 0;
   const cublasStatus_t status =
       cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->desc, plan->a, plan->b, plan->c,
                                      plan->c, preference, 1, &result, &found_count);
   cublasLtMatmulPreferenceDestroy(preference);
-  check(status, "cublasLtMatmulAlgoGetHeuristic");
+  check_cublas(status, "cublasLtMatmulAlgoGetHeuristic");
   if (found_count == 0)
     throw std::runtime_error("cuBLASLt has no algorithm for a " + std::to_string(args.m) + "x" + std::to_string(args.n) +
                              "x" + std::to_string(args.k) + " GEMM");
@@ -136,7 +131,7 @@ void Gemm::run(const GemmArgs& args, cudaStream_t stream) {
   const float alpha = 1.0f, beta = args.accumulate ? 1.0f : 0.0f;
   const int32_t int_alpha = 1, int_beta = 0;
   const bool integer = args.in_type == ElementType::kS8;
-  check(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.desc,
+  check_cublas(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.desc,
                        integer ? static_cast<const void*>(&int_alpha) : &alpha, args.w, p.a, args.x, p.b,
                        integer ? static_cast<const void*>(&int_beta) : &beta, args.out, p.c, args.out, p.c, &p.algo,
                        workspace_, workspace_bytes_, stream),

@@ -5,18 +5,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cublas_check.h"
+
 namespace ssdq::kernels {
-namespace {
-
-void check(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": " + cublasGetStatusString(status));
-}
-
-}  // namespace
 
 InputGramRunner::InputGramRunner() {
   cublasHandle_t handle = nullptr;
-  check(cublasCreate(&handle), "cublasCreate");
+  check_cublas(cublasCreate(&handle), "cublasCreate");
   handle_ = handle;
 }
 
@@ -33,16 +28,16 @@ bool InputGramRunner::supported(const InputGramArgs& a) {
 void InputGramRunner::run(const InputGramArgs& a, cudaStream_t stream) {
   if (!supported(a)) throw std::runtime_error("input Gram: unsupported arguments");
   auto handle = static_cast<cublasHandle_t>(handle_);
-  check(cublasSetStream(handle, stream), "cublasSetStream");
+  check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
   const float one = 1.f;
   const int n = a.dim, k = static_cast<int>(a.rows);
   const int64_t lda = a.stride;
   if (a.tf32) {
-    check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, n, n, k, &one, a.x, CUDA_R_32F, lda, a.x, CUDA_R_32F, lda, &one,
+    check_cublas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, n, n, k, &one, a.x, CUDA_R_32F, lda, a.x, CUDA_R_32F, lda, &one,
                        a.sum, CUDA_R_32F, n, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT),
           "input Gram (TF32 GEMM)");
   } else {
-    check(cublasSsyrk(handle, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, n, k, &one, a.x, lda, &one, a.sum, n),
+    check_cublas(cublasSsyrk(handle, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, n, k, &one, a.x, lda, &one, a.sum, n),
           "input Gram (fp32 SYRK)");
   }
 }
