@@ -2,6 +2,8 @@
 
 #include <sentencepiece_processor.h>
 
+#include <exception>
+
 #include "formats/error.h"
 
 namespace ssdq {
@@ -13,7 +15,14 @@ struct SentencePieceModel::Impl {
 SentencePieceModel::SentencePieceModel(std::string_view bytes, const std::string& label)
     : impl_(std::make_unique<Impl>()), label_(label) {
   if (bytes.empty()) fail("{}: the SentencePiece model is empty", label);
-  const sentencepiece::util::Status status = impl_->processor.LoadFromSerializedProto(bytes);
+  sentencepiece::util::Status status;
+  // The library reports most refusals as a Status, but its trie builder (Darts) throws its own
+  // exception for some pieces (one starting with a NUL byte is a zero-length key).
+  try {
+    status = impl_->processor.LoadFromSerializedProto(bytes);
+  } catch (const std::exception& e) {
+    fail("{}: not a readable SentencePiece model ({})", label, e.what());
+  }
   if (!status.ok()) fail("{}: not a readable SentencePiece model ({})", label, status.ToString());
   if (impl_->processor.GetPieceSize() < 1) fail("{}: the SentencePiece model has no pieces", label);
 }

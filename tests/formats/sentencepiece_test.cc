@@ -68,6 +68,18 @@ TEST(SentencePiece, BadModelFilesAreRefusedNamingTheFile) {
               ::testing::ThrowsMessage<Error>(HasSubstr("empty.model: the SentencePiece model is empty")));
 }
 
+// A model the protobuf parser accepts but the library's trie builder throws on (Darts' own
+// exception type, not a Status): a unigram model (trainer_spec.model_type = 1, merged in by a
+// second trainer_spec field) with a normal piece that starts with a NUL byte, which the trie reads
+// as a zero-length key (one more repeated `pieces` entry: piece "\0b", score 0.0, type NORMAL = 1).
+TEST(SentencePiece, AModelTheLibraryThrowsOnIsRefusedNamingTheFile) {
+  const std::string piece_message("\x0a\x02" "\0b" "\x15\x00\x00\x00\x00" "\x18\x01", 11);
+  const std::string entry = std::string("\x0a") + static_cast<char>(piece_message.size()) + piece_message;
+  const std::string bytes = read_file(kModel) + entry + std::string("\x12\x02\x18\x01", 4);
+  EXPECT_THAT([&] { Tokenizer::from_sentencepiece(bytes, "nul_piece.model"); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("nul_piece.model: not a readable SentencePiece model")));
+}
+
 TEST(SentencePiece, AModelFoldersTokenizerModelIsPreferredOverItsJson) {
   const std::string dir = temp_dir("both_tokenizers");
   write(dir + "/tokenizer.model", read_file(kModel));
