@@ -2,15 +2,21 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 
 #include "formats/error.h"
 #include "runtime/decode_session.h"
 
 namespace ssdq {
 
-Drafter ngram_drafter(const NgramDraftOptions& options) {
-  return [options](int64_t, const std::vector<int32_t>& context, int64_t) {
-    return Draft{ngram_draft(context, options), {}};
+Drafter ngram_drafter(const NgramDraftOptions& options, int64_t drafts) {
+  return [options, drafts](int64_t, const std::vector<int32_t>& context, int64_t) {
+    std::vector<std::vector<int32_t>> found = ngram_drafts(context, options, drafts);
+    Draft draft;
+    if (found.empty()) return draft;
+    draft.tokens = std::move(found[0]);
+    draft.alternatives.assign(std::make_move_iterator(found.begin() + 1), std::make_move_iterator(found.end()));
+    return draft;
   };
 }
 
@@ -125,10 +131,12 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
                                     const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
                                     const TextCallback& on_text) {
   check_sampling_options(options.sampling);
-  const int64_t B = static_cast<int64_t>(prompts.size()), V = backend.config().vocab_size;
+  const int64_t B = static_cast<int64_t>(prompts.size()), V = backend.config().vocab_size, M = options.drafts;
   if (B == 0) fail("generate: no prompts");
   if (options.max_new_tokens < 1) fail("--max-new-tokens must be 1 or more, got {}", options.max_new_tokens);
   if (options.drafter && options.max_draft < 1) fail("--draft must be 1 or more, got {}", options.max_draft);
+  if (M < 1 || M > kMaxDraftsPerSequence) fail("--drafts must be 1 … {}, got {}", kMaxDraftsPerSequence, M);
+  if (M > 1 && !options.drafter) fail("--drafts {} needs speculation (a drafter)", M);
   if (!options.sequence_ids.empty() && static_cast<int64_t>(options.sequence_ids.size()) != B)
     fail("internal: {} sequence ids for {} prompts", options.sequence_ids.size(), B);
   for (int64_t b = 0; b < B; ++b) {
@@ -145,18 +153,26 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
   Generator generator(tokenizer, options, on_text);
   const auto start = Clock::now();
   std::vector<Progress> seq(B);
-  DecodeSession session(backend, B, options.verify);
+  // Row b·M + m of the session is sequence b's m-th draft row; outside a window its rows are equal.
+  DecodeSession session(backend, B * M, options.verify);
   std::vector<float> logits(V);
   std::vector<int32_t> pending(B);  // the chosen token each sequence feeds next
+  std::vector<int64_t> first_rows, other_rows;  // each sequence's row 0, and the rows copied from it
   for (int64_t b = 0; b < B; ++b) {
     seq[b].context = prompts[b];
     seq[b].draft_limit = options.max_draft;
-    session.prefill(b, prompts[b].data(), static_cast<int64_t>(prompts[b].size()), logits.data());
+    session.prefill(b * M, prompts[b].data(), static_cast<int64_t>(prompts[b].size()), logits.data());
+    for (int64_t m = 1; m < M; ++m) {
+      first_rows.push_back(b * M);
+      other_rows.push_back(b * M + m);
+    }
     pending[b] = choose(b, seq[b], logits.data());
     generator.append(b, seq[b], pending[b]);
   }
+  if (M > 1) session.state().copy_rows(session.state(), first_rows, other_rows);
   auto all_done = [&] { return std::all_of(seq.begin(), seq.end(), [](const Progress& p) { return p.done; }); };
   std::vector<float> window_logits;
+  std::vector<int32_t> row_tokens(B * M);
   while (!all_done()) {
     // Drafts: at most max_draft tokens, and no more than a sequence may still generate.
     std::vector<Draft> drafts(B);
@@ -172,45 +188,66 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
         const int64_t limit = std::min(options.adaptive_draft ? seq[b].draft_limit : options.max_draft, room);
         if (limit <= 0) continue;
         Draft& d = drafts[b] = options.drafter(b, seq[b].context, limit);
-        d.tokens.resize(std::min<int64_t>(static_cast<int64_t>(d.tokens.size()), limit));
-        for (int32_t& t : d.tokens) t = std::clamp<int32_t>(t, 0, static_cast<int32_t>(V - 1));
+        if (static_cast<int64_t>(d.alternatives.size()) > M - 1) d.alternatives.resize(M - 1);
+        auto fit = [&](std::vector<int32_t>& tokens) {
+          tokens.resize(std::min<int64_t>(static_cast<int64_t>(tokens.size()), limit));
+          for (int32_t& t : tokens) t = std::clamp<int32_t>(t, 0, static_cast<int32_t>(V - 1));
+          K = std::max<int64_t>(K, static_cast<int64_t>(tokens.size()));
+        };
+        fit(d.tokens);
+        for (std::vector<int32_t>& alternative : d.alternatives) fit(alternative);
         if (!d.distributions.empty()) {
           if (d.distributions.size() < d.tokens.size() || options.sampling.temperature == 0)
             fail("internal: a draft of {} tokens with {} distributions at temperature {}", d.tokens.size(),
                  d.distributions.size(), options.sampling.temperature);
+          if (M > 1) fail("several drafts per sequence ({}) need drafts without distributions (prompt lookup)", M);
           d.distributions.resize(d.tokens.size());
         }
-        K = std::max<int64_t>(K, static_cast<int64_t>(d.tokens.size()));
       }
     if (K == 0) {  // nothing to verify: a plain step
-      window_logits.resize(B * V);
-      session.step(pending.data(), window_logits.data());
+      window_logits.resize(B * M * V);
+      for (int64_t r = 0; r < B * M; ++r) row_tokens[r] = pending[r / M];
+      session.step(row_tokens.data(), window_logits.data());
       for (int64_t b = 0; b < B; ++b) {
         if (seq[b].done) continue;
-        pending[b] = choose(b, seq[b], window_logits.data() + b * V);
+        pending[b] = choose(b, seq[b], window_logits.data() + b * M * V);
         generator.append(b, seq[b], pending[b]);
       }
       continue;
     }
-    // One window of K + 1 tokens per sequence: its pending token, then its draft (padded with the
-    // pending token; a padded position is never compared, so its value does not matter).
+    // One window of K + 1 tokens per row: its sequence's pending token, then the row's draft (an
+    // alternative, or the draft again where there is none; padded with the pending token: a padded
+    // position is never compared, so its value does not matter).
     const int64_t W = K + 1;
-    std::vector<int32_t> window(B * W);
+    auto row_draft = [&](int64_t b, int64_t m) -> const std::vector<int32_t>& {
+      const Draft& d = drafts[b];
+      return m >= 1 && m - 1 < static_cast<int64_t>(d.alternatives.size()) ? d.alternatives[m - 1] : d.tokens;
+    };
+    std::vector<int32_t> window(B * M * W);
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t j = 0; j < W; ++j)
-        window[b * W + j] = j == 0 || j > static_cast<int64_t>(drafts[b].tokens.size()) ? pending[b] : drafts[b].tokens[j - 1];
-    window_logits.resize(B * W * V);
+      for (int64_t m = 0; m < M; ++m) {
+        const std::vector<int32_t>& draft = row_draft(b, m);
+        for (int64_t j = 0; j < W; ++j)
+          window[(b * M + m) * W + j] =
+              j == 0 || j > static_cast<int64_t>(draft.size()) ? pending[b] : draft[j - 1];
+      }
+    window_logits.resize(B * M * W * V);
     session.verify(window.data(), W, window_logits.data());
-    std::vector<int64_t> keep(B, W);
+    std::vector<int64_t> keep(B * M, W);
+    first_rows.clear();
+    other_rows.clear();
     for (int64_t b = 0; b < B; ++b) {
       Progress& p = seq[b];
       if (p.done) continue;
       const Draft& d = drafts[b];
-      const int64_t drafted = static_cast<int64_t>(d.tokens.size());
-      int64_t j = 0;
+      int64_t drafted = 0;
+      for (int64_t m = 0; m < M; ++m) drafted = std::max<int64_t>(drafted, static_cast<int64_t>(row_draft(b, m).size()));
+      // Rows whose drafts equal every choice so far; their logits are the same, the first's are read.
+      std::vector<char> alive(M, 1);
+      int64_t row = 0, j = 0;
       for (;; ++j) {  // position j's logits follow window token j; the model's choice there
-        const float* at = window_logits.data() + (b * W + j) * V;
-        if (j < drafted && !d.distributions.empty()) {  // speculative sampling's rule
+        const float* at = window_logits.data() + ((b * M + row) * W + j) * V;
+        if (j < static_cast<int64_t>(d.tokens.size()) && !d.distributions.empty()) {  // speculative sampling's rule
           const uint64_t t = p.out.tokens.size();
           const SpeculativeChoice c =
               speculative_choice(token_distribution(at, V, options.sampling), d.distributions[j], d.tokens[j],
@@ -223,9 +260,22 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
         }
         pending[b] = choose(b, p, at);
         generator.append(b, p, pending[b]);
-        if (p.done || j >= drafted || pending[b] != d.tokens[j]) break;
+        if (p.done) break;
+        int64_t next = -1;
+        for (int64_t m = 0; m < M; ++m) {
+          const std::vector<int32_t>& draft = row_draft(b, m);
+          alive[m] = alive[m] && j < static_cast<int64_t>(draft.size()) && draft[j] == pending[b];
+          if (alive[m] && next < 0) next = m;
+        }
+        if (next < 0) break;
+        row = next;
       }
-      keep[b] = j + 1;  // the window tokens fed: pending + the j accepted drafts
+      keep[b * M + row] = j + 1;  // the window tokens fed: pending + the j accepted drafts
+      for (int64_t m = 0; m < M; ++m)
+        if (m != row) {  // the other rows keep the whole window (nothing restored), then take row's state
+          first_rows.push_back(b * M + row);
+          other_rows.push_back(b * M + m);
+        }
       if (drafted > 0) {
         ++p.out.windows;
         p.out.drafted += drafted;
@@ -237,6 +287,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
       }
     }
     session.accept(keep);
+    if (!other_rows.empty()) session.state().copy_rows(session.state(), first_rows, other_rows);
   }
   for (Progress& p : seq) {
     const int64_t n = static_cast<int64_t>(p.out.tokens.size());

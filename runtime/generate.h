@@ -23,14 +23,21 @@ namespace ssdq {
 // window is verified by speculative sampling's rule (sampling.h, speculative_choice): the text
 // has the model's distribution but is not plain decoding's very sample. Without, a draft token
 // stands only where the model's own choice equals it: the plain text, token for token.
+// Other drafts for the same window (GenerateOptions::drafts above 1, deterministic drafts only)
+// are verified beside `tokens`, each in its own row from the sequence's state; the one the model's
+// choices follow furthest is kept.
 struct Draft {
   std::vector<int32_t> tokens;
   std::vector<std::vector<double>> distributions;  // empty, or one [vocab] per token
+  std::vector<std::vector<int32_t>> alternatives;   // at most GenerateOptions::drafts − 1 are verified
 };
 
 // Proposes at most `max_tokens` draft tokens continuing `context` (prompt + generated so far) of
 // sequence `sequence` (more are cut; a model drafter spends a step on each).
 using Drafter = std::function<Draft(int64_t sequence, const std::vector<int32_t>& context, int64_t max_tokens)>;
+
+// GenerateOptions::drafts at most.
+constexpr int64_t kMaxDraftsPerSequence = 16;
 
 struct GenerateOptions {
   int64_t max_new_tokens = 128;
@@ -44,6 +51,10 @@ struct GenerateOptions {
   // max_draft tokens are verified per window.
   Drafter drafter;
   int64_t max_draft = 6;
+  // Rows per sequence (the seed's several drafts): the session holds `drafts` copies of each
+  // sequence's state, a window verifies the draft and its alternatives side by side, and the row
+  // that went furthest becomes every row's state. A plain step advances all the rows alike.
+  int64_t drafts = 1;
   // Each sequence's draft length follows its acceptance: +2 (up to max_draft) after a window that
   // accepted every draft token, -1 (down to 1) after one that did not; a window that accepted
   // none also stops that sequence's drafting for 1, 2, 4 … 64 tokens (doubling while they keep
@@ -56,16 +67,16 @@ struct GenerateOptions {
   VerifyMode verify = VerifyMode::kExact;
 };
 
-// A drafter by prompt lookup (ngram_drafter.h).
-Drafter ngram_drafter(const NgramDraftOptions& options);
+// A drafter by prompt lookup (ngram_drafter.h); `drafts` above 1 adds that many − 1 alternatives.
+Drafter ngram_drafter(const NgramDraftOptions& options, int64_t drafts = 1);
 
 struct GeneratedText {
   std::vector<int32_t> tokens;  // the generated ids, a stop token excluded
   std::string text;             // their text, cut before a stop string
   std::string finish_reason;    // "length", "stop token" or "stop string"
   double ttft_ms = 0, tpot_ms = 0, tokens_per_second = 0;
-  // Speculation: verify windows run, draft tokens proposed and accepted, and how many windows
-  // accepted 0, 1, … max_draft of their drafts.
+  // Speculation: verify windows run, draft tokens proposed (the longest of a window's drafts) and
+  // accepted (along the row kept), and how many windows accepted 0, 1, … max_draft of them.
   int64_t windows = 0, drafted = 0, accepted = 0;
   std::vector<int64_t> accepted_histogram;
 };

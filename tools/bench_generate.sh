@@ -4,8 +4,11 @@
 # and accepted / drafted tokens, and whether both wrote the same text.
 #
 #   tools/bench_generate.sh SSDQ OUTDIR [generate flags ...]   (e.g. --model examples/mamba2-tiny --device cuda)
+#
+# SPECULATE (default "--speculate ngram --draft 6") holds the speculative run's own flags, e.g.
+# SPECULATE="--speculate ngram --draft 6 --drafts 2".
 set -uo pipefail
-[ $# -ge 2 ] || { sed -n '2,6p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,9p' "$0" >&2; exit 2; }
 ssdq=$1 out=$2
 shift 2
 mkdir -p "$out"
@@ -14,7 +17,7 @@ for set in tldr wikitext humaneval; do
   for ((i = 1; i <= n; i++)); do
     sed -n "${i}p" "examples/prompts/$set.jsonl" >"$out/$set.$i.jsonl"
     for mode in plain spec; do
-      extra=(); [ $mode = spec ] && extra=(--speculate ngram --draft 6)
+      extra=(); [ $mode = spec ] && read -r -a extra <<<"${SPECULATE:---speculate ngram --draft 6}"
       "$ssdq" generate "$@" --prompt-file "$out/$set.$i.jsonl" --max-new-tokens 128 "${extra[@]}" \
         --json "$out/$set.$i.$mode.json" >"$out/$set.$i.$mode.txt" 2>"$out/$set.$i.$mode.err" ||
         { echo "$set $i $mode failed (see $out/$set.$i.$mode.err)"; continue; }

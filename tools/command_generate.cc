@@ -27,7 +27,7 @@ struct GenerateFlags {
       draft_artifact,
               verify = "exact";
   std::vector<std::string> stop;
-  int64_t max_new_tokens = 128, top_k = 0, draft = 6, ngram_min = 1, ngram_max = 3;
+  int64_t max_new_tokens = 128, top_k = 0, draft = 6, drafts = 1, ngram_min = 1, ngram_max = 3;
   double temperature = 0, top_p = 1;
   uint64_t seed = 0;
   int threads = 0;
@@ -90,7 +90,10 @@ void run_generate(const GenerateFlags& flags) {
   if (flags.speculate == "ngram") {
     if (flags.ngram_min > flags.ngram_max)
       fail("--ngram-min {} is above --ngram-max {}", flags.ngram_min, flags.ngram_max);
-    options.drafter = ngram_drafter({flags.draft, flags.ngram_min, flags.ngram_max});
+    options.drafter = ngram_drafter({flags.draft, flags.ngram_min, flags.ngram_max}, flags.drafts);
+    options.drafts = flags.drafts;
+  } else if (flags.drafts != 1) {
+    fail("--drafts {} is for --speculate ngram (a model drafter proposes one draft)", flags.drafts);
   }
   if (flags.speculate != "off") {
     options.max_draft = flags.draft;
@@ -199,6 +202,12 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--draft", flags->draft, "--speculate: draft tokens per verify window at most")
       ->capture_default_str()
       ->check(whole_number(1, 64));
+  cmd->add_option("--drafts", flags->drafts,
+                  "--speculate ngram: drafts verified side by side per sequence (the most recent match's "
+                  "continuation, then the most frequent others), each in its own batch row; the row the model "
+                  "follows furthest is kept")
+      ->capture_default_str()
+      ->check(whole_number(1, kMaxDraftsPerSequence));
   cmd->add_option("--draft-policy", flags->draft_policy,
                   "--speculate: adaptive (each sequence's draft grows while accepted, shrinks when not, and "
                   "pauses 1, 2, 4 … 64 tokens after windows that accept nothing) or fixed (every draft at its "

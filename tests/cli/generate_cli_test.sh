@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `ssdq generate` on the CPU with the bundled model: greedy text streams to stdout and equals the
-# speculative run's (--verify exact or window); a .jsonl prompt file runs as one batch with a JSON report per prompt; bad
+# speculative run's (--verify exact or window, --drafts 3); a .jsonl prompt file runs as one batch with a JSON report per prompt; bad
 # sampling values, an empty prompt, an empty prompt file and an unknown device are refused.
 set -euo pipefail
 ssdq=tools/ssdq
@@ -18,6 +18,14 @@ grep -q '"windows"' "$tmp/spec.json"
 window=$("$ssdq" generate --model "$model" --prompt "The city of London" --max-new-tokens 24 --speculate ngram \
   --verify window 2>/dev/null)
 [ "$plain" = "$window" ]
+# --drafts 3: three lookup drafts a window, side by side; the same text.
+drafts=$("$ssdq" generate --model "$model" --prompt "The city of London" --max-new-tokens 24 --speculate ngram \
+  --drafts 3 2>/dev/null)
+[ "$plain" = "$drafts" ]
+if "$ssdq" generate --model "$model" --prompt "x" --speculate ngram --drafts 17 2>"$tmp/err"; then exit 1; fi
+grep -q -- "--drafts" "$tmp/err"
+if "$ssdq" generate --model "$model" --prompt "x" --drafts 2 2>"$tmp/err"; then exit 1; fi
+grep -qF -- "--drafts 2 is for --speculate ngram" "$tmp/err"
 if "$ssdq" generate --model "$model" --prompt "x" --speculate ngram --verify fast 2>"$tmp/err"; then exit 1; fi
 grep -q -- "--verify" "$tmp/err"
 # --speculate model: the model drafting for itself, and its W8A8 artifact drafting: the same text.

@@ -1,6 +1,7 @@
 // Speculative decoding on both CUDA backends equals plain decoding on the same backend, token for
 // token: greedy and sampled, the bundled model in bf16 and synthetic models of every recipe ×
-// bit width, drafts accepted in every length 0…K, prompts of different lengths in one batch.
+// bit width, drafts accepted in every length 0…K, prompts of different lengths in one batch;
+// several drafts per sequence (rows side by side) against plain decoding at as many rows.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -25,6 +26,20 @@ TEST(CudaGenerate, SpeculativeIsPlainInBf16) {
   GenerateOptions sampled;
   sampled.sampling = {0.8, 50, 0.95, 3};
   expect_speculation_exact(backend, sampled, "bf16 sampled");
+}
+
+TEST(CudaGenerate, SeveralDraftsPerSequenceAreExact) {
+  const CudaBackend bf16(*load_model(kTinyModel).weights, CudaBackendOptions{});
+  expect_speculation_exact(bf16, {}, "bf16 3 drafts", 3);
+  GenerateOptions sampled;
+  sampled.sampling = {0.8, 50, 0.95, 3};
+  expect_speculation_exact(bf16, sampled, "bf16 2 drafts sampled", 2);
+  const Mamba2Config c = synthetic_config(2);
+  for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {
+    const CudaBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, recipe_case.options, 5)),
+                              CudaBackendOptions{});
+    expect_speculation_exact(backend, {}, recipe_case.name + " 2 drafts", 2);
+  }
 }
 
 TEST(CudaGenerate, SpeculativeIsPlainForEveryRecipeAndBits) {

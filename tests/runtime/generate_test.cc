@@ -52,6 +52,74 @@ TEST(Generate, SpeculativeIsPlainForEveryRecipeAndBits) {
   }
 }
 
+// Several drafts per sequence, each in its own row: the plain text, greedy and sampled, for the
+// FP model and one artifact of each recipe; the rows that accept most are kept, so the windows
+// accept more than the first draft alone (whose errors cycle through every position).
+TEST(Generate, SeveralDraftsPerSequenceAreExactAndAcceptMore) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  auto accepted_share = [](const std::vector<int64_t>& histogram) {
+    double windows = 0, accepted = 0;
+    for (size_t j = 0; j < histogram.size(); ++j) {
+      windows += histogram[j];
+      accepted += j * histogram[j];
+    }
+    return accepted / windows;
+  };
+  // Rows are independent on the CPU: plain decoding at 3 rows a sequence is plain decoding.
+  GenerateOptions plain;
+  plain.max_new_tokens = 20;
+  const auto prompts = prompts_of(backend.config().vocab_size);
+  const auto at_one_row = run(backend, plain, prompts), at_three_rows = plain_at_rows(backend, plain, prompts, 3);
+  for (size_t b = 0; b < prompts.size(); ++b) EXPECT_EQ(at_three_rows[b].tokens, at_one_row[b].tokens);
+  const double one = accepted_share(expect_speculation_exact(backend, {}, "1 draft"));
+  const std::vector<int64_t> three = expect_speculation_exact(backend, {}, "3 drafts", 3);
+  EXPECT_GT(accepted_share(three), one + 0.5);
+  EXPECT_EQ(three[0], 0) << "a window's rows have their errors at different positions; one accepts at least 1";
+  GenerateOptions sampled;
+  sampled.sampling = {0.8, 50, 0.9, 7};
+  expect_speculation_exact(backend, sampled, "2 drafts sampled", 2);
+  const Mamba2Config c = synthetic_config(2);
+  for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {
+    const CpuBackend artifact(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, recipe_case.options, 5)));
+    expect_speculation_exact(artifact, {}, recipe_case.name + " 3 drafts", 3);
+  }
+}
+
+// Prompt lookup's several drafts on real text: the plain text, and the bad --drafts refused.
+TEST(Generate, NgramDraftsOnRepeatedTextAreExact) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  const int64_t V = backend.config().vocab_size;
+  // Prompts that repeat themselves with variations, so lookup finds several continuations.
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t p = 0; p < 2; ++p) {
+    std::vector<int32_t> prompt;
+    const std::vector<int32_t> phrase = random_tokens(6, V, 10 + p);
+    for (int64_t r = 0; r < 5; ++r) {
+      prompt.insert(prompt.end(), phrase.begin(), phrase.end());
+      prompt.push_back(static_cast<int32_t>((r * 13 + p) % V));
+    }
+    prompts.push_back(prompt);
+  }
+  GenerateOptions options;
+  options.max_new_tokens = 24;
+  const auto plain = run(backend, options, prompts);
+  options.drafter = ngram_drafter({4, 1, 3}, 3);
+  options.drafts = 3;
+  options.max_draft = 4;
+  const auto speculative = run(backend, options, prompts);
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    EXPECT_EQ(speculative[b].tokens, plain[b].tokens) << "prompt " << b;
+    EXPECT_GT(speculative[b].windows, 0);
+  }
+  options.drafts = 0;
+  EXPECT_THROW(run(backend, options, prompts), Error);
+  options.drafts = kMaxDraftsPerSequence + 1;
+  EXPECT_THROW(run(backend, options, prompts), Error);
+  options.drafts = 2;
+  options.drafter = nullptr;
+  EXPECT_THROW(run(backend, options, prompts), Error);
+}
+
 // Speculation with a model drafting (runtime/model_drafter.h), greedy: the plain text; returns the
 // speculative results.
 std::vector<GeneratedText> expect_model_drafts_exact(const Backend& target, const Backend& draft,
@@ -241,6 +309,25 @@ TEST(Generate, NgramDraftContinuesTheLatestEarlierMatch) {
   EXPECT_EQ(ngram_draft({5, 1, 2, 7, 1, 2, 4, 4, 1, 2}, o), (std::vector<int32_t>{4, 4, 1}));  // the latest
   EXPECT_EQ(ngram_draft({1, 2, 3}, o), std::vector<int32_t>{});                              // nothing repeats
   EXPECT_EQ(ngram_draft({4, 4, 4}, o), (std::vector<int32_t>{4}));
+}
+
+// Several drafts: the most recent match's continuation first, then the others of the same
+// suffix by frequency (ties: the more recent), then those of shorter suffixes; a continuation
+// already covered by a taken draft is skipped.
+TEST(Generate, NgramDraftsRankTheContinuationsOfTheMatch) {
+  NgramDraftOptions o;
+  o.draft = 2;
+  o.ngram_min = 1;
+  o.ngram_max = 1;
+  using Drafts = std::vector<std::vector<int32_t>>;
+  // [7] follows at 6 ([3, 7]), 4 and 2 ([2, 7], twice) and 0 ([1, 7]).
+  EXPECT_EQ(ngram_drafts({7, 1, 7, 2, 7, 2, 7, 3, 7}, o, 3), (Drafts{{3, 7}, {2, 7}, {1, 7}}));
+  EXPECT_EQ(ngram_drafts({7, 1, 7, 2, 7, 2, 7, 3, 7}, o, 2), (Drafts{{3, 7}, {2, 7}}));
+  EXPECT_EQ(ngram_drafts({7, 1, 7, 2, 7, 2, 7, 3, 7}, o, 1), (Drafts{ngram_draft({7, 1, 7, 2, 7, 2, 7, 3, 7}, o)}));
+  o.ngram_max = 2;
+  // [6, 6] at 0 gives [1, 6]; then [6] at 3 ([6], cut by the end), 1 ([1, 6] again: skipped), 0 ([6, 1]).
+  EXPECT_EQ(ngram_drafts({6, 6, 1, 6, 6}, o, 4), (Drafts{{1, 6}, {6}, {6, 1}}));
+  EXPECT_EQ(ngram_drafts({1, 2, 3}, o, 3), Drafts{});
 }
 
 TEST(Generate, RefusesBadOptionsAndPrompts) {
