@@ -6,6 +6,7 @@
 
 #include "formats/error.h"
 #include "runtime/decode_session.h"
+#include "runtime/speculation_payoff.h"
 
 namespace ssdq {
 
@@ -173,11 +174,19 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
   auto all_done = [&] { return std::all_of(seq.begin(), seq.end(), [](const Progress& p) { return p.done; }); };
   std::vector<float> window_logits;
   std::vector<int32_t> row_tokens(B * M);
+  SpeculationPayoff payoff;
+  auto tokens_so_far = [&] {
+    int64_t n = 0;
+    for (const Progress& p : seq) n += static_cast<int64_t>(p.out.tokens.size());
+    return n;
+  };
   while (!all_done()) {
+    const auto window_start = Clock::now();
+    const int64_t tokens_before = tokens_so_far();
     // Drafts: at most max_draft tokens, and no more than a sequence may still generate.
     std::vector<Draft> drafts(B);
     int64_t K = 0;
-    if (options.drafter)
+    if (options.drafter && (!options.measured_payoff || payoff.speculate()))
       for (int64_t b = 0; b < B; ++b) {
         if (seq[b].done) continue;
         if (options.adaptive_draft && seq[b].pause > 0) {
@@ -205,6 +214,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
         }
       }
     if (K == 0) {  // nothing to verify: a plain step
+      const auto step_start = Clock::now();
       window_logits.resize(B * M * V);
       for (int64_t r = 0; r < B * M; ++r) row_tokens[r] = pending[r / M];
       session.step(row_tokens.data(), window_logits.data());
@@ -213,6 +223,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
         pending[b] = choose(b, seq[b], window_logits.data() + b * M * V);
         generator.append(b, seq[b], pending[b]);
       }
+      payoff.record_step(ms_between(step_start, Clock::now()), tokens_so_far() - tokens_before);
       continue;
     }
     // One window of K + 1 tokens per row: its sequence's pending token, then the row's draft (an
@@ -288,8 +299,12 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
     }
     session.accept(keep);
     if (!other_rows.empty()) session.state().copy_rows(session.state(), first_rows, other_rows);
+    payoff.record_window(W, ms_between(window_start, Clock::now()), tokens_so_far() - tokens_before);
   }
   for (Progress& p : seq) {
+    p.out.paused_steps = payoff.paused_steps();
+    p.out.window_tokens_per_ms = payoff.window_rate();
+    p.out.step_tokens_per_ms = payoff.step_rate();
     const int64_t n = static_cast<int64_t>(p.out.tokens.size());
     p.out.ttft_ms = ms_between(start, p.first);
     p.out.tpot_ms = n > 1 ? ms_between(p.first, p.last) / (n - 1) : 0;

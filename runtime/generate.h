@@ -61,6 +61,11 @@ struct GenerateOptions {
   // failing), so a drafter that keeps missing costs a few windows, not one per token. Off: every
   // draft is verified at its full length (the exactness tests' fixed windows).
   bool adaptive_draft = false;
+  // Speculation pauses while its windows yield fewer tokens per second than plain steps, as
+  // measured during this generation (runtime/speculation_payoff.h): on a backend and text where it
+  // does not pay, generation runs nearly at plain decoding's speed. The tokens are the same either
+  // way; only which of them came from windows depends on the timings.
+  bool measured_payoff = false;
   // How windows are verified (runtime/decode_session.h): kExact token by token, the plain tokens
   // bit for bit; kWindow one multi-token call with Activation Replay where the backend has it,
   // faster on large models, equal to plain decoding to rounding (a near-tie can change the text).
@@ -79,6 +84,10 @@ struct GeneratedText {
   // accepted (along the row kept), and how many windows accepted 0, 1, … max_draft of them.
   int64_t windows = 0, drafted = 0, accepted = 0;
   std::vector<int64_t> accepted_histogram;
+  // GenerateOptions::measured_payoff: plain steps run while speculation was paused (the batch's),
+  // and the measured tokens per ms of windows and of plain steps (0: not measured).
+  int64_t paused_steps = 0;
+  double window_tokens_per_ms = 0, step_tokens_per_ms = 0;
 };
 
 // Called as sequence `sequence`'s visible text grows by `piece` (whole UTF-8 characters, nothing

@@ -23,7 +23,7 @@ using nlohmann::json;
 
 struct GenerateFlags {
   ModelSourceFlags source;
-  std::string prompt, prompt_file, json_path, speculate = "off", draft_policy = "adaptive", draft_model,
+  std::string prompt, prompt_file, json_path, speculate = "off", draft_policy = "measured", draft_model,
       draft_artifact,
               verify = "exact";
   std::vector<std::string> stop;
@@ -97,7 +97,8 @@ void run_generate(const GenerateFlags& flags) {
   }
   if (flags.speculate != "off") {
     options.max_draft = flags.draft;
-    options.adaptive_draft = flags.draft_policy == "adaptive";
+    options.adaptive_draft = flags.draft_policy != "fixed";
+    options.measured_payoff = flags.draft_policy == "measured";
     options.verify = flags.verify == "window" ? VerifyMode::kWindow : VerifyMode::kExact;
   }
   const ModelSource source = load_model_source("generate", flags.source);
@@ -160,7 +161,10 @@ void run_generate(const GenerateFlags& flags) {
                          {{"windows", r.windows},
                           {"drafted", r.drafted},
                           {"accepted", r.accepted},
-                          {"accepted_histogram", r.accepted_histogram}}}});
+                          {"accepted_histogram", r.accepted_histogram},
+                          {"paused_steps", r.paused_steps},
+                          {"window_tokens_per_ms", r.window_tokens_per_ms},
+                          {"step_tokens_per_ms", r.step_tokens_per_ms}}}});
   }
   write_json_report(flags.json_path, json{{"device", source.backend->device_name()}, {"results", rows}});
 }
@@ -210,10 +214,12 @@ void add_generate_command(CLI::App& app) {
       ->check(whole_number(1, kMaxDraftsPerSequence));
   cmd->add_option("--draft-policy", flags->draft_policy,
                   "--speculate: adaptive (each sequence's draft grows while accepted, shrinks when not, and "
-                  "pauses 1, 2, 4 … 64 tokens after windows that accept nothing) or fixed (every draft at its "
+                  "pauses 1, 2, 4 … 64 tokens after windows that accept nothing); measured (adaptive, and "
+                  "speculation also pauses while its windows yield fewer tokens per second than plain steps, as "
+                  "measured during the run: never much slower than plain decoding); or fixed (every draft at its "
                   "full length)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"adaptive", "fixed"}));
+      ->check(CLI::IsMember({"measured", "adaptive", "fixed"}));
   cmd->add_option("--verify", flags->verify,
                   "--speculate: exact (each window verified token by token: the plain tokens bit for bit) or "
                   "window (one multi-token call with Activation Replay on CUDA: faster on large models, equal "

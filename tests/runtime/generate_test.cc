@@ -16,6 +16,7 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/generate.h"
 #include "runtime/model_drafter.h"
+#include "runtime/speculation_payoff.h"
 #include "tests/support/quantized_fixtures.h"
 #include "tests/support/recipe_cases.h"
 #include "tests/support/test_models.h"
@@ -328,6 +329,57 @@ TEST(Generate, NgramDraftsRankTheContinuationsOfTheMatch) {
   // [6, 6] at 0 gives [1, 6]; then [6] at 3 ([6], cut by the end), 1 ([1, 6] again: skipped), 0 ([6, 1]).
   EXPECT_EQ(ngram_drafts({6, 6, 1, 6, 6}, o, 4), (Drafts{{1, 6}, {6}, {6, 1}}));
   EXPECT_EQ(ngram_drafts({1, 2, 3}, o, 3), Drafts{});
+}
+
+// The measured payoff: windows that yield fewer tokens per ms than plain steps pause speculation
+// for 1, 2, 4 … steps; windows that yield more keep it on; the first step and the first window of
+// each width are not counted; before any plain step is measured, two are taken.
+TEST(Generate, SpeculationPausesWhileItsWindowsYieldLessThanSteps) {
+  SpeculationPayoff payoff;
+  EXPECT_TRUE(payoff.speculate());
+  payoff.record_window(5, 1.0, 3);  // first of width 5: not counted
+  EXPECT_EQ(payoff.window_rate(), 0);
+  payoff.record_window(5, 1.0, 3);  // counted, but no step to compare with: two steps taken
+  EXPECT_DOUBLE_EQ(payoff.window_rate(), 3.0);
+  EXPECT_FALSE(payoff.speculate());
+  EXPECT_FALSE(payoff.speculate());
+  EXPECT_TRUE(payoff.speculate());
+  payoff.record_step(100.0, 1);  // the first step: not counted
+  payoff.record_step(1.0, 1);    // 1 token per ms
+  EXPECT_DOUBLE_EQ(payoff.step_rate(), 1.0);
+  payoff.record_window(5, 1.0, 3);  // windows yield more: no pause
+  EXPECT_TRUE(payoff.speculate());
+  // Windows that yield 0.2 tokens per ms pull the average below the steps' 1: pauses of 1, 2, 4.
+  int64_t pauses = 0;
+  std::vector<int64_t> lengths;
+  for (int round = 0; round < 12 && lengths.size() < 3; ++round) {
+    payoff.record_window(5, 10.0, 2);
+    int64_t paused = 0;
+    while (!payoff.speculate()) ++paused;
+    if (paused > 0) lengths.push_back(paused);
+    pauses += paused;
+  }
+  EXPECT_EQ(lengths, (std::vector<int64_t>{1, 2, 4}));
+  EXPECT_EQ(payoff.paused_steps(), pauses + 2);
+  // Once windows pay again the next pause is short again.
+  for (int i = 0; i < 20; ++i) payoff.record_window(5, 0.1, 7);
+  EXPECT_GT(payoff.window_rate(), payoff.step_rate());
+  EXPECT_TRUE(payoff.speculate());
+  // Bad windows again: the first pause after they fall below the steps is 1 step long.
+  int64_t paused = 0;
+  while (payoff.window_rate() >= payoff.step_rate()) payoff.record_window(5, 100.0, 1);
+  while (!payoff.speculate()) ++paused;
+  EXPECT_EQ(paused, 1);
+}
+
+// Measured payoff changes which tokens come from windows, never the tokens.
+TEST(Generate, MeasuredPayoffKeepsThePlainText) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  GenerateOptions options;
+  options.measured_payoff = true;
+  options.adaptive_draft = true;
+  const std::vector<int64_t> histogram = expect_speculation_exact(backend, options, "measured payoff");
+  EXPECT_GT(histogram.size(), 0u);
 }
 
 TEST(Generate, RefusesBadOptionsAndPrompts) {
