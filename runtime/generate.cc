@@ -174,7 +174,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
   auto all_done = [&] { return std::all_of(seq.begin(), seq.end(), [](const Progress& p) { return p.done; }); };
   std::vector<float> window_logits;
   std::vector<int32_t> row_tokens(B * M);
-  SpeculationPayoff payoff;
+  SpeculationPayoff payoff(backend.on_device());
   auto tokens_so_far = [&] {
     int64_t n = 0;
     for (const Progress& p : seq) n += static_cast<int64_t>(p.out.tokens.size());

@@ -23,7 +23,7 @@ void SpeculationPayoff::update(double& rate, double sample) const {
 }
 
 void SpeculationPayoff::record_step(double ms, int64_t tokens) {
-  if (!first_step_seen_) {
+  if (warm_up_calls_ && !first_step_seen_) {
     first_step_seen_ = true;
     return;
   }
@@ -31,10 +31,10 @@ void SpeculationPayoff::record_step(double ms, int64_t tokens) {
 }
 
 void SpeculationPayoff::record_window(int64_t width, double ms, int64_t tokens) {
-  if (widths_seen_.insert(width).second || ms <= 0) return;
+  if ((widths_seen_.insert(width).second && warm_up_calls_) || ms <= 0) return;
   update(window_rate_, tokens / ms);
   if (step_rate_ == 0) {  // no plain step measured yet: two (the first is not counted)
-    pause_ = first_step_seen_ ? 1 : 2;
+    pause_ = warm_up_calls_ && !first_step_seen_ ? 2 : 1;
     return;
   }
   if (window_rate_ < step_rate_) {

@@ -14,13 +14,16 @@ namespace ssdq {
 
 class SpeculationPayoff {
  public:
+  // `warm_up_calls`: the first step and the first window of each width are not counted, as on a
+  // GPU they include one-off work (a CUDA graph captured, buffers grown); the CPU has none.
+  explicit SpeculationPayoff(bool warm_up_calls) : warm_up_calls_(warm_up_calls) {}
+
   // Before drafting: false while paused (the call spends one paused step).
   bool speculate();
   // A plain step that produced `tokens` tokens in `ms`.
   void record_step(double ms, int64_t tokens);
   // A verify window of `width` tokens a row that produced `tokens` tokens in `ms` (drafting
-  // included). The first window of each width and the first step are not counted: they include
-  // one-off work (a CUDA graph captured, buffers grown).
+  // included).
   void record_window(int64_t width, double ms, int64_t tokens);
 
   double step_rate() const { return step_rate_; }      // tokens per ms, 0 until measured
@@ -29,6 +32,7 @@ class SpeculationPayoff {
 
  private:
   void update(double& rate, double sample) const;
+  bool warm_up_calls_;
   double step_rate_ = 0, window_rate_ = 0;
   bool first_step_seen_ = false;
   std::set<int64_t> widths_seen_;

@@ -333,9 +333,17 @@ TEST(Generate, NgramDraftsRankTheContinuationsOfTheMatch) {
 
 // The measured payoff: windows that yield fewer tokens per ms than plain steps pause speculation
 // for 1, 2, 4 … steps; windows that yield more keep it on; the first step and the first window of
-// each width are not counted; before any plain step is measured, two are taken.
+// each width are not counted where calls warm up (a GPU); before any plain step is measured, two
+// are taken (one without warm-up).
 TEST(Generate, SpeculationPausesWhileItsWindowsYieldLessThanSteps) {
-  SpeculationPayoff payoff;
+  SpeculationPayoff cpu(false);
+  cpu.record_window(5, 1.0, 3);  // counted at once; one step taken to compare
+  EXPECT_DOUBLE_EQ(cpu.window_rate(), 3.0);
+  EXPECT_FALSE(cpu.speculate());
+  EXPECT_TRUE(cpu.speculate());
+  cpu.record_step(1.0, 2);
+  EXPECT_DOUBLE_EQ(cpu.step_rate(), 2.0);
+  SpeculationPayoff payoff(true);
   EXPECT_TRUE(payoff.speculate());
   payoff.record_window(5, 1.0, 3);  // first of width 5: not counted
   EXPECT_EQ(payoff.window_rate(), 0);
