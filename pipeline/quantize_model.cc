@@ -47,6 +47,7 @@ WeightMatrix quantize_projection(const std::vector<float>& w, int64_t rows, int6
   g.static_groups = o.act_order;
   g.parallel_for = parallel_for;  // rows and U's columns over the cores (quant/gptq.h)
   g.inverse_factor = export_options.gptq_inverse_factor;
+  g.row_pass = export_options.gptq_row_pass;
   return gptq_weight(w, rows, cols, *hessian, g);
 }
 

@@ -27,6 +27,7 @@
 #include "calib/calibration_stats.h"
 #include "pipeline/calibrate.h"
 #include "pipeline/layer_passes.h"
+#include "quant/gptq.h"
 #include "quant/recipe.h"
 #include "quant/sort_cluster.h"
 #include "model/model_weights.h"
@@ -53,6 +54,8 @@ struct ExportOptions {
   ExportTimes* times = nullptr;  // when set, the time of each part is added to it
   // GPTQ's inverse factor (GptqOptions::inverse_factor): empty for the host's.
   std::function<bool(const std::vector<double>& h, int64_t cols, std::vector<float>& u)> gptq_inverse_factor;
+  // GPTQ's row pass (GptqOptions::row_pass): empty for the host's.
+  std::function<void(const GptqRowPassJob& job)> gptq_row_pass;
   // Resumption (export_artifact): the first layers as an interrupted export with the same inputs left
   // them. They are not quantized again, only run over the samples to bring them to the next layer,
   // so the result is the uninterrupted export's, bit for bit. Layer-by-layer recipes only.

@@ -168,6 +168,29 @@ QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, c
   }
 
   const int64_t groups = q.groups_per_row();
+  if (o.row_pass) {
+    const RowMajorF w_rows = w, u_rows = u;
+    std::vector<int32_t> column_group(cols);
+    for (int64_t k = 0; k < cols; ++k) column_group[k] = static_cast<int32_t>(perm[k] / group_size);
+    std::vector<int8_t> codes(rows * cols);
+    GptqRowPassJob job;
+    job.weight = w_rows.data();
+    job.u = u_rows.data();
+    job.rows = rows;
+    job.cols = cols;
+    job.block_size = o.block_size;
+    job.group_size = group_size;
+    job.groups = groups;
+    job.bits = o.bits;
+    job.dynamic_scales = !scales_up_front;
+    job.column_group = column_group.data();
+    job.scales = q.scales.data();
+    job.values = codes.data();
+    o.row_pass(job);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < cols; ++k) q.values[r * cols + perm[k]] = codes[r * cols + k];
+    return q;
+  }
   // One slice of rows through every column: its own copy of the rows, errors and lazy batches.
   const auto quantize_rows = [&](int64_t slice) {
     const int64_t row0 = slice * kGptqSliceRows, n = std::min(kGptqSliceRows, rows - row0);

@@ -50,6 +50,19 @@ class HessianAccumulator {
   std::vector<double> sum_;  // Σ x xᵀ, column-major, lower triangle
 };
 
+// The row pass handed to GptqOptions::row_pass: the damped problem after permutation, and where
+// its codes and scales go.
+struct GptqRowPassJob {
+  const float* weight = nullptr;  // [rows, cols] row-major, columns in processing order, dead ones zeroed
+  const float* u = nullptr;       // [cols, cols] row-major, upper triangular (H⁻¹ = UᵀU)
+  int64_t rows = 0, cols = 0, block_size = 0, group_size = 0, groups = 0;
+  QuantBits bits = QuantBits::kInt4;
+  bool dynamic_scales = false;         // scales set at each group's first column (else given in scales)
+  const int32_t* column_group = nullptr;  // [cols]: the scale group of the k-th processed column
+  float* scales = nullptr;             // [rows, groups]
+  int8_t* values = nullptr;            // [rows, cols]: the codes, in processing order
+};
+
 struct GptqOptions {
   QuantBits bits = QuantBits::kInt4;
   int64_t group_size = 128;  // columns per scale; 0 = one scale per output row
@@ -65,6 +78,10 @@ struct GptqOptions {
   // on this thread and the triangular solve over parallel_for. The export on a GPU passes the
   // device's (pipeline/cuda_gptq.h).
   std::function<bool(const std::vector<double>& h, int64_t cols, std::vector<float>& u)> inverse_factor;
+  // Runs the row pass (every row through every column block, with the lazy updates) elsewhere:
+  // the export on a GPU passes the device's (pipeline/cuda_gptq.h). Empty: the host's, in slices
+  // of rows over parallel_for.
+  std::function<void(const GptqRowPassJob& job)> row_pass;
 };
 inline constexpr int64_t kGptqSliceRows = 64;
 

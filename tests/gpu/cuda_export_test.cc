@@ -160,6 +160,46 @@ TEST(ExportKernels, GptqWithTheDeviceFactorMatchesTheHost) {
   }
 }
 
+// GPTQ's row pass on the device against the host's, both with the host's factor: per channel
+// int8, dynamic int4 groups, act-order with static groups, and shapes that are not multiples of
+// the block (the last block and the last row block short): the same codes but for the few whose
+// lazy update's sums (ordered differently by cuBLAS) round the other way, and the same scales to
+// fp32 rounding.
+TEST(ExportKernels, GptqRowPassOnTheDeviceMatchesTheHost) {
+  struct Case {
+    int64_t rows, cols;
+    QuantBits bits;
+    int64_t group_size;
+    bool act_order;
+  };
+  for (const Case& c : {Case{96, 320, QuantBits::kInt8, 0, false}, Case{130, 320, QuantBits::kInt4, 64, false},
+                        Case{200, 256, QuantBits::kInt4, 128, true}, Case{64, 300, QuantBits::kInt4, 0, true}}) {
+    SCOPED_TRACE(::testing::Message() << c.rows << "x" << c.cols << " group " << c.group_size << " act-order " << c.act_order);
+    const std::vector<float> w = random_normals(c.rows * c.cols, 21), x = random_normals(4 * c.cols * c.cols, 22);
+    InputGram gram(c.cols);
+    gram.add_rows(x.data(), 4 * c.cols, c.cols);
+    const std::vector<double> h = gram.hessian();
+    GptqOptions o;
+    o.bits = c.bits;
+    o.group_size = c.group_size;
+    o.act_order = c.act_order;
+    o.static_groups = c.act_order;
+    const QuantizedMatrix host = gptq_quantize(w.data(), c.rows, c.cols, h, o);
+    o.row_pass = cuda_gptq_row_pass(0);
+    const QuantizedMatrix device = gptq_quantize(w.data(), c.rows, c.cols, h, o);
+    ASSERT_EQ(device.values.size(), host.values.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < host.values.size(); ++i) {
+      differ += host.values[i] != device.values[i];
+      ASSERT_LE(std::abs(host.values[i] - device.values[i]), 1) << "code " << i;
+    }
+    EXPECT_LE(differ, static_cast<int64_t>(host.values.size() / 1000));
+    ASSERT_EQ(device.scales.size(), host.scales.size());
+    for (size_t i = 0; i < host.scales.size(); ++i)
+      EXPECT_NEAR(device.scales[i], host.scales[i], 1e-5 * std::abs(host.scales[i])) << "scale " << i;
+  }
+}
+
 // quantize_model with the passes on the CPU and on the GPU; perplexity of both on the CPU.
 void expect_gpu_export_matches(const ModelWeights& weights, const CalibrationFile& calib,
                                const std::vector<int32_t>& eval, const ExportOptions& base, const std::string& name,
@@ -172,6 +212,7 @@ void expect_gpu_export_matches(const ModelWeights& weights, const CalibrationFil
   cuda.on_device_memory = [&](size_t bytes) { device_bytes = bytes; };
   gpu.layer_passes = cuda_layer_passes(cuda);
   gpu.gptq_inverse_factor = cuda_gptq_inverse_factor(0);
+  gpu.gptq_row_pass = cuda_gptq_row_pass(0);
   const auto gpu_model = std::make_shared<const QuantizedModel>(quantize_model(weights, calib, gpu));
   EXPECT_GT(device_bytes, 0u);
   const double nll_cpu = testing::mean_nll(CpuBackend(cpu_model), eval);

@@ -358,5 +358,85 @@ TEST(Gptq, InverseFactorFromItsPiecesMatchesTheHost) {
   EXPECT_EQ(host.scales, pieces.scales);
 }
 
+// The device row pass's algorithm (kernels/gptq_rows.cu) written plainly on the host: a row at a
+// time through each block of columns, the lazy update after each block as a plain triple loop.
+// What the job hands it (processing order, column groups, dynamic or given scales) must give the
+// host's codes, but for near-ties the different summation order rounds the other way.
+void plain_row_pass(const GptqRowPassJob& job) {
+  const int64_t R = job.rows, C = job.cols;
+  std::vector<float> w(job.weight, job.weight + R * C), errors(R * job.block_size);
+  const float qmin = static_cast<float>(quant_min(job.bits)), qmax = static_cast<float>(quant_max(job.bits));
+  for (int64_t i1 = 0; i1 < C; i1 += job.block_size) {
+    const int64_t count = std::min(job.block_size, C - i1);
+    for (int64_t r = 0; r < R; ++r) {
+      float* row = w.data() + r * C;
+      for (int64_t k = i1; k < i1 + count; ++k) {
+        float& scale = job.scales[r * job.groups + job.column_group[k]];
+        if (job.dynamic_scales && k % job.group_size == 0) {
+          float absmax = 0;
+          for (int64_t j = k; j < std::min(C, k + job.group_size); ++j) absmax = std::max(absmax, std::abs(row[j]));
+          scale = scale_from_absmax(absmax, job.bits);
+        }
+        const float code = std::clamp(std::nearbyint(row[k] / scale), qmin, qmax);
+        job.values[r * C + k] = static_cast<int8_t>(code);
+        const float err = (row[k] - code * scale) / job.u[k * C + k];
+        for (int64_t j = k + 1; j < i1 + count; ++j) row[j] -= err * job.u[k * C + j];
+        errors[r * job.block_size + (k - i1)] = err;
+      }
+    }
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t j = i1 + count; j < C; ++j) {
+        float sum = 0;
+        for (int64_t k = 0; k < count; ++k) sum += errors[r * job.block_size + k] * job.u[(i1 + k) * C + j];
+        w[r * C + j] -= sum;
+      }
+  }
+}
+
+// GptqOptions::row_pass: a pass elsewhere gets the permuted problem and its codes come back in the
+// natural column order, with the scales in their natural groups: per channel, dynamic groups,
+// act-order with static groups, a last block and a last group shorter than the others.
+TEST(Gptq, RowPassElsewhereMatchesTheHost) {
+  const int64_t rows = 70, cols = 150, samples = 600;
+  const std::vector<float> x = random_values(samples * cols, 41);
+  HessianAccumulator acc(cols);
+  acc.add_rows(x.data(), samples);
+  const std::vector<double> hessian = acc.hessian();
+  const std::vector<float> w = random_values(rows * cols, 42);
+  struct Case {
+    QuantBits bits;
+    int64_t group_size;
+    bool act_order;
+  };
+  for (const Case c : {Case{QuantBits::kInt8, 0, false}, Case{QuantBits::kInt4, 32, false},
+                       Case{QuantBits::kInt4, 32, true}, Case{QuantBits::kInt4, 0, true}}) {
+    SCOPED_TRACE(::testing::Message() << "group " << c.group_size << ", act-order " << c.act_order);
+    GptqOptions o;
+    o.bits = c.bits;
+    o.group_size = c.group_size;
+    o.act_order = c.act_order;
+    o.static_groups = c.act_order;
+    o.block_size = 64;
+    const QuantizedMatrix host = gptq_quantize(w.data(), rows, cols, hessian, o);
+    int64_t calls = 0;
+    o.row_pass = [&](const GptqRowPassJob& job) {
+      ++calls;
+      EXPECT_EQ(job.dynamic_scales, c.group_size > 0 && !c.act_order);
+      plain_row_pass(job);
+    };
+    const QuantizedMatrix elsewhere = gptq_quantize(w.data(), rows, cols, hessian, o);
+    EXPECT_EQ(calls, 1);
+    int64_t differ = 0;
+    for (size_t i = 0; i < host.values.size(); ++i) {
+      differ += host.values[i] != elsewhere.values[i];
+      ASSERT_LE(std::abs(host.values[i] - elsewhere.values[i]), 1) << i;
+    }
+    EXPECT_LE(differ, static_cast<int64_t>(host.values.size() / 1000));
+    ASSERT_EQ(host.scales.size(), elsewhere.scales.size());
+    for (size_t i = 0; i < host.scales.size(); ++i)
+      EXPECT_NEAR(elsewhere.scales[i], host.scales[i], 1e-5 * host.scales[i]) << i;
+  }
+}
+
 }  // namespace
 }  // namespace ssdq
