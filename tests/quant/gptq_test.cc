@@ -28,6 +28,13 @@ using ::testing::HasSubstr;
 
 std::vector<float> random_values(int64_t count, uint32_t seed) { return testing_models::random_normals(count, seed); }
 
+// H of `samples` random normal input rows of `cols` values.
+std::vector<double> hessian_of_random_inputs(int64_t cols, int64_t samples, uint32_t seed) {
+  HessianAccumulator acc(cols);
+  acc.add_rows(random_values(samples * cols, seed).data(), samples);
+  return acc.hessian();
+}
+
 std::vector<double> identity(int64_t n) {
   std::vector<double> h(n * n, 0.0);
   for (int64_t i = 0; i < n; ++i) h[i * n + i] = 1.0;
@@ -299,10 +306,7 @@ namespace {
 // scale mode (a shape with a short last slice both ways).
 TEST(Gptq, ThreadsDoNotChangeTheResult) {
   const int64_t rows = 200, cols = 150, samples = 400;
-  const std::vector<float> x = random_values(samples * cols, 21);
-  HessianAccumulator acc(cols);
-  acc.add_rows(x.data(), samples);
-  const std::vector<double> hessian = acc.hessian();
+  const std::vector<double> hessian = hessian_of_random_inputs(cols, samples, 21);
   const std::vector<float> w = random_values(rows * cols, 22);
   struct Case {
     int64_t group_size;
@@ -332,10 +336,7 @@ TEST(Gptq, InverseFactorFromItsPiecesMatchesTheHost) {
   using MatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic>;
   using RowMajorD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const int64_t rows = 120, cols = 150, samples = 600;
-  const std::vector<float> x = random_values(samples * cols, 31);
-  HessianAccumulator acc(cols);
-  acc.add_rows(x.data(), samples);
-  const std::vector<double> hessian = acc.hessian();
+  const std::vector<double> hessian = hessian_of_random_inputs(cols, samples, 31);
   const std::vector<float> w = random_values(rows * cols, 32);
   GptqOptions o;
   o.group_size = 32;
@@ -398,10 +399,7 @@ void plain_row_pass(const GptqRowPassJob& job) {
 // act-order with static groups, a last block and a last group shorter than the others.
 TEST(Gptq, RowPassElsewhereMatchesTheHost) {
   const int64_t rows = 70, cols = 150, samples = 600;
-  const std::vector<float> x = random_values(samples * cols, 41);
-  HessianAccumulator acc(cols);
-  acc.add_rows(x.data(), samples);
-  const std::vector<double> hessian = acc.hessian();
+  const std::vector<double> hessian = hessian_of_random_inputs(cols, samples, 41);
   const std::vector<float> w = random_values(rows * cols, 42);
   struct Case {
     QuantBits bits;
