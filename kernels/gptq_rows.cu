@@ -17,7 +17,7 @@ constexpr int kRowsPerBlock = 128;
 // One thread per row of one column block [i1, i1 + count). The row's working values live in a
 // per-thread array (local memory: the loops index it by column); U's count × count diagonal block
 // in shared memory. The arithmetic is quant/gptq.cc's with every product and difference rounded on
-// its own (__fmul_rn, __fsub_rn: no contraction into FMAs), as the host's Eigen loops compute it.
+// its own (__fmul_rn, __fsub_rn: nvcc would otherwise contract them into FMAs).
 __global__ void gptq_block_kernel(GptqRowsArgs a, int64_t i1, int count) {
   extern __shared__ float u_block[];
   for (int idx = threadIdx.x; idx < count * count; idx += blockDim.x)

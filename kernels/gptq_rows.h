@@ -3,9 +3,10 @@
 // block in order, each error feeding the row's later columns of the block through U's diagonal
 // block (held in shared memory), and records the block's errors; then one cuBLAS SGEMM (fp32
 // math, never TF32) applies the block's errors to every later column at once (the lazy update,
-// W[:, i2:] −= E · U[i1:i2, i2:]). Rows never meet inside a block, so the per-row arithmetic is the
-// host's operation for operation (rounded multiplies and subtractions, no fused multiply-adds);
-// only the lazy update's sums are ordered differently.
+// W[:, i2:] −= E · U[i1:i2, i2:]). Rows never meet inside a block. The per-row arithmetic is the
+// host's in the same order, each product and difference rounded on its own (no fused
+// multiply-adds; the host's compiler may fuse some); the lazy update's sums are ordered as cuBLAS
+// orders them. So codes equal the host's but for near-ties (tests/gpu/cuda_export_test).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -6,6 +6,7 @@
 
 #include "formats/error.h"
 #include "runtime/decode_session.h"
+#include "runtime/doubling_pause.h"
 #include "runtime/speculation_payoff.h"
 
 namespace ssdq {
@@ -48,20 +49,20 @@ struct Progress {
   bool done = false;
   size_t emitted = 0;
   Clock::time_point first, last;
-  // GenerateOptions::adaptive_draft: the draft length now, the tokens left before drafting again,
-  // and the next pause's length.
-  int64_t draft_limit = 0, pause = 0, next_pause = 1;
+  // GenerateOptions::adaptive_draft: the draft length now, and the pause after windows that
+  // accepted nothing.
+  int64_t draft_limit = 0;
+  DoublingPause pause;
 };
 
 // GenerateOptions::adaptive_draft after a window that accepted `accepted` of `drafted` tokens.
 void adapt_draft(Progress& p, int64_t drafted, int64_t accepted, int64_t max_draft) {
   p.draft_limit = accepted == drafted ? std::min(max_draft, p.draft_limit + 2) : std::max<int64_t>(1, p.draft_limit - 1);
   if (accepted > 0) {
-    p.next_pause = 1;
-    return;
+    p.pause.succeeded();
+  } else {
+    p.pause.failed();
   }
-  p.pause = p.next_pause;
-  p.next_pause = std::min<int64_t>(2 * p.next_pause, 64);
 }
 
 class Generator {
@@ -189,10 +190,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
     if (options.drafter && (!options.measured_payoff || payoff.speculate()))
       for (int64_t b = 0; b < B; ++b) {
         if (seq[b].done) continue;
-        if (options.adaptive_draft && seq[b].pause > 0) {
-          --seq[b].pause;
-          continue;
-        }
+        if (options.adaptive_draft && seq[b].pause.take_paused_step()) continue;
         const int64_t room = options.max_new_tokens - static_cast<int64_t>(seq[b].out.tokens.size()) - 1;
         const int64_t limit = std::min(options.adaptive_draft ? seq[b].draft_limit : options.max_draft, room);
         if (limit <= 0) continue;

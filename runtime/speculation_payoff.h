@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <set>
 
+#include "runtime/doubling_pause.h"
+
 namespace ssdq {
 
 class SpeculationPayoff {
@@ -31,12 +33,12 @@ class SpeculationPayoff {
   int64_t paused_steps() const { return paused_steps_; }
 
  private:
-  void update(double& rate, double sample) const;
   bool warm_up_calls_;
   double step_rate_ = 0, window_rate_ = 0;
   bool first_step_seen_ = false;
   std::set<int64_t> widths_seen_;
-  int64_t pause_ = 0, next_pause_ = 1, paused_steps_ = 0;
+  DoublingPause pause_;
+  int64_t paused_steps_ = 0;
 };
 
 }  // namespace ssdq
