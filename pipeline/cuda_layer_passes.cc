@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -140,6 +141,8 @@ class CudaLayerPasses : public LayerPasses {
     output->merge(observer->read(engine->stream()).layers[0].at(StatPoint::kOutProjOut));
   }
 
+  double setup_seconds() const override { return setup_seconds_; }
+
   void add_bias(const std::vector<float>& bias) override {
     if (bias.empty()) return;
     if (static_cast<int64_t>(bias.size()) != c_.d_model) fail("internal: a bias of {} for d_model {}", bias.size(), c_.d_model);
@@ -158,7 +161,8 @@ class CudaLayerPasses : public LayerPasses {
   float* stream(int64_t sample) const { return streams_.at<float>(sample * T_ * c_.d_model * 4); }
 
   // An engine over layer alone (a one-layer artifact whose embedding is never read).
-  std::unique_ptr<CudaBackend> make_engine(const QuantizedLayer& layer, DeviceObserver* observer) const {
+  std::unique_ptr<CudaBackend> make_engine(const QuantizedLayer& layer, DeviceObserver* observer) {
+    const auto start = std::chrono::steady_clock::now();
     auto model = std::make_shared<QuantizedModel>();
     model->config = layer_config_;
     model->config.tie_embeddings = true;
@@ -175,7 +179,9 @@ class CudaLayerPasses : public LayerPasses {
     o.fp32_float_math = true;
     o.tf32_gemms = gpu_.tf32_gemms;
     o.observer = observer;
-    return std::make_unique<CudaBackend>(std::shared_ptr<const QuantizedModel>(std::move(model)), o);
+    auto engine = std::make_unique<CudaBackend>(std::shared_ptr<const QuantizedModel>(std::move(model)), o);
+    setup_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return engine;
   }
 
   // The layer over every stream in batches; `advance`: the streams replaced by the layer's output.
@@ -194,6 +200,7 @@ class CudaLayerPasses : public LayerPasses {
   PassProgress progress_;
   DeviceBlock streams_;
   size_t peak_bytes_ = 0;
+  double setup_seconds_ = 0;
 };
 
 }  // namespace

@@ -19,6 +19,7 @@ std::string partial_export_path(const std::string& out_path) { return out_path +
 
 ExportSummary export_artifact(const ExportRequest& request, const ExportOptions& options,
                               const std::function<void(const std::string&)>& note) {
+  const auto load_start = std::chrono::steady_clock::now();
   const LoadedModel model = load_model(request.model_dir);
   const CalibrationFile calib = read_calibration_file(request.calibration_path);
   const std::string& weights_hash = model.weights_sha256;
@@ -32,6 +33,7 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
 
   const auto start = std::chrono::steady_clock::now();
   ExportSummary summary;
+  summary.load_seconds = std::chrono::duration<double>(start - load_start).count();
   ExportOptions resolved = resolve_auto_w4a16_layers(
       *model.weights, calib, options, [&](const MixedPrecisionChoice& choice) { summary.mixed_precision = choice; });
   summary.seqlen = calib.provenance.seqlen;
@@ -90,11 +92,14 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
     done.config.n_layer = static_cast<int64_t>(done.layers.size());
     write_quantized_artifact(partial, done, description);
     last_write = std::chrono::steady_clock::now();
+    summary.checkpoint_seconds += std::chrono::duration<double>(last_write - now).count();
   };
 
   const QuantizedModel quantized = quantize_model(*model.weights, calib, resolved);
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto write_start = std::chrono::steady_clock::now();
   write_quantized_artifact(request.out_path, quantized, description);
+  summary.write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - write_start).count();
   std::remove(partial.c_str());
   struct stat st {};
   if (::stat(request.out_path.c_str(), &st) == 0) summary.bytes = st.st_size;

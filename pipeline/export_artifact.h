@@ -26,7 +26,10 @@ struct ExportRequest {
 };
 
 struct ExportSummary {
-  double seconds = 0;  // quantization (not loading or writing)
+  double seconds = 0;  // quantization (not loading or writing), the partial file's rewrites included
+  double load_seconds = 0;        // reading (or drawing) the model and reading the statistics
+  double checkpoint_seconds = 0;  // rewriting OUT.partial
+  double write_seconds = 0;       // writing the artifact
   int64_t samples = 0, seqlen = 0;
   int64_t bytes = 0;   // artifact size
   std::optional<MixedPrecisionChoice> mixed_precision;  // --w4a16-layers auto:K: what was measured

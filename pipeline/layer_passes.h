@@ -39,6 +39,8 @@ class LayerPasses {
   virtual void advance(const std::string& stage, int64_t l, const QuantizedLayer& layer, ChannelStats* output) = 0;
   // bias[i] added to every row of every stream (SSDi8's mean correction); nothing for an empty one.
   virtual void add_bias(const std::vector<float>& bias) = 0;
+  // Seconds the passes so far spent preparing to run (a GPU's: making each pass's engine).
+  virtual double setup_seconds() const { return 0; }
 };
 
 // Makes the passes for a model of `config` whose streams start as the rows of `embedding` for the

@@ -48,6 +48,25 @@ WeightMatrix quantize_projection(const std::vector<float>& w, int64_t rows, int6
   g.parallel_for = parallel_for;  // rows and U's columns over the cores (quant/gptq.h)
   g.inverse_factor = export_options.gptq_inverse_factor;
   g.row_pass = export_options.gptq_row_pass;
+  if (ExportTimes* times = export_options.times) {  // the device's parts of GPTQ, timed apart
+    auto since = [](std::chrono::steady_clock::time_point start) {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    if (g.inverse_factor)
+      g.inverse_factor = [times, since, factor = g.inverse_factor](const std::vector<double>& h, int64_t n,
+                                                                    std::vector<float>& u) {
+        const auto start = std::chrono::steady_clock::now();
+        const bool done = factor(h, n, u);
+        times->gptq_factor += since(start);
+        return done;
+      };
+    if (g.row_pass)
+      g.row_pass = [times, since, pass = g.row_pass](const GptqRowPassJob& job) {
+        const auto start = std::chrono::steady_clock::now();
+        pass(job);
+        times->gptq_rows += since(start);
+      };
+  }
   return gptq_weight(w, rows, cols, *hessian, g);
 }
 
@@ -291,7 +310,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
       const QuantizedLayer& done = options.done_layers[l];
       QuantizedLayer unbiased = done;
       unbiased.out_bias.clear();
-      timed(&ExportTimes::passes, [&] { passes->advance(layer_name + " (resumed) forward", l, unbiased, nullptr); });
+      timed(&ExportTimes::advance, [&] { passes->advance(layer_name + " (resumed) forward", l, unbiased, nullptr); });
       passes->add_bias(done.out_bias);
       m.layers.push_back(done);
       continue;
@@ -303,12 +322,12 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     // Pass A: activation maxima of the fp32 layer (and the in_proj Hessian).
     CalibrationStats stats = CalibrationStats::empty_for(c, l);
     InputGram in_gram(D);
-    timed(&ExportTimes::passes, [&] {
+    timed(&ExportTimes::observe, [&] {
       passes->observe_layer(layer_name + " activations", l, q, internals, stats, o.uses_gptq() ? &in_gram : nullptr);
     });
     assign_activation_formats(q, stats.layers[l], o, l, c, o.recipe == RecipeName::kQuamba2 ? &clusters[l] : nullptr);
     std::vector<double> hessian;
-    if (o.uses_gptq()) hessian = in_gram.hessian();
+    if (o.uses_gptq()) timed(&ExportTimes::hessians, [&] { hessian = in_gram.hessian(); });
     timed(&ExportTimes::weights, [&] {
       q.in_proj = quantize_projection(w.layers[l].in_proj, in_dim, D, o, o.uses_gptq() ? &hessian : nullptr, options);
     });
@@ -316,9 +335,9 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     // Pass B: the out_proj input Hessian through the quantized in_proj and activations.
     if (o.uses_gptq()) {
       InputGram out_gram(E);
-      timed(&ExportTimes::passes,
+      timed(&ExportTimes::out_proj_gram,
             [&] { passes->observe_out_proj_input(layer_name + " out_proj Hessian", l, q, out_gram); });
-      hessian = out_gram.hessian();
+      timed(&ExportTimes::hessians, [&] { hessian = out_gram.hessian(); });
     }
     timed(&ExportTimes::weights, [&] {
       q.out_proj = quantize_projection(w.layers[l].out_proj, D, E, o, o.uses_gptq() ? &hessian : nullptr, options);
@@ -327,7 +346,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     // Pass C: advance the streams through the quantized layer; mean correction.
     if (l + 1 < L || eta > 0) {
       ChannelStats output(D, true);
-      timed(&ExportTimes::passes,
+      timed(&ExportTimes::advance,
             [&] { passes->advance(layer_name + " quantized forward", l, q, eta > 0 ? &output : nullptr); });
       if (eta > 0) {
         // μ_fp in the rotated basis: the FP block output o becomes o·Q with Q = diag(signs)·H/√D.
@@ -342,6 +361,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     m.layers.push_back(std::move(q));
     if (options.on_layer_done) options.on_layer_done(m);
   }
+  if (options.times) options.times->pass_setup += passes->setup_seconds();
   validate_quantized_model(m, "export");
   return m;
 }

@@ -35,10 +35,16 @@
 
 namespace ssdq {
 
-// Seconds a layer-by-layer export spent in the forwards over the samples (all three passes) and in
-// quantizing the projections (GPTQ or rounding).
+// Seconds a layer-by-layer export spent in each part: the three forwards over the samples (pass A
+// with its statistics and in_proj's Gram, pass B with out_proj's Gram, pass C advancing the
+// streams; `pass_setup` is the part of them spent making each pass's engine, LayerPasses::
+// setup_seconds), GPTQ's Hessians made from the Grams on the host, and quantizing the projections
+// (GPTQ or rounding; `gptq_factor` and `gptq_rows` are the parts of it spent in
+// ExportOptions::gptq_inverse_factor and gptq_row_pass where those are given).
 struct ExportTimes {
-  double passes = 0, weights = 0;
+  double observe = 0, out_proj_gram = 0, advance = 0, pass_setup = 0, hessians = 0, weights = 0;
+  double gptq_factor = 0, gptq_rows = 0;
+  double passes() const { return observe + out_proj_gram + advance; }
 };
 
 struct ExportOptions {

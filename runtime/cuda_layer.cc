@@ -537,7 +537,25 @@ void CudaBackend::Impl::enqueue_head_gather(int64_t rows) const {
 }
 
 bool CudaBackend::Impl::enqueue_head_gemv(const uint16_t* x, int64_t ldx, int64_t rows) const {
-  if (!head_q.bytes()) return false;
+  if (!head_q.bytes()) {
+    // The FP model's head at decode's few rows: the bf16 GEMV, each row as it is alone (as the
+    // layers' projections, cuda_plan.cc), where a GEMM's order of sums would depend on the rows.
+    const auto [weights, type] = head_weights();
+    if (type != ElementType::kBF16 || rows > kernels::kGemvMaxRows) return false;
+    kernels::GemvArgs g;
+    g.m = static_cast<int>(rows);
+    g.n = static_cast<int>(head_vocab());
+    g.k = static_cast<int>(config.d_model);
+    g.x = reinterpret_cast<const __nv_bfloat16*>(x);
+    g.ldx = ldx;
+    g.w = static_cast<const __nv_bfloat16*>(weights);
+    g.out = head_out();
+    g.ldout = head_vocab();
+    g.out_type = ElementType::kF32;
+    if (!kernels::gemv_supported(g)) return false;
+    cuda_ok(kernels::launch_gemv(g, stream), "lm_head (bf16 GEMV)");
+    return true;
+  }
   for (int64_t r0 = 0; r0 < rows; r0 += kernels::kQgemvMaxRows) {
     kernels::QgemvArgs q = head_gemv_args(reinterpret_cast<const __half*>(x) + r0 * ldx, ldx);
     q.m = static_cast<int>(std::min<int64_t>(kernels::kQgemvMaxRows, rows - r0));

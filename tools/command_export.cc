@@ -103,10 +103,20 @@ void run_export(ExportFlags& flags) {
   fmt::print("wrote {} ({:.1f} MB): quantized in {:.1f} s over {} calibration samples of {} tokens{}\n",
              flags.request.out_path, summary.bytes / 1e6, summary.seconds, summary.samples, summary.seqlen,
              device_bytes ? fmt::format(", {:.1f} GiB of device memory at most", device_bytes / 1073741824.0) : "");
-  if (times.passes > 0)
-    fmt::print("  of which {:.1f} s in the layer passes over the samples ({}), {:.1f} s quantizing the projections "
-               "(on {} CPU threads)\n",
-               times.passes, device.cuda ? flags.request.forward : "cpu", times.weights, thread_count());
+  if (times.passes() > 0) {
+    fmt::print("  of which {:.1f} s in the layer passes over the samples ({}: A {:.1f} s, B {:.1f} s, C {:.1f} s, {:.1f} s "
+               "of them making each pass's engine), {:.1f} s making GPTQ's Hessians from the Grams, {:.1f} s "
+               "quantizing the projections ({}), {:.1f} s rewriting {}\n",
+               times.passes(), device.cuda ? flags.request.forward : "cpu", times.observe, times.out_proj_gram,
+               times.advance, times.pass_setup, times.hessians, times.weights,
+               device.cuda ? fmt::format("of them {:.1f} s in GPTQ's inverse factor and {:.1f} s in its row pass, "
+                                         "both on the device with their transfers",
+                                         times.gptq_factor, times.gptq_rows)
+                           : fmt::format("on {} CPU threads", thread_count()),
+               summary.checkpoint_seconds, partial_export_path(flags.request.out_path));
+  }
+  fmt::print("  before: {:.1f} s reading the model and the statistics; after: {:.1f} s writing the artifact\n",
+             summary.load_seconds, summary.write_seconds);
 }
 
 }  // namespace
@@ -191,8 +201,8 @@ void add_export_command(CLI::App& app) {
       ->check(whole_number(0));
   cmd->add_option("--device", flags->device,
                   "cpu, or cuda[:N]: had, quamba2 and ssdi8 run their layer passes on a GPU (each layer in fp32 over "
-                  "the samples' residual streams kept on the device, GPTQ's Hessians and their Cholesky factors by "
-                  "cuBLAS; GPTQ's row pass on the CPU's threads); docs/QUANTIZATION.md says how close the artifacts come "
+                  "the samples' residual streams kept on the device; GPTQ's Hessians, their Cholesky factors and GPTQ's "
+                  "row pass there too); docs/QUANTIZATION.md says how close the artifacts come "
                   "to the CPU's")
       ->capture_default_str();
   cmd->add_option("--gemm", flags->gemm,

@@ -117,6 +117,36 @@ TEST(CudaDecodeSession, SteppedVerifyIsPlainDecodeInBf16) {
   expect_verify_accept_is_plain_decode(backend, "bf16 " + backend.device_name(), VerifyMode::kExact);
 }
 
+// The FP engine's decode step at 2, 3 and 4 rows gives each row the logits it gets alone, bit for
+// bit (the GEMVs compute every row in the same order; a GEMM's order would depend on the rows), so
+// several drafts of one prompt (generate --drafts) keep the plain text.
+TEST(CudaDecodeSession, Bf16StepGivesEachRowItsLogitsAlone) {
+  const CudaBackend bf16(*load_model(kTinyModel).weights, CudaBackendOptions{});
+  const int64_t V = bf16.config().vocab_size;
+  const std::vector<int32_t> prompt = random_tokens(30, V, 7);
+  const std::vector<int32_t> next = random_tokens(4, V, 8);
+  auto step_logits = [&](int64_t batch) {
+    DecodeSession session(bf16, batch);
+    std::vector<float> last(batch * V), logits(batch * V);
+    for (int64_t b = 0; b < batch; ++b) session.prefill(b, prompt.data(), prompt.size(), last.data() + b * V);
+    std::vector<std::vector<float>> rows;
+    for (int32_t token : next) {
+      const std::vector<int32_t> tokens(batch, token);
+      session.step(tokens.data(), logits.data());
+      rows.emplace_back(logits.begin(), logits.end());
+    }
+    return rows;
+  };
+  const auto alone = step_logits(1);
+  for (int64_t batch : {2, 3, 4}) {
+    const auto together = step_logits(batch);
+    for (size_t t = 0; t < next.size(); ++t)
+      for (int64_t b = 0; b < batch; ++b)
+        EXPECT_EQ(0, std::memcmp(together[t].data() + b * V, alone[t].data(), V * sizeof(float)))
+            << "batch " << batch << ", step " << t << ", row " << b;
+  }
+}
+
 TEST(CudaDecodeSession, SteppedVerifyIsPlainDecodeForEveryRecipeAndBits) {
   const Mamba2Config c = synthetic_config(2);
   for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {

@@ -42,6 +42,22 @@ TEST(CudaGenerate, SeveralDraftsPerSequenceAreExact) {
   }
 }
 
+// A user's `--drafts N` on one prompt: the text of plain decoding at batch 1, not only of plain
+// decoding at N rows, since the FP engine's decode step computes up to 4 rows each as if alone.
+TEST(CudaGenerate, SeveralDraftsGiveTheTextOfThePromptAlone) {
+  const CudaBackend bf16(*load_model(kTinyModel).weights, CudaBackendOptions{});
+  const int64_t V = bf16.config().vocab_size;
+  for (const auto& prompt : prompts_of(V))
+    for (int64_t drafts : {2, 3, 4}) {
+      expect_speculation_exact(bf16, {}, "bf16 alone, " + std::to_string(drafts) + " drafts", drafts,
+                               PlainReference::kItself, {prompt});
+      GenerateOptions sampled;
+      sampled.sampling = {0.8, 50, 0.95, 3};
+      expect_speculation_exact(bf16, sampled, "bf16 alone sampled, " + std::to_string(drafts) + " drafts", drafts,
+                               PlainReference::kItself, {prompt});
+    }
+}
+
 TEST(CudaGenerate, SpeculativeIsPlainForEveryRecipeAndBits) {
   const Mamba2Config c = synthetic_config(2);
   for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {

@@ -67,15 +67,23 @@ inline std::vector<GeneratedText> plain_at_rows(const Backend& backend, Generate
   return run(backend, options, prompts);
 }
 
-// Speculative output against plain output for one backend, with `drafts` rows per sequence (the
-// plain output then at as many rows); returns the windows' histogram.
+// Which plain output speculation with several drafts is held to: plain decoding with as many rows
+// per sequence, or plain decoding itself (one row a sequence), which a backend gives only where its
+// decode step computes each row as it would alone (CUDA: up to the GEMV's 4 rows).
+enum class PlainReference { kAtTheDraftsRows, kItself };
+
+// Speculative output against plain output for one backend, with `drafts` rows per sequence;
+// returns the windows' histogram.
 inline std::vector<int64_t> expect_speculation_exact(const Backend& backend, GenerateOptions options, const std::string& name,
-                                                     int64_t drafts = 1) {
+                                                     int64_t drafts = 1,
+                                                     PlainReference reference = PlainReference::kAtTheDraftsRows,
+                                                     std::vector<std::vector<int32_t>> prompts = {}) {
   const int64_t V = backend.config().vocab_size, K = 4;
-  const auto prompts = prompts_of(V);
+  if (prompts.empty()) prompts = prompts_of(V);
   options.max_new_tokens = 20;
-  const std::vector<GeneratedText> plain =
-      drafts == 1 ? run(backend, options, prompts) : plain_at_rows(backend, options, prompts, drafts);
+  const std::vector<GeneratedText> plain = drafts == 1 || reference == PlainReference::kItself
+                                               ? run(backend, options, prompts)
+                                               : plain_at_rows(backend, options, prompts, drafts);
   OracleDrafter oracle{{}, {}, K, V, drafts};
   options.drafts = drafts;
   for (size_t b = 0; b < prompts.size(); ++b) {
