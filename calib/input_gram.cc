@@ -2,6 +2,7 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -48,11 +49,17 @@ InputGram InputGram::from_sums(int64_t dim, int64_t rows, std::vector<double> su
 
 std::vector<double> InputGram::hessian() const {
   if (rows_ == 0) fail("internal: Hessian of a layer that saw no input rows");
-  Eigen::Map<const Eigen::MatrixXd> sum(sum_.data(), dim_, dim_);
+  // The lower triangle, column-major, is the upper one row-major: the result's row i reads
+  // sum_[i·dim + j] for j ≥ i and sum_[j·dim + i] below; in square tiles, so the second read's
+  // stride of dim stays inside a tile's cache lines.
+  constexpr int64_t kTile = 64;
+  const double scale = 2.0 / static_cast<double>(rows_);
   std::vector<double> out(dim_ * dim_);
-  Eigen::Map<Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> h(out.data(), dim_, dim_);
-  h = sum.selfadjointView<Eigen::Lower>();
-  h *= 2.0 / static_cast<double>(rows_);
+  for (int64_t i0 = 0; i0 < dim_; i0 += kTile)
+    for (int64_t j0 = 0; j0 < dim_; j0 += kTile)
+      for (int64_t i = i0; i < std::min(dim_, i0 + kTile); ++i)
+        for (int64_t j = j0; j < std::min(dim_, j0 + kTile); ++j)
+          out[i * dim_ + j] = (j >= i ? sum_[i * dim_ + j] : sum_[j * dim_ + i]) * scale;
   return out;
 }
 

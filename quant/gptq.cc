@@ -3,6 +3,7 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "formats/error.h"
@@ -95,6 +96,122 @@ std::vector<float> factor_from_reversed_inverse(const std::vector<double>& l_inv
   return u;
 }
 
+// U (column-major) of the damped Hessian: Eigen's LLT on this thread, then the triangular solve in
+// slices of columns over parallel_for.
+MatrixF inverse_factor_on_host(const Eigen::Ref<const Eigen::MatrixXd>& h, const GptqOptions& o) {
+  const int64_t cols = h.cols();
+  MatrixF u(cols, cols);
+  // U (upper, H⁻¹ = UᵀU) without forming H⁻¹: with J the reversal, J·H·J = L·Lᵀ gives H = V·Vᵀ for
+  // the upper-triangular V = J·L·J, so H⁻¹ = V⁻ᵀ·V⁻¹ and U = V⁻¹ (the matrix of the reference's
+  // cholesky, cholesky_inverse, cholesky sequence, at less than half its cost).
+  const Eigen::LLT<Eigen::MatrixXd> llt(h.reverse());
+  if (llt.info() != Eigen::Success) fail("gptq: the damped Hessian ({} columns) is not positive definite", cols);
+  const Eigen::MatrixXd v = Eigen::MatrixXd(llt.matrixL()).reverse();
+  // U = V⁻¹ column slice by column slice (independent solves, over the cores when allowed).
+  const int64_t column_slices = (cols + kGptqSliceRows - 1) / kGptqSliceRows;
+  const auto invert_columns = [&](int64_t slice) {
+    const int64_t c0 = slice * kGptqSliceRows, n = std::min(kGptqSliceRows, cols - c0);
+    u.middleCols(c0, n) = v.triangularView<Eigen::Upper>()
+                              .solve(Eigen::MatrixXd::Identity(cols, cols).middleCols(c0, n))
+                              .cast<float>();
+  };
+  run_items(o.parallel_for, column_slices, invert_columns);
+  return u;
+}
+
+// GPTQ with its row pass elsewhere (GptqOptions::row_pass, a GPU's): the same preparation as the
+// host's path below (dead columns, scales up front, act-order's permutation, damping) done on
+// row-major copies, since the factor and the row pass take row-major matrices. The host's path
+// keeps Eigen's column-major matrices its solves want; copying between the two layouts cost more
+// than a GPU's factor and row pass together at 2.7b's sizes (docs/kernels/export.md).
+QuantizedMatrix gptq_by_row_pass(const float* weight, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+                                 const GptqOptions& o, QuantizedMatrix q, int64_t group_size, bool scales_up_front) {
+  const int64_t groups = q.groups_per_row();
+  const int64_t row_slices = (rows + kGptqSliceRows - 1) / kGptqSliceRows;
+  const auto over_rows = [&](const std::function<void(int64_t row)>& body) {
+    run_items(o.parallel_for, row_slices, [&](int64_t slice) {
+      for (int64_t r = slice * kGptqSliceRows; r < std::min(rows, (slice + 1) * kGptqSliceRows); ++r) body(r);
+    });
+  };
+  // H is symmetric: its row-major values are its column-major ones.
+  std::vector<double> h = hessian;
+  std::vector<float> w(weight, weight + rows * cols);
+  std::vector<int64_t> dead;
+  for (int64_t j = 0; j < cols; ++j)
+    if (h[j * cols + j] == 0) {
+      h[j * cols + j] = 1;
+      dead.push_back(j);
+    }
+  if (!dead.empty())
+    over_rows([&](int64_t r) {
+      for (int64_t j : dead) w[r * cols + j] = 0;
+    });
+  if (scales_up_front)
+    over_rows([&](int64_t r) {
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t c0 = g * group_size, c1 = std::min(cols, c0 + group_size);
+        float absmax = 0;
+        for (int64_t c = c0; c < c1; ++c) absmax = std::max(absmax, std::fabs(w[r * cols + c]));
+        q.scales[r * groups + g] = scale_from_absmax(absmax, q.bits);
+      }
+    });
+
+  std::vector<int64_t> perm(cols);
+  std::iota(perm.begin(), perm.end(), 0);
+  if (o.act_order) {
+    std::vector<double> diag(cols);
+    for (int64_t j = 0; j < cols; ++j) diag[j] = h[j * cols + j];
+    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return diag[a] > diag[b]; });
+    std::vector<float> w_natural = std::move(w);
+    std::vector<double> h_natural = std::move(h);
+    w.resize(rows * cols);
+    h.resize(cols * cols);
+    over_rows([&](int64_t r) {
+      for (int64_t k = 0; k < cols; ++k) w[r * cols + k] = w_natural[r * cols + perm[k]];
+    });
+    run_items(o.parallel_for, cols, [&](int64_t k) {
+      for (int64_t l = 0; l < cols; ++l) h[k * cols + l] = h_natural[perm[k] * cols + perm[l]];
+    });
+  }
+  {
+    // The mean as the host's path takes it (the diagonal of a column-major matrix: same order of sums).
+    Eigen::Map<Eigen::MatrixXd> hm(h.data(), cols, cols);
+    hm.diagonal().array() += o.damp_percent * hm.diagonal().mean();
+  }
+
+  std::vector<float> u;
+  if (o.inverse_factor) {
+    if (!o.inverse_factor(h, cols, u)) fail("gptq: the damped Hessian ({} columns) is not positive definite", cols);
+    if (static_cast<int64_t>(u.size()) != cols * cols) fail("internal: gptq factor of {} values", u.size());
+  } else {
+    const RowMajorF u_rows = inverse_factor_on_host(Eigen::Map<const Eigen::MatrixXd>(h.data(), cols, cols), o);
+    u.assign(u_rows.data(), u_rows.data() + cols * cols);
+  }
+
+  std::vector<int32_t> column_group(cols);
+  for (int64_t k = 0; k < cols; ++k) column_group[k] = static_cast<int32_t>(perm[k] / group_size);
+  std::vector<int8_t> codes(o.act_order ? rows * cols : 0);
+  GptqRowPassJob job;
+  job.weight = w.data();
+  job.u = u.data();
+  job.rows = rows;
+  job.cols = cols;
+  job.block_size = o.block_size;
+  job.group_size = group_size;
+  job.groups = groups;
+  job.bits = o.bits;
+  job.dynamic_scales = !scales_up_front;
+  job.column_group = column_group.data();
+  job.scales = q.scales.data();
+  job.values = o.act_order ? codes.data() : q.values.data();  // the natural order needs no mapping back
+  o.row_pass(job);
+  if (o.act_order)
+    over_rows([&](int64_t r) {
+      for (int64_t k = 0; k < cols; ++k) q.values[r * cols + perm[k]] = codes[r * cols + k];
+    });
+  return q;
+}
+
 QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, const std::vector<double>& hessian,
                               const GptqOptions& o) {
   check_options(o, rows, cols, hessian.size());
@@ -113,6 +230,9 @@ QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, c
   q.values.assign(rows * cols, 0);
   q.scales.assign(rows * q.groups_per_row(), 1.0f);
 
+  const bool scales_up_front = !grouped || o.static_groups;
+  if (o.row_pass) return gptq_by_row_pass(weight, rows, cols, hessian, o, std::move(q), group_size, scales_up_front);
+
   Eigen::MatrixXd h = Eigen::Map<const RowMajorD>(hessian.data(), cols, cols);
   MatrixF w = Eigen::Map<const RowMajorF>(weight, rows, cols);
   for (int64_t j = 0; j < cols; ++j)
@@ -120,7 +240,6 @@ QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, c
       h(j, j) = 1;
       w.col(j).setZero();
     }
-  const bool scales_up_front = !grouped || o.static_groups;
   if (scales_up_front)
     for (int64_t g = 0; g < q.groups_per_row(); ++g)
       set_group_scales(w, 0, g * group_size, std::min(group_size, cols - g * group_size), g, q);
@@ -150,47 +269,10 @@ QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, c
     if (static_cast<int64_t>(factor.size()) != cols * cols) fail("internal: gptq factor of {} values", factor.size());
     u = Eigen::Map<const RowMajorF>(factor.data(), cols, cols);
   } else {
-    // U (upper, H⁻¹ = UᵀU) without forming H⁻¹: with J the reversal, J·H·J = L·Lᵀ gives H = V·Vᵀ for
-    // the upper-triangular V = J·L·J, so H⁻¹ = V⁻ᵀ·V⁻¹ and U = V⁻¹ (the matrix of the reference's
-    // cholesky, cholesky_inverse, cholesky sequence, at less than half its cost).
-    const Eigen::LLT<Eigen::MatrixXd> llt(h.reverse());
-    if (llt.info() != Eigen::Success) fail("gptq: the damped Hessian ({} columns) is not positive definite", cols);
-    const Eigen::MatrixXd v = Eigen::MatrixXd(llt.matrixL()).reverse();
-    // U = V⁻¹ column slice by column slice (independent solves, over the cores when allowed).
-    const int64_t column_slices = (cols + kGptqSliceRows - 1) / kGptqSliceRows;
-    const auto invert_columns = [&](int64_t slice) {
-      const int64_t c0 = slice * kGptqSliceRows, n = std::min(kGptqSliceRows, cols - c0);
-      u.middleCols(c0, n) = v.triangularView<Eigen::Upper>()
-                                .solve(Eigen::MatrixXd::Identity(cols, cols).middleCols(c0, n))
-                                .cast<float>();
-    };
-    run_items(o.parallel_for, column_slices, invert_columns);
+    u = inverse_factor_on_host(h, o);
   }
 
   const int64_t groups = q.groups_per_row();
-  if (o.row_pass) {
-    const RowMajorF w_rows = w, u_rows = u;
-    std::vector<int32_t> column_group(cols);
-    for (int64_t k = 0; k < cols; ++k) column_group[k] = static_cast<int32_t>(perm[k] / group_size);
-    std::vector<int8_t> codes(rows * cols);
-    GptqRowPassJob job;
-    job.weight = w_rows.data();
-    job.u = u_rows.data();
-    job.rows = rows;
-    job.cols = cols;
-    job.block_size = o.block_size;
-    job.group_size = group_size;
-    job.groups = groups;
-    job.bits = o.bits;
-    job.dynamic_scales = !scales_up_front;
-    job.column_group = column_group.data();
-    job.scales = q.scales.data();
-    job.values = codes.data();
-    o.row_pass(job);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t k = 0; k < cols; ++k) q.values[r * cols + perm[k]] = codes[r * cols + k];
-    return q;
-  }
   // One slice of rows through every column: its own copy of the rows, errors and lazy batches.
   const auto quantize_rows = [&](int64_t slice) {
     const int64_t row0 = slice * kGptqSliceRows, n = std::min(kGptqSliceRows, rows - row0);

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "pipeline/calibrate.h"
 #include "calib/calibration_file.h"
 #include "calib/calibration_stats.h"
+#include "calib/input_gram.h"
 #include "pipeline/ssd_internals.h"
 #include "formats/digest.h"
 #include "formats/error.h"
@@ -44,6 +46,36 @@ TEST(ChannelStats, MaximaSumsAndMeansOverStridedRows) {
   EXPECT_EQ(stats.absmax(), (std::vector<float>{7, 4, 2}));
   EXPECT_EQ(stats.rows(), 3);
   EXPECT_FLOAT_EQ(stats.mean()[0], -3.0f);
+}
+
+// InputGram's Hessian is 2/n · Σ x xᵀ, whole and symmetric, whether the sums were added here or
+// came from elsewhere as a column-major lower triangle (the GPU's); dimensions that are not whole
+// tiles of its copy.
+TEST(InputGram, HessianIsTwiceTheMeanOuterProduct) {
+  for (int64_t dim : {1, 70, 130}) {
+    std::mt19937 rng(static_cast<unsigned>(dim));
+    std::normal_distribution<float> normal;
+    const int64_t rows = 37;
+    std::vector<float> x(rows * dim);
+    for (float& v : x) v = normal(rng);
+    InputGram gram(dim);
+    gram.add_rows(x.data(), rows, dim);
+    std::vector<double> lower(dim * dim, -1.0);  // the upper triangle must not be read
+    for (int64_t c = 0; c < dim; ++c)
+      for (int64_t r = c; r < dim; ++r) {
+        double sum = 0;
+        for (int64_t t = 0; t < rows; ++t) sum += double(x[t * dim + r]) * x[t * dim + c];
+        lower[c * dim + r] = sum;
+      }
+    const std::vector<double> from_sums = InputGram::from_sums(dim, rows, lower).hessian();
+    const std::vector<double> added = gram.hessian();
+    for (int64_t i = 0; i < dim; ++i)
+      for (int64_t j = 0; j < dim; ++j) {
+        const double expected = lower[std::min(i, j) * dim + std::max(i, j)] * (2.0 / rows);
+        EXPECT_EQ(from_sums[i * dim + j], expected) << dim << ": " << i << ", " << j;
+        EXPECT_NEAR(added[i * dim + j], expected, 1e-9 * (1 + std::fabs(expected))) << dim << ": " << i << ", " << j;
+      }
+  }
 }
 
 TEST(ChannelStats, RejectsNonFiniteValuesNamingThePoint) {

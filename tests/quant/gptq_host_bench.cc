@@ -1,0 +1,86 @@
+// What the host does around a GPU export's GPTQ (benchmark, not a test): a Gram's Hessian
+// (InputGram::hessian) and gptq_quantize with the device's parts — the inverse factor and the row
+// pass — replaced by stand-ins that cost nothing, so what is timed is the host's preparing, copying
+// and remapping that export --device cuda pays per projection. Shapes: in_proj and out_proj of
+// the official 1.3b and 2.7b (rows × columns), or those given as ROWSxCOLS arguments.
+//
+//   bazel run -c opt //tests/quant:gptq_host_bench [-- 8512x2048 2048x4096 ...]
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "calib/input_gram.h"
+#include "quant/gptq.h"
+#include "runtime/parallel.h"
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void time_shape(int64_t rows, int64_t cols) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  // A Gram of 4 · cols random rows, summed as the device leaves it (column-major lower triangle).
+  std::vector<float> x(256 * cols);  // rank 256: the stand-in factor never needs it invertible
+  for (float& v : x) v = normal(rng);
+  const int64_t x_rows = static_cast<int64_t>(x.size()) / cols;
+  std::vector<double> sum(cols * cols, 0.0);
+  for (int64_t r = 0; r < x_rows; ++r) {
+    const float* row = x.data() + r * cols;
+    ssdq::parallel_for(cols, [&](int64_t c) {
+      for (int64_t i = c; i < cols; ++i) sum[c * cols + i] += double(row[i]) * row[c];
+    });
+  }
+  const ssdq::InputGram gram = ssdq::InputGram::from_sums(cols, x_rows, sum);
+  auto start = std::chrono::steady_clock::now();
+  const std::vector<double> h = gram.hessian();
+  const double hessian_s = seconds_since(start);
+
+  std::vector<float> w(rows * cols);
+  for (float& v : w) v = normal(rng);
+  ssdq::GptqOptions o;
+  o.parallel_for = ssdq::parallel_for;
+  int64_t factor_calls = 0, row_calls = 0;
+  o.inverse_factor = [&](const std::vector<double>&, int64_t n, std::vector<float>& u) {
+    ++factor_calls;
+    u.assign(n * n, 0.0f);
+    for (int64_t i = 0; i < n; ++i) u[i * n + i] = 1.0f;
+    return true;
+  };
+  o.row_pass = [&](const ssdq::GptqRowPassJob& job) {
+    ++row_calls;
+    std::fill(job.values, job.values + job.rows * job.cols, int8_t{1});
+  };
+  start = std::chrono::steady_clock::now();
+  const ssdq::QuantizedMatrix q = ssdq::gptq_quantize(w.data(), rows, cols, h, o);
+  const double gptq_s = seconds_since(start);
+
+  fmt::print("{:>6} x {:<6} Hessian {:6.3f} s   GPTQ's host part {:6.3f} s   ({} factor, {} row pass, {} codes)\n", rows,
+             cols, hessian_s, gptq_s, factor_calls, row_calls, q.values.size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{8512, 2048}, {2048, 4096}, {10576, 2560}, {2560, 5120}};
+  if (argc > 1) {
+    shapes.clear();
+    for (int i = 1; i < argc; ++i) {
+      long long r = 0, c = 0;
+      if (std::sscanf(argv[i], "%lldx%lld", &r, &c) != 2 || r <= 0 || c <= 0) {
+        fmt::print(stderr, "gptq_host_bench: '{}' is not ROWSxCOLS\n", argv[i]);
+        return 2;
+      }
+      shapes.emplace_back(r, c);
+    }
+  }
+  fmt::print("{} threads\n", ssdq::thread_count());
+  for (const auto& [rows, cols] : shapes) time_shape(rows, cols);
+  return 0;
+}
