@@ -10,6 +10,7 @@
 #include "kernels/gptq_rows.h"
 #include "quant/gptq.h"
 #include "runtime/cuda_resources.h"
+#include "runtime/parallel.h"
 
 namespace ssdq {
 
@@ -21,13 +22,13 @@ std::function<bool(const std::vector<double>&, int64_t, std::vector<float>&)> cu
     const std::lock_guard<std::mutex> guard(*lock);
     cuda_ok(cudaSetDevice(device), "cudaSetDevice");
     // J·H·J (the reversal of rows and columns; symmetric, so its layout is either order).
-    const std::vector<double> reversed = reversed_matrix(h, n);
+    const std::vector<double> reversed = reversed_matrix(h, n, parallel_for);
     DeviceBlock a(n * n * 8, "the GPTQ Hessian", nullptr), inverse(n * n * 8, "the GPTQ inverse factor", nullptr);
     cuda_ok(cudaMemcpy(a.at<void>(0), reversed.data(), n * n * 8, cudaMemcpyHostToDevice), "upload the Hessian");
     if (!solver->run(a.at<double>(0), inverse.at<double>(0), n, nullptr)) return false;
     std::vector<double> l_inverse(n * n);
     cuda_ok(cudaMemcpy(l_inverse.data(), inverse.at<void>(0), n * n * 8, cudaMemcpyDeviceToHost), "read the factor");
-    u = factor_from_reversed_inverse(l_inverse, n);
+    u = factor_from_reversed_inverse(l_inverse, n, parallel_for);
     return true;
   };
 }

@@ -72,27 +72,33 @@ namespace {
 constexpr int64_t kTile = 64;
 }  // namespace
 
-std::vector<double> reversed_matrix(const std::vector<double>& h, int64_t n) {
+std::vector<double> reversed_matrix(const std::vector<double>& h, int64_t n, const ParallelFor& parallel) {
   if (static_cast<int64_t>(h.size()) != n * n) fail("internal: reversing {} values as [{}, {}]", h.size(), n, n);
   std::vector<double> out(n * n);
-  for (int64_t i = 0; i < n; ++i) {  // row i of the result is row n − 1 − i reversed: both contiguous
-    const double* from = h.data() + (n - 1 - i) * n;
-    double* to = out.data() + i * n;
-    for (int64_t j = 0; j < n; ++j) to[j] = from[n - 1 - j];
-  }
+  run_items(parallel, (n + kTile - 1) / kTile, [&](int64_t tile) {
+    for (int64_t i = tile * kTile; i < std::min(n, (tile + 1) * kTile); ++i) {
+      // row i of the result is row n − 1 − i reversed: both contiguous
+      const double* from = h.data() + (n - 1 - i) * n;
+      double* to = out.data() + i * n;
+      for (int64_t j = 0; j < n; ++j) to[j] = from[n - 1 - j];
+    }
+  });
   return out;
 }
 
-std::vector<float> factor_from_reversed_inverse(const std::vector<double>& l_inverse, int64_t n) {
+std::vector<float> factor_from_reversed_inverse(const std::vector<double>& l_inverse, int64_t n,
+                                                const ParallelFor& parallel) {
   if (static_cast<int64_t>(l_inverse.size()) != n * n) fail("internal: a factor of {} values as [{}, {}]", l_inverse.size(), n, n);
   // U(i, j) = L⁻¹(n − 1 − i, n − 1 − j), L⁻¹(r, c) at c · n + r; zero below the diagonal.
   std::vector<float> u(n * n, 0.0f);
-  for (int64_t i0 = 0; i0 < n; i0 += kTile)
-    for (int64_t j0 = i0 / kTile * kTile; j0 < n; j0 += kTile)
+  run_items(parallel, (n + kTile - 1) / kTile, [&](int64_t tile) {  // rows [i0, i0 + kTile) of U each
+    const int64_t i0 = tile * kTile;
+    for (int64_t j0 = i0; j0 < n; j0 += kTile)
       for (int64_t j = j0; j < std::min(n, j0 + kTile); ++j) {
         const double* column = l_inverse.data() + (n - 1 - j) * n;
         for (int64_t i = i0; i < std::min({n, i0 + kTile, j + 1}); ++i) u[i * n + j] = static_cast<float>(column[n - 1 - i]);
       }
+  });
   return u;
 }
 

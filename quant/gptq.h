@@ -88,9 +88,10 @@ inline constexpr int64_t kGptqSliceRows = 64;
 // The pieces of U = J·L⁻¹·J (J the reversal, J·H·J = L·Lᵀ) for an inverse_factor that computes
 // L⁻¹ elsewhere (pipeline/cuda_gptq.h): J·H·J of a row-major [n, n] h, and U (row-major fp32, upper
 // triangular) from L⁻¹ stored column-major. Both walk the matrices in tiles, so neither side is
-// read or written with a stride of n.
-std::vector<double> reversed_matrix(const std::vector<double>& h, int64_t n);
-std::vector<float> factor_from_reversed_inverse(const std::vector<double>& l_inverse_column_major, int64_t n);
+// read or written with a stride of n, and spread the tiles over `parallel` when given.
+std::vector<double> reversed_matrix(const std::vector<double>& h, int64_t n, const ParallelFor& parallel = {});
+std::vector<float> factor_from_reversed_inverse(const std::vector<double>& l_inverse_column_major, int64_t n,
+                                                const ParallelFor& parallel = {});
 
 // weight: [rows, cols] row-major (rows = output channels); hessian: [cols, cols] from
 // HessianAccumulator. Fails on bad shapes or options, non-finite inputs, or a Hessian that is

@@ -1,7 +1,8 @@
 // What the host does around a GPU export's GPTQ (benchmark, not a test): a Gram's Hessian
 // (InputGram::hessian) and gptq_quantize with the device's parts — the inverse factor and the row
 // pass — replaced by stand-ins that cost nothing, so what is timed is the host's preparing, copying
-// and remapping that export --device cuda pays per projection. Shapes: in_proj and out_proj of
+// and remapping that export --device cuda pays per projection; and the copies around the device's
+// factor. Shapes: in_proj and out_proj of
 // the official 1.3b and 2.7b (rows × columns), or those given as ROWSxCOLS arguments.
 //
 //   bazel run -c opt //tests/quant:gptq_host_bench [-- 8512x2048 2048x4096 ...]
@@ -61,8 +62,14 @@ void time_shape(int64_t rows, int64_t cols) {
   const ssdq::QuantizedMatrix q = ssdq::gptq_quantize(w.data(), rows, cols, h, o);
   const double gptq_s = seconds_since(start);
 
-  fmt::print("{:>6} x {:<6} Hessian {:6.3f} s   GPTQ's host part {:6.3f} s   ({} factor, {} row pass, {} codes)\n", rows,
-             cols, hessian_s, gptq_s, factor_calls, row_calls, q.values.size());
+  // The GPU factor's host side (pipeline/cuda_gptq.cc): J·H·J before it, U from L⁻¹ after.
+  start = std::chrono::steady_clock::now();
+  const std::vector<double> reversed = ssdq::reversed_matrix(h, cols, ssdq::parallel_for);
+  const std::vector<float> u = ssdq::factor_from_reversed_inverse(reversed, cols, ssdq::parallel_for);
+  const double factor_s = seconds_since(start);
+  fmt::print("{:>6} x {:<6} Hessian {:6.3f} s   GPTQ's host part {:6.3f} s   the factor's host copies {:6.3f} s   ({} "
+             "factor, {} row pass, {} codes, {} factor values)\n",
+             rows, cols, hessian_s, gptq_s, factor_s, factor_calls, row_calls, q.values.size(), u.size());
 }
 
 }  // namespace
