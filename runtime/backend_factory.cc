@@ -20,19 +20,23 @@ DeviceSpec parse_device(const std::string& text) {
   fail("--device {}: expected cpu, cuda or cuda:N", text);
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, std::shared_ptr<const ModelWeights> weights) {
+std::unique_ptr<Backend> make_backend(const std::string& device, std::shared_ptr<const ModelWeights> weights,
+                                      const BackendPreferences& preferences) {
   const DeviceSpec spec = parse_device(device);
   if (!spec.cuda) return std::make_unique<CpuBackend>(*weights);
   CudaBackendOptions options;
   options.device = spec.index;
+  options.rows_alone = preferences.rows_alone;
   return std::make_unique<CudaBackend>(*weights, options);
 }
 
-std::unique_ptr<Backend> make_quantized_backend(const std::string& device, std::shared_ptr<const QuantizedModel> model) {
+std::unique_ptr<Backend> make_quantized_backend(const std::string& device, std::shared_ptr<const QuantizedModel> model,
+                                                const BackendPreferences& preferences) {
   const DeviceSpec spec = parse_device(device);
   if (!spec.cuda) return std::make_unique<CpuBackend>(std::move(model));
   CudaBackendOptions options;
   options.device = spec.index;
+  options.rows_alone = preferences.rows_alone;
   return std::make_unique<CudaBackend>(std::move(model), options);
 }
 

@@ -16,9 +16,18 @@ struct DeviceSpec {
 };
 DeviceSpec parse_device(const std::string& text);
 
-std::unique_ptr<Backend> make_backend(const std::string& device, std::shared_ptr<const ModelWeights> weights);
+// What a command asks of the backend beyond the device.
+struct BackendPreferences {
+  // Decode steps of a few rows give each row the logits it gets alone (CudaBackendOptions::
+  // rows_alone; the CPU always does): generate's text then does not depend on the batch.
+  bool rows_alone = false;
+};
+
+std::unique_ptr<Backend> make_backend(const std::string& device, std::shared_ptr<const ModelWeights> weights,
+                                      const BackendPreferences& preferences = {});
 // The backend of a quantized artifact: the integer CPU runtime, or its CUDA counterpart.
-std::unique_ptr<Backend> make_quantized_backend(const std::string& device, std::shared_ptr<const QuantizedModel> model);
+std::unique_ptr<Backend> make_quantized_backend(const std::string& device, std::shared_ptr<const QuantizedModel> model,
+                                                const BackendPreferences& preferences = {});
 // Windows per forward that keep the device busy: the cores for the CPU, 16 for a GPU.
 int64_t default_eval_batch(const std::string& device);
 

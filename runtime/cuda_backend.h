@@ -59,6 +59,12 @@ struct CudaBackendOptions {
   // Watches every forward at the quantization points (runtime/cuda_observer.h); needs
   // fp32_float_math and an artifact without an out_proj bias.
   DeviceObserver* observer = nullptr;
+  // Decode steps of up to 4 rows give each row the logits it would get alone, bit for bit: the FP
+  // model's projections and head by the bf16 GEMV (one order of sums whatever the rows) and an
+  // artifact's norms in its GEMV's prologue, as at one row. Without it, 2–4 rows take cuBLASLt,
+  // faster on large models (docs/kernels/gemm.md) but rounding by the row count. `generate` sets it,
+  // so a prompt's text does not depend on its batch or on --drafts' rows (docs/GENERATION.md).
+  bool rows_alone = false;
 };
 
 class CudaBackend : public Backend {

@@ -538,10 +538,11 @@ void CudaBackend::Impl::enqueue_head_gather(int64_t rows) const {
 
 bool CudaBackend::Impl::enqueue_head_gemv(const uint16_t* x, int64_t ldx, int64_t rows) const {
   if (!head_q.bytes()) {
-    // The FP model's head at decode's few rows: the bf16 GEMV, each row as it is alone (as the
-    // layers' projections, cuda_plan.cc), where a GEMM's order of sums would depend on the rows.
+    // CudaBackendOptions::rows_alone: the FP model's head at decode's few rows by the bf16 GEMV,
+    // each row as it is alone (as the layers' projections), where cuBLASLt's order of sums would
+    // depend on the rows.
     const auto [weights, type] = head_weights();
-    if (type != ElementType::kBF16 || rows > kernels::kGemvMaxRows) return false;
+    if (!options.rows_alone || type != ElementType::kBF16 || rows > kernels::kGemvMaxRows) return false;
     kernels::GemvArgs g;
     g.m = static_cast<int>(rows);
     g.n = static_cast<int>(head_vocab());

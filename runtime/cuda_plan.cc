@@ -53,7 +53,7 @@ bool CudaBackend::Impl::adds_into_residual(const DeviceLinear& L, int64_t m) con
 
 bool CudaBackend::Impl::norm_in_gemv(const DeviceLayer& d, int64_t m) const {
   kernels::QgemvArgs q;
-  if (!d.in_proj.int8_input() || !decode_gemv(d.in_proj, m, d.in_proj_in.scale0, q)) return false;
+  if ((m != 1 && !options.rows_alone) || !d.in_proj.int8_input() || !decode_gemv(d.in_proj, m, d.in_proj_in.scale0, q)) return false;
   q.norm_residual = work.residual;
   q.norm_weight = d.norm.at<float>(0);
   return kernels::qgemv_supported(q);
@@ -223,11 +223,9 @@ LayerPlan CudaBackend::Impl::plan_bf16_layer(const DeviceLayer& d, int64_t batch
   // A tensor-parallel rank's out_proj writes fp32 partial rows that the all-reduce adds into the
   // residual (the folded norm's sums of squares, from the norm or out_proj's GEMV prologue, after them).
   const bool tp = options.communicator != nullptr;
-  // Up to the GEMV's rows every row is computed as it is alone (the same kernel, the same order of
-  // sums), so a decode step gives each sequence the same logits at batch 1 … 4: what keeps
-  // `generate --drafts N` (N rows a sequence) the plain text on CUDA.
+  // rows_alone: up to the GEMV's rows every row is computed as it is alone (CudaBackendOptions).
   const bool gemv =
-      M <= kernels::kGemvMaxRows &&
+      (M == 1 || (options.rows_alone && M <= kernels::kGemvMaxRows)) &&
       kernels::gemv_supported(bf16_gemv_args(d.in_proj, M, work.zxbcdt, GemvOutput::kBf16, d.norm.at<float>(0),
                                              GemvPrologue::kRmsNorm)) &&
       kernels::gemv_supported(bf16_gemv_args(d.out_proj, M, tp ? tp_partial(M, l) : work.residual,

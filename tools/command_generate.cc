@@ -101,7 +101,10 @@ void run_generate(const GenerateFlags& flags) {
     options.measured_payoff = flags.draft_policy == "measured";
     options.verify = flags.verify == "window" ? VerifyMode::kWindow : VerifyMode::kExact;
   }
-  const ModelSource source = load_model_source("generate", flags.source);
+  // Each prompt's text independent of its batch and of --drafts' rows, up to 4 rows on CUDA.
+  ModelSourceFlags source_flags = flags.source;
+  source_flags.preferences.rows_alone = true;
+  const ModelSource source = load_model_source("generate", source_flags);
   std::fprintf(stderr, "%s", source.description.c_str());
   // The draft model: on the target's device, its vocabulary the target's.
   ModelSource draft;

@@ -91,7 +91,7 @@ ModelSource load_model_source(const std::string& command, const ModelSourceFlags
     if (flags.tp > 1) {
       use_tensor_parallel(source, *loaded.model, flags.tp, spec);
     } else {
-      source.backend = make_quantized_backend(device, loaded.model);
+      source.backend = make_quantized_backend(device, loaded.model, flags.preferences);
     }
     return source;
   }
@@ -105,7 +105,7 @@ ModelSource load_model_source(const std::string& command, const ModelSourceFlags
   if (flags.tp > 1) {
     use_tensor_parallel(source, *loaded.weights, flags.tp, spec);
   } else {
-    source.backend = make_backend(device, loaded.weights);
+    source.backend = make_backend(device, loaded.weights, flags.preferences);
   }
   return source;
 }

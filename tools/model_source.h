@@ -10,6 +10,7 @@
 
 #include "formats/tokenizer.h"
 #include "runtime/backend.h"
+#include "runtime/backend_factory.h"
 
 namespace ssdq::cli {
 
@@ -25,6 +26,7 @@ struct ModelSourceFlags {
   std::string model, artifact, tokenizer, device = "cpu";
   int tp = 1;  // tensor-parallel ranks (--tp; the reference of eval-ppl runs on one)
   std::string model_flag = "--model";  // how errors name the folder's flag
+  BackendPreferences preferences;       // what the command asks of a single-device backend
 };
 void add_model_source_options(CLI::App* command, ModelSourceFlags& flags);
 

@@ -117,11 +117,13 @@ TEST(CudaDecodeSession, SteppedVerifyIsPlainDecodeInBf16) {
   expect_verify_accept_is_plain_decode(backend, "bf16 " + backend.device_name(), VerifyMode::kExact);
 }
 
-// The FP engine's decode step at 2, 3 and 4 rows gives each row the logits it gets alone, bit for
-// bit (the GEMVs compute every row in the same order; a GEMM's order would depend on the rows), so
-// several drafts of one prompt (generate --drafts) keep the plain text.
+// With CudaBackendOptions::rows_alone (generate's), the FP engine's decode step at 2, 3 and 4 rows
+// gives each row the logits it gets alone, bit for bit (the GEMVs compute every row in the same
+// order; a GEMM's order would depend on the rows), so several drafts of one prompt keep its text.
 TEST(CudaDecodeSession, Bf16StepGivesEachRowItsLogitsAlone) {
-  const CudaBackend bf16(*load_model(kTinyModel).weights, CudaBackendOptions{});
+  CudaBackendOptions rows_alone;
+  rows_alone.rows_alone = true;
+  const CudaBackend bf16(*load_model(kTinyModel).weights, rows_alone);
   const int64_t V = bf16.config().vocab_size;
   const std::vector<int32_t> prompt = random_tokens(30, V, 7);
   const std::vector<int32_t> next = random_tokens(4, V, 8);

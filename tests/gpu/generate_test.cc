@@ -43,9 +43,11 @@ TEST(CudaGenerate, SeveralDraftsPerSequenceAreExact) {
 }
 
 // A user's `--drafts N` on one prompt: the text of plain decoding at batch 1, not only of plain
-// decoding at N rows, since the FP engine's decode step computes up to 4 rows each as if alone.
+// decoding at N rows, since generate's engine (rows_alone) computes up to 4 rows each as if alone.
 TEST(CudaGenerate, SeveralDraftsGiveTheTextOfThePromptAlone) {
-  const CudaBackend bf16(*load_model(kTinyModel).weights, CudaBackendOptions{});
+  CudaBackendOptions rows_alone;
+  rows_alone.rows_alone = true;
+  const CudaBackend bf16(*load_model(kTinyModel).weights, rows_alone);
   const int64_t V = bf16.config().vocab_size;
   for (const auto& prompt : prompts_of(V))
     for (int64_t drafts : {2, 3, 4}) {
