@@ -104,11 +104,12 @@ void run_export(ExportFlags& flags) {
              flags.request.out_path, summary.bytes / 1e6, summary.seconds, summary.samples, summary.seqlen,
              device_bytes ? fmt::format(", {:.1f} GiB of device memory at most", device_bytes / 1073741824.0) : "");
   if (times.passes() > 0) {
-    fmt::print("  of which {:.1f} s in the layer passes over the samples ({}: A {:.1f} s, B {:.1f} s, C {:.1f} s, {:.1f} s "
-               "of them making each pass's engine), {:.1f} s making GPTQ's Hessians from the Grams, {:.1f} s "
-               "quantizing the projections ({}), {:.1f} s rewriting {}\n",
+    fmt::print("  of which {:.1f} s in the layer passes over the samples ({}: A {:.1f} s, B {:.1f} s, C {:.1f} s{}), {:.1f} s "
+               "making GPTQ's Hessians from the Grams, {:.1f} s quantizing the projections ({}), {:.1f} s rewriting {}\n",
                times.passes(), device.cuda ? flags.request.forward : "cpu", times.observe, times.out_proj_gram,
-               times.advance, times.pass_setup, times.hessians, times.weights,
+               times.advance,
+               device.cuda ? fmt::format(", {:.1f} s of them making each pass's engine", times.pass_setup) : "",
+               times.hessians, times.weights,
                device.cuda ? fmt::format("of them {:.1f} s in GPTQ's inverse factor and {:.1f} s in its row pass, "
                                          "both on the device with their transfers",
                                          times.gptq_factor, times.gptq_rows)
