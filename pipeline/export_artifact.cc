@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <future>
+#include <memory>
 #include <sys/stat.h>
 
 #include "formats/digest.h"
@@ -83,19 +85,31 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
                        : fmt::format("not resuming from {}: {}; starting over", partial, why));
   }
   summary.resumed_layers = static_cast<int64_t>(resolved.done_layers.size());
+  // OUT.partial is written on a thread of its own while the next layers run (gigabytes at 2.7b):
+  // the export waits for a write only when the next one is due, or before the artifact. A failed
+  // write fails the export there; an export that fails first still waits for the write (the
+  // future's destructor), so the partial file is never left half written by this process.
+  std::future<void> checkpoint;
   auto last_write = std::chrono::steady_clock::now();
   resolved.on_layer_done = [&](const QuantizedModel& so_far) {
     if (static_cast<int64_t>(so_far.layers.size()) >= c.n_layer) return;  // the artifact itself comes next
     const auto now = std::chrono::steady_clock::now();
     if (std::chrono::duration<double>(now - last_write).count() < request.checkpoint_seconds) return;
-    QuantizedModel done = so_far;
-    done.config.n_layer = static_cast<int64_t>(done.layers.size());
-    write_quantized_artifact(partial, done, description);
+    if (checkpoint.valid()) checkpoint.get();  // rethrows the last write's error
+    auto done = std::make_shared<QuantizedModel>(so_far);
+    done->config.n_layer = static_cast<int64_t>(done->layers.size());
+    checkpoint = std::async(std::launch::async,
+                            [done, &partial, &description] { write_quantized_artifact(partial, *done, description); });
     last_write = std::chrono::steady_clock::now();
     summary.checkpoint_seconds += std::chrono::duration<double>(last_write - now).count();
   };
 
   const QuantizedModel quantized = quantize_model(*model.weights, calib, resolved);
+  if (checkpoint.valid()) {
+    const auto wait_start = std::chrono::steady_clock::now();
+    checkpoint.get();
+    summary.checkpoint_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
+  }
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const auto write_start = std::chrono::steady_clock::now();
   write_quantized_artifact(request.out_path, quantized, description);

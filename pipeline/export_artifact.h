@@ -28,7 +28,7 @@ struct ExportRequest {
 struct ExportSummary {
   double seconds = 0;  // quantization (not loading or writing), the partial file's rewrites included
   double load_seconds = 0;        // reading (or drawing) the model and reading the statistics
-  double checkpoint_seconds = 0;  // rewriting OUT.partial
+  double checkpoint_seconds = 0;  // OUT.partial's rewrites: copying the model for them, and waiting for them
   double write_seconds = 0;       // writing the artifact
   int64_t samples = 0, seqlen = 0;
   int64_t bytes = 0;   // artifact size

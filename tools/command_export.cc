@@ -105,7 +105,8 @@ void run_export(ExportFlags& flags) {
              device_bytes ? fmt::format(", {:.1f} GiB of device memory at most", device_bytes / 1073741824.0) : "");
   if (times.passes() > 0) {
     fmt::print("  of which {:.1f} s in the layer passes over the samples ({}: A {:.1f} s, B {:.1f} s, C {:.1f} s{}), {:.1f} s "
-               "making GPTQ's Hessians from the Grams, {:.1f} s quantizing the projections ({}), {:.1f} s rewriting {}\n",
+               "making GPTQ's Hessians from the Grams, {:.1f} s quantizing the projections ({}), {:.1f} s copying the layers for "
+               "{} and waiting for its writes\n",
                times.passes(), device.cuda ? flags.request.forward : "cpu", times.observe, times.out_proj_gram,
                times.advance,
                device.cuda ? fmt::format(", {:.1f} s of them making each pass's engine", times.pass_setup) : "",
