@@ -125,13 +125,19 @@ MatrixF inverse_factor_on_host(const Eigen::Ref<const Eigen::MatrixXd>& h, const
   return u;
 }
 
-// GPTQ with its row pass elsewhere (GptqOptions::row_pass, a GPU's): the same preparation as the
-// host's path below (dead columns, scales up front, act-order's permutation, damping) done on
-// row-major copies, since the factor and the row pass take row-major matrices. The host's path
-// keeps Eigen's column-major matrices its solves want; copying between the two layouts cost more
-// than a GPU's factor and row pass together at 2.7b's sizes (docs/kernels/export.md).
-QuantizedMatrix gptq_by_row_pass(const float* weight, int64_t rows, int64_t cols, const std::vector<double>& hessian,
-                                 const GptqOptions& o, QuantizedMatrix q, int64_t group_size, bool scales_up_front) {
+// GPTQ's inputs made ready for the column loop: dead columns (a zero Hessian diagonal: H(j, j) = 1,
+// the weight column zeroed), the scales set up front (per channel, or static groups), act-order's
+// permutation of the weight's columns and of H, and H's damping. Row-major, the layout the factor
+// and a row pass elsewhere take (H is symmetric, so its row-major values are its column-major
+// ones); the host's column loop maps them into Eigen's column-major matrices itself.
+struct PreparedGptq {
+  std::vector<double> h;     // [cols, cols], damped, columns in processing order
+  std::vector<float> w;      // [rows, cols], columns in processing order
+  std::vector<int64_t> perm;  // perm[k]: the original column processed k-th
+};
+
+PreparedGptq prepare_gptq(const float* weight, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+                          const GptqOptions& o, QuantizedMatrix& q, int64_t group_size, bool scales_up_front) {
   const int64_t groups = q.groups_per_row();
   const int64_t row_slices = (rows + kGptqSliceRows - 1) / kGptqSliceRows;
   const auto over_rows = [&](const std::function<void(int64_t row)>& body) {
@@ -139,72 +145,77 @@ QuantizedMatrix gptq_by_row_pass(const float* weight, int64_t rows, int64_t cols
       for (int64_t r = slice * kGptqSliceRows; r < std::min(rows, (slice + 1) * kGptqSliceRows); ++r) body(r);
     });
   };
-  // H is symmetric: its row-major values are its column-major ones.
-  std::vector<double> h = hessian;
-  std::vector<float> w(weight, weight + rows * cols);
+  PreparedGptq p{hessian, std::vector<float>(weight, weight + rows * cols), std::vector<int64_t>(cols)};
   std::vector<int64_t> dead;
   for (int64_t j = 0; j < cols; ++j)
-    if (h[j * cols + j] == 0) {
-      h[j * cols + j] = 1;
+    if (p.h[j * cols + j] == 0) {
+      p.h[j * cols + j] = 1;
       dead.push_back(j);
     }
   if (!dead.empty())
     over_rows([&](int64_t r) {
-      for (int64_t j : dead) w[r * cols + j] = 0;
+      for (int64_t j : dead) p.w[r * cols + j] = 0;
     });
   if (scales_up_front)
     over_rows([&](int64_t r) {
       for (int64_t g = 0; g < groups; ++g) {
         const int64_t c0 = g * group_size, c1 = std::min(cols, c0 + group_size);
         float absmax = 0;
-        for (int64_t c = c0; c < c1; ++c) absmax = std::max(absmax, std::fabs(w[r * cols + c]));
+        for (int64_t c = c0; c < c1; ++c) absmax = std::max(absmax, std::fabs(p.w[r * cols + c]));
         q.scales[r * groups + g] = scale_from_absmax(absmax, q.bits);
       }
     });
 
-  std::vector<int64_t> perm(cols);
-  std::iota(perm.begin(), perm.end(), 0);
+  std::iota(p.perm.begin(), p.perm.end(), 0);
   if (o.act_order) {
     std::vector<double> diag(cols);
-    for (int64_t j = 0; j < cols; ++j) diag[j] = h[j * cols + j];
-    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return diag[a] > diag[b]; });
-    std::vector<float> w_natural = std::move(w);
-    std::vector<double> h_natural = std::move(h);
-    w.resize(rows * cols);
-    h.resize(cols * cols);
+    for (int64_t j = 0; j < cols; ++j) diag[j] = p.h[j * cols + j];
+    std::stable_sort(p.perm.begin(), p.perm.end(), [&](int64_t a, int64_t b) { return diag[a] > diag[b]; });
+    const std::vector<float> w_natural = std::move(p.w);
+    const std::vector<double> h_natural = std::move(p.h);
+    p.w.resize(rows * cols);
+    p.h.resize(cols * cols);
     over_rows([&](int64_t r) {
-      for (int64_t k = 0; k < cols; ++k) w[r * cols + k] = w_natural[r * cols + perm[k]];
+      for (int64_t k = 0; k < cols; ++k) p.w[r * cols + k] = w_natural[r * cols + p.perm[k]];
     });
     run_items(o.parallel_for, cols, [&](int64_t k) {
-      for (int64_t l = 0; l < cols; ++l) h[k * cols + l] = h_natural[perm[k] * cols + perm[l]];
+      for (int64_t l = 0; l < cols; ++l) p.h[k * cols + l] = h_natural[p.perm[k] * cols + p.perm[l]];
     });
   }
-  {
-    // The mean as the host's path takes it (the diagonal of a column-major matrix: same order of sums).
-    Eigen::Map<Eigen::MatrixXd> hm(h.data(), cols, cols);
-    hm.diagonal().array() += o.damp_percent * hm.diagonal().mean();
-  }
+  Eigen::Map<Eigen::MatrixXd> h(p.h.data(), cols, cols);
+  h.diagonal().array() += o.damp_percent * h.diagonal().mean();
+  return p;
+}
 
+// U of the prepared (damped) Hessian, row-major: by GptqOptions::inverse_factor when given (a GPU's),
+// else on the host.
+std::vector<float> inverse_factor(const PreparedGptq& p, int64_t cols, const GptqOptions& o) {
   std::vector<float> u;
   if (o.inverse_factor) {
-    if (!o.inverse_factor(h, cols, u)) fail("gptq: the damped Hessian ({} columns) is not positive definite", cols);
+    if (!o.inverse_factor(p.h, cols, u)) fail("gptq: the damped Hessian ({} columns) is not positive definite", cols);
     if (static_cast<int64_t>(u.size()) != cols * cols) fail("internal: gptq factor of {} values", u.size());
-  } else {
-    const RowMajorF u_rows = inverse_factor_on_host(Eigen::Map<const Eigen::MatrixXd>(h.data(), cols, cols), o);
-    u.assign(u_rows.data(), u_rows.data() + cols * cols);
+    return u;
   }
+  const RowMajorF u_rows = inverse_factor_on_host(Eigen::Map<const Eigen::MatrixXd>(p.h.data(), cols, cols), o);
+  return std::vector<float>(u_rows.data(), u_rows.data() + cols * cols);
+}
 
+// The row pass elsewhere (GptqOptions::row_pass, a GPU's), on the prepared row-major matrices as
+// they are: copying them into Eigen's column-major layout and back had cost more than a GPU's
+// factor and row pass together at 2.7b's sizes (docs/kernels/export.md).
+void row_pass_elsewhere(PreparedGptq& p, const std::vector<float>& u, int64_t rows, int64_t cols, const GptqOptions& o,
+                        QuantizedMatrix& q, int64_t group_size, bool scales_up_front) {
   std::vector<int32_t> column_group(cols);
-  for (int64_t k = 0; k < cols; ++k) column_group[k] = static_cast<int32_t>(perm[k] / group_size);
+  for (int64_t k = 0; k < cols; ++k) column_group[k] = static_cast<int32_t>(p.perm[k] / group_size);
   std::vector<int8_t> codes(o.act_order ? rows * cols : 0);
   GptqRowPassJob job;
-  job.weight = w.data();
+  job.weight = p.w.data();
   job.u = u.data();
   job.rows = rows;
   job.cols = cols;
   job.block_size = o.block_size;
   job.group_size = group_size;
-  job.groups = groups;
+  job.groups = q.groups_per_row();
   job.bits = o.bits;
   job.dynamic_scales = !scales_up_front;
   job.column_group = column_group.data();
@@ -212,10 +223,9 @@ QuantizedMatrix gptq_by_row_pass(const float* weight, int64_t rows, int64_t cols
   job.values = o.act_order ? codes.data() : q.values.data();  // the natural order needs no mapping back
   o.row_pass(job);
   if (o.act_order)
-    over_rows([&](int64_t r) {
-      for (int64_t k = 0; k < cols; ++k) q.values[r * cols + perm[k]] = codes[r * cols + k];
+    run_items(o.parallel_for, rows, [&](int64_t r) {
+      for (int64_t k = 0; k < cols; ++k) q.values[r * cols + p.perm[k]] = codes[r * cols + k];
     });
-  return q;
 }
 
 QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, const std::vector<double>& hessian,
@@ -237,46 +247,16 @@ QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, c
   q.scales.assign(rows * q.groups_per_row(), 1.0f);
 
   const bool scales_up_front = !grouped || o.static_groups;
-  if (o.row_pass) return gptq_by_row_pass(weight, rows, cols, hessian, o, std::move(q), group_size, scales_up_front);
-
-  Eigen::MatrixXd h = Eigen::Map<const RowMajorD>(hessian.data(), cols, cols);
-  MatrixF w = Eigen::Map<const RowMajorF>(weight, rows, cols);
-  for (int64_t j = 0; j < cols; ++j)
-    if (h(j, j) == 0) {
-      h(j, j) = 1;
-      w.col(j).setZero();
-    }
-  if (scales_up_front)
-    for (int64_t g = 0; g < q.groups_per_row(); ++g)
-      set_group_scales(w, 0, g * group_size, std::min(group_size, cols - g * group_size), g, q);
-
-  // perm[k]: the original column processed k-th.
-  std::vector<int64_t> perm(cols);
-  std::iota(perm.begin(), perm.end(), 0);
-  if (o.act_order) {
-    const Eigen::VectorXd diag = h.diagonal();
-    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return diag[a] > diag[b]; });
-    const MatrixF w_natural = w;
-    const Eigen::MatrixXd h_natural = h;
-    for (int64_t k = 0; k < cols; ++k) {
-      w.col(k) = w_natural.col(perm[k]);
-      for (int64_t l = 0; l < cols; ++l) h(k, l) = h_natural(perm[k], perm[l]);
-    }
+  PreparedGptq prepared = prepare_gptq(weight, rows, cols, hessian, o, q, group_size, scales_up_front);
+  const std::vector<float> u_rows = inverse_factor(prepared, cols, o);
+  if (o.row_pass) {
+    row_pass_elsewhere(prepared, u_rows, rows, cols, o, q, group_size, scales_up_front);
+    return q;
   }
-
-  h.diagonal().array() += o.damp_percent * h.diagonal().mean();
-  MatrixF u(cols, cols);
-  if (o.inverse_factor) {
-    std::vector<double> damped(cols * cols);
-    Eigen::Map<RowMajorD>(damped.data(), cols, cols) = h;
-    std::vector<float> factor;
-    if (!o.inverse_factor(damped, cols, factor))
-      fail("gptq: the damped Hessian ({} columns) is not positive definite", cols);
-    if (static_cast<int64_t>(factor.size()) != cols * cols) fail("internal: gptq factor of {} values", factor.size());
-    u = Eigen::Map<const RowMajorF>(factor.data(), cols, cols);
-  } else {
-    u = inverse_factor_on_host(h, o);
-  }
+  // The host's column loop on Eigen's column-major matrices.
+  const std::vector<int64_t>& perm = prepared.perm;
+  const MatrixF w = Eigen::Map<const RowMajorF>(prepared.w.data(), rows, cols);
+  const MatrixF u = Eigen::Map<const RowMajorF>(u_rows.data(), cols, cols);
 
   const int64_t groups = q.groups_per_row();
   // One slice of rows through every column: its own copy of the rows, errors and lazy batches.
