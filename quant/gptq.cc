@@ -30,8 +30,11 @@ void check_options(const GptqOptions& o, int64_t rows, int64_t cols, size_t hess
          o.group_size);
 }
 
-// Scales of group `group` (columns [c0, c0 + width)) of the rows of `w` (q's rows from row0 on) into q.scales.
-void set_group_scales(const MatrixF& w, int64_t row0, int64_t c0, int64_t width, int64_t group, QuantizedMatrix& q) {
+// Scales of group `group` (columns [c0, c0 + width)) of the rows of `w` (q's rows from row0 on) into
+// q.scales; `w` in either layout.
+template <typename Rows>
+void set_group_scales(const Eigen::MatrixBase<Rows>& w, int64_t row0, int64_t c0, int64_t width, int64_t group,
+                      QuantizedMatrix& q) {
   const int64_t groups = q.groups_per_row();
   for (int64_t r = 0; r < w.rows(); ++r)
     q.scales[(row0 + r) * groups + group] =
@@ -102,11 +105,12 @@ std::vector<float> factor_from_reversed_inverse(const std::vector<double>& l_inv
   return u;
 }
 
-// U (column-major) of the damped Hessian: Eigen's LLT on this thread, then the triangular solve in
+// U (row-major) of the damped Hessian: Eigen's LLT on this thread, then the triangular solve in
 // slices of columns over parallel_for.
-MatrixF inverse_factor_on_host(const Eigen::Ref<const Eigen::MatrixXd>& h, const GptqOptions& o) {
+std::vector<float> inverse_factor_on_host(const Eigen::Ref<const Eigen::MatrixXd>& h, const GptqOptions& o) {
   const int64_t cols = h.cols();
-  MatrixF u(cols, cols);
+  std::vector<float> u_rows(cols * cols);
+  Eigen::Map<RowMajorF> u(u_rows.data(), cols, cols);
   // U (upper, H⁻¹ = UᵀU) without forming H⁻¹: with J the reversal, J·H·J = L·Lᵀ gives H = V·Vᵀ for
   // the upper-triangular V = J·L·J, so H⁻¹ = V⁻ᵀ·V⁻¹ and U = V⁻¹ (the matrix of the reference's
   // cholesky, cholesky_inverse, cholesky sequence, at less than half its cost).
@@ -122,7 +126,7 @@ MatrixF inverse_factor_on_host(const Eigen::Ref<const Eigen::MatrixXd>& h, const
                               .cast<float>();
   };
   run_items(o.parallel_for, column_slices, invert_columns);
-  return u;
+  return u_rows;
 }
 
 // GPTQ's inputs made ready for the column loop: dead columns (a zero Hessian diagonal: H(j, j) = 1,
@@ -157,13 +161,11 @@ PreparedGptq prepare_gptq(const float* weight, int64_t rows, int64_t cols, const
       for (int64_t j : dead) p.w[r * cols + j] = 0;
     });
   if (scales_up_front)
-    over_rows([&](int64_t r) {
-      for (int64_t g = 0; g < groups; ++g) {
-        const int64_t c0 = g * group_size, c1 = std::min(cols, c0 + group_size);
-        float absmax = 0;
-        for (int64_t c = c0; c < c1; ++c) absmax = std::max(absmax, std::fabs(p.w[r * cols + c]));
-        q.scales[r * groups + g] = scale_from_absmax(absmax, q.bits);
-      }
+    run_items(o.parallel_for, row_slices, [&](int64_t slice) {
+      const int64_t row0 = slice * kGptqSliceRows, n = std::min(kGptqSliceRows, rows - row0);
+      const auto slice_rows = Eigen::Map<const RowMajorF>(p.w.data(), rows, cols).middleRows(row0, n);
+      for (int64_t g = 0; g < groups; ++g)
+        set_group_scales(slice_rows, row0, g * group_size, std::min(group_size, cols - g * group_size), g, q);
     });
 
   std::iota(p.perm.begin(), p.perm.end(), 0);
@@ -196,8 +198,7 @@ std::vector<float> inverse_factor(const PreparedGptq& p, int64_t cols, const Gpt
     if (static_cast<int64_t>(u.size()) != cols * cols) fail("internal: gptq factor of {} values", u.size());
     return u;
   }
-  const RowMajorF u_rows = inverse_factor_on_host(Eigen::Map<const Eigen::MatrixXd>(p.h.data(), cols, cols), o);
-  return std::vector<float>(u_rows.data(), u_rows.data() + cols * cols);
+  return inverse_factor_on_host(Eigen::Map<const Eigen::MatrixXd>(p.h.data(), cols, cols), o);
 }
 
 // The row pass elsewhere (GptqOptions::row_pass, a GPU's), on the prepared row-major matrices as
@@ -253,10 +254,9 @@ QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, c
     row_pass_elsewhere(prepared, u_rows, rows, cols, o, q, group_size, scales_up_front);
     return q;
   }
-  // The host's column loop on Eigen's column-major matrices.
+  // The host's column loop: each slice of rows copied into a column-major matrix of its own.
   const std::vector<int64_t>& perm = prepared.perm;
-  const MatrixF w = Eigen::Map<const RowMajorF>(prepared.w.data(), rows, cols);
-  const MatrixF u = Eigen::Map<const RowMajorF>(u_rows.data(), cols, cols);
+  const Eigen::Map<const RowMajorF> w(prepared.w.data(), rows, cols), u(u_rows.data(), cols, cols);
 
   const int64_t groups = q.groups_per_row();
   // One slice of rows through every column: its own copy of the rows, errors and lazy batches.

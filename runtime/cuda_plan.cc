@@ -53,7 +53,8 @@ bool CudaBackend::Impl::adds_into_residual(const DeviceLinear& L, int64_t m) con
 
 bool CudaBackend::Impl::norm_in_gemv(const DeviceLayer& d, int64_t m) const {
   kernels::QgemvArgs q;
-  if ((m != 1 && !options.rows_alone) || !d.in_proj.int8_input() || !decode_gemv(d.in_proj, m, d.in_proj_in.scale0, q)) return false;
+  if (m != 1 && !options.rows_alone) return false;  // rows_alone: each row normalised as at one row
+  if (!d.in_proj.int8_input() || !decode_gemv(d.in_proj, m, d.in_proj_in.scale0, q)) return false;
   q.norm_residual = work.residual;
   q.norm_weight = d.norm.at<float>(0);
   return kernels::qgemv_supported(q);
