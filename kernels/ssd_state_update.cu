@@ -218,6 +218,109 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32, kMinBlocks) ssd_state_
   }
 }
 
+// A long recurrence (a prefill of thousands of tokens: the fp32 engine's calibration and export
+// passes) over a grid that fills the GPU many times: a warp owns kLongRows consecutive rows of a
+// head and steps them together, so a token's B, C and dt are loaded once for the warp's rows rather
+// than once a row, the rows' dependent chains interleave, and their y are reduced together
+// (warp_sum_8_rows: 9 shuffles for 8 rows, not 40). The next token's inputs are loaded into
+// registers before the current one is stepped. The arithmetic is StateRow::advance's and the
+// butterfly pairs lanes in the same order as its reduction, so y and the state are bit for bit
+// those of the row-a-warp kernel. fp32 state only, rounded (if at all) once at the end.
+constexpr int kLongRows = 8;
+
+template <typename T, int kPerLane>
+__global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_long_kernel(SsdStateUpdateArgs a) {
+  static_assert(kLongRows == 8, "warp_sum_8_rows");
+  const StateSlice slice(a);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int first = slice.row_begin + warp * kLongRows;
+  if (first >= slice.row_end) return;
+  const HeadConstants head(a, slice.head);
+  wait_for_previous_grid();
+  allow_next_grid();
+  const int steps = a.seq_steps ? a.seq_steps[slice.seq] : a.steps;
+  if (steps <= 0) return;
+  const int rows = min(kLongRows, slice.row_end - first);
+  float* state = static_cast<float*>(a.state) +
+                 ((static_cast<int64_t>(slice.seq) * a.heads + slice.head) * a.headdim + first) * a.dstate;
+  float s[kLongRows][kPerLane];
+#pragma unroll
+  for (int r = 0; r < kLongRows; ++r)
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) s[r][i] = r < rows ? state[int64_t(r) * a.dstate + lane + 32 * i] : 0.f;
+
+  const int64_t token0 = static_cast<int64_t>(slice.seq) * a.steps;
+  const T* x_base = static_cast<const T*>(a.x) + slice.head * a.headdim + first;
+  const T* b_base = static_cast<const T*>(a.B) + slice.group * a.dstate + lane;
+  const T* c_base = static_cast<const T*>(a.C) + slice.group * a.dstate + lane;
+  const T* dt_base = static_cast<const T*>(a.dt) + slice.head;
+  T* y_base = static_cast<T*>(a.y) + slice.head * a.headdim + first;
+  // Token j's inputs: x of row `lane` (lanes < rows), B and C at n = lane + 32 i, the raw dt.
+  float next_x = 0.f, next_b[kPerLane], next_c[kPerLane], next_dt;
+  const auto load = [&](int64_t token) {
+    next_x = lane < rows ? to_float(x_base[token * a.x_stride + lane]) : 0.f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      next_b[i] = to_float(b_base[token * a.bc_stride + 32 * i]);
+      next_c[i] = to_float(c_base[token * a.bc_stride + 32 * i]);
+    }
+    next_dt = to_float(dt_base[token * a.dt_stride]);
+  };
+  load(token0);
+  for (int j = 0; j < steps; ++j) {
+    const int64_t token = token0 + j;
+    const float lane_x = next_x, dt = head.dt(a, next_dt);
+    float b[kPerLane], c[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      b[i] = next_b[i];
+      c[i] = next_c[i];
+    }
+    if (j + 1 < steps) load(token + 1);
+    const float decay = __expf(__fmul_rn(dt, head.A));
+    float acc[kLongRows];
+#pragma unroll
+    for (int r = 0; r < kLongRows; ++r) {
+      const float dtx = __fmul_rn(dt, __shfl_sync(0xffffffffu, lane_x, r));
+      acc[r] = 0.f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        s[r][i] = __fmaf_rn(decay, s[r][i], __fmul_rn(dtx, b[i]));
+        acc[r] = __fmaf_rn(s[r][i], c[i], acc[r]);
+      }
+    }
+    const float sum = warp_sum_8_rows(acc, lane), x_of_sum = __shfl_sync(0xffffffffu, lane_x, lane / 4);
+    if (lane % 4 == 0 && lane / 4 < rows) y_base[token * a.y_stride + lane / 4] = from_float<T>(__fmaf_rn(head.skip, x_of_sum, sum));
+  }
+#pragma unroll
+  for (int r = 0; r < kLongRows; ++r)
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (r < rows) state[int64_t(r) * a.dstate + lane + 32 * i] = a.state_fp16_values ? round_to_fp16(s[r][i]) : s[r][i];
+}
+
+// The long kernel takes a launch of many tokens whose grid of one block per 64 rows of a head
+// fills the GPU at least twice; fewer blocks (a batch-1 prefill) keep more warps busy one row each.
+inline bool takes_long_kernel(const SsdStateUpdateArgs& a) {
+  if (a.state_type != ElementType::kF32 || a.round_every_step || a.steps < kStateUpdateLongSteps) return false;
+  const int64_t rows_per_block = int64_t(kStateUpdateWarps) * kLongRows;
+  const int64_t blocks = int64_t(a.heads) * a.batch * ((a.headdim + rows_per_block - 1) / rows_per_block);
+  return blocks >= 2 * int64_t(current_device_attribute(cudaDevAttrMultiProcessorCount));
+}
+
+template <typename T>
+cudaError_t launch_long(const SsdStateUpdateArgs& a, cudaStream_t stream) {
+  const int rows_per_block = kStateUpdateWarps * kLongRows;
+  const LaunchShape shape{dim3(a.heads, a.batch, (a.headdim + rows_per_block - 1) / rows_per_block),
+                          dim3(kStateUpdateWarps * 32)};
+  switch (a.dstate) {
+    case 64: return launch_kernel(ssd_state_update_long_kernel<T, 2>, shape, stream, a);
+    case 128: return launch_kernel(ssd_state_update_long_kernel<T, 4>, shape, stream, a);
+    case 256: return launch_kernel(ssd_state_update_long_kernel<T, 8>, shape, stream, a);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 // Four blocks an SM (64 registers) at dstate ≤ 128 — five spill and measured no faster —, three at 256.
 template <typename T, bool kPerN>
 cudaError_t launch_s8_rows(const SsdStateUpdateArgs& a, const LaunchShape& shape, cudaStream_t stream) {
@@ -246,6 +349,9 @@ cudaError_t launch_state_update(const SsdStateUpdateArgs& a, const LaunchShape& 
 
 template <typename T, typename S>
 cudaError_t launch_typed(const SsdStateUpdateArgs& a, cudaStream_t stream) {
+  if constexpr (std::is_same_v<S, float>) {
+    if (takes_long_kernel(a) && (a.dstate == 64 || a.dstate == 128 || a.dstate == 256)) return launch_long<T>(a, stream);
+  }
   // 8 blocks an SM, the most that 256 threads allow (the kernel has 38–64 registers, which allow
   // 4–6: then some of the blocks of a decode step run in a second wave).
   const LaunchShape shape{state_update_grid(a, 8), dim3(kStateUpdateWarps * 32)};

@@ -117,18 +117,15 @@ TEST(CudaDecodeSession, SteppedVerifyIsPlainDecodeInBf16) {
   expect_verify_accept_is_plain_decode(backend, "bf16 " + backend.device_name(), VerifyMode::kExact);
 }
 
-// With CudaBackendOptions::rows_alone (generate's), the FP engine's decode step at 2, 3 and 4 rows
-// gives each row the logits it gets alone, bit for bit (the GEMVs compute every row in the same
-// order; a GEMM's order would depend on the rows), so several drafts of one prompt keep its text.
-TEST(CudaDecodeSession, Bf16StepGivesEachRowItsLogitsAlone) {
-  CudaBackendOptions rows_alone;
-  rows_alone.rows_alone = true;
-  const CudaBackend bf16(*load_model(kTinyModel).weights, rows_alone);
-  const int64_t V = bf16.config().vocab_size;
+// With CudaBackendOptions::rows_alone (generate's), a decode step at 2, 3 and 4 rows gives each row
+// the logits it gets alone, bit for bit (the GEMVs compute every row in the same order; a GEMM's
+// order would depend on the rows), so several drafts of one prompt keep its text.
+void expect_each_row_alone(const CudaBackend& backend, const std::string& name) {
+  const int64_t V = backend.config().vocab_size;
   const std::vector<int32_t> prompt = random_tokens(30, V, 7);
   const std::vector<int32_t> next = random_tokens(4, V, 8);
   auto step_logits = [&](int64_t batch) {
-    DecodeSession session(bf16, batch);
+    DecodeSession session(backend, batch);
     std::vector<float> last(batch * V), logits(batch * V);
     for (int64_t b = 0; b < batch; ++b) session.prefill(b, prompt.data(), prompt.size(), last.data() + b * V);
     std::vector<std::vector<float>> rows;
@@ -145,8 +142,24 @@ TEST(CudaDecodeSession, Bf16StepGivesEachRowItsLogitsAlone) {
     for (size_t t = 0; t < next.size(); ++t)
       for (int64_t b = 0; b < batch; ++b)
         EXPECT_EQ(0, std::memcmp(together[t].data() + b * V, alone[t].data(), V * sizeof(float)))
-            << "batch " << batch << ", step " << t << ", row " << b;
+            << name << ": batch " << batch << ", step " << t << ", row " << b;
   }
+}
+
+TEST(CudaDecodeSession, Bf16StepGivesEachRowItsLogitsAlone) {
+  CudaBackendOptions rows_alone;
+  rows_alone.rows_alone = true;
+  expect_each_row_alone(CudaBackend(*load_model(kTinyModel).weights, rows_alone), "bf16");
+}
+
+TEST(CudaDecodeSession, ArtifactStepGivesEachRowItsLogitsAloneForEveryRecipeAndBits) {
+  const Mamba2Config c = synthetic_config(2);
+  CudaBackendOptions rows_alone;
+  rows_alone.rows_alone = true;
+  for (const RecipeCase& recipe_case : synthetic_recipe_cases())
+    expect_each_row_alone(
+        CudaBackend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, recipe_case.options, 5)), rows_alone),
+        recipe_case.name);
 }
 
 TEST(CudaDecodeSession, SteppedVerifyIsPlainDecodeForEveryRecipeAndBits) {

@@ -106,6 +106,38 @@ void bench_state_update(int batch, int heads, int groups, double bandwidth, bool
              batch, heads, groups, int8_state ? "int8" : "fp32", us, bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth);
 }
 
+// The fp32 engine's prefill recurrence (calibration and export passes): `steps` tokens of each of
+// `batch` sequences in one launch, fp32 inputs and state; row-steps per µs says how many
+// (sequence, head, row, token) updates of N values the GPU makes.
+void bench_long_recurrence(int batch, int heads, int groups, int steps) {
+  const int P = 64, N = 128;
+  std::mt19937 rng(2);
+  const int64_t tokens = int64_t(batch) * steps;
+  kernels::SsdStateUpdateArgs a;
+  a.batch = batch;
+  a.heads = heads;
+  a.headdim = P;
+  a.groups = groups;
+  a.dstate = N;
+  a.steps = steps;
+  a.x = device_random(size_t(tokens) * heads * P, -1, 1, rng);
+  a.x_stride = heads * P;
+  float* bc = device_random(size_t(tokens) * 2 * groups * N, -1, 1, rng);
+  a.B = bc;
+  a.C = bc + groups * N;
+  a.bc_stride = 2 * groups * N;
+  a.dt = device_random(size_t(tokens) * heads, 0.001f, 0.1f, rng);
+  a.dt_stride = heads;
+  a.y_stride = heads * P;
+  a.A = device_random(heads, -4, -1, rng);
+  a.D = device_random(heads, 0.5f, 1.5f, rng);
+  a.state = device_random(size_t(batch) * heads * P * N, -1, 1, rng);
+  check_cuda(cudaMalloc(&a.y, size_t(tokens) * heads * P * sizeof(float)), "cudaMalloc");
+  const double us = time_us([&] { return kernels::launch_ssd_state_update(a, nullptr); }, 5);
+  fmt::print("ssd_state_update  long: batch {:3d} × {} tokens, heads {:3d} groups {}: {:8.2f} ms  {:8.0f} row-steps/us\n",
+             batch, steps, heads, groups, us / 1e3, double(tokens) * heads * P / us);
+}
+
 // One decode step's conv + int8-state update as the quantized backend runs it (fp32 in_proj row,
 // int8 formats on the conv's input and output, per-(h, p) state scales): the two kernels one after
 // the other against the fused ssd_conv_step. Back-to-back launches, so each includes its launch.
@@ -872,7 +904,7 @@ void bench_norm_qgemv(int m, kernels::QgemvKind kind) {
 }  // namespace
 }  // namespace ssdq
 
-// Sections: state, norm, gemv, qgemv, hadamard, gemm (w8a8 and w4a8), w4a16, conv, decode; the arguments
+// Sections: state, long, norm, gemv, qgemv, hadamard, gemm (w8a8 and w4a8), w4a16, conv, decode; the arguments
 // pick some (none: all).
 int main(int argc, char** argv) {
   const auto want = [&](const char* section) {
@@ -891,6 +923,11 @@ int main(int argc, char** argv) {
     ssdq::bench_state_update(1, 128, 8, bandwidth);  // 8B-like
     for (int batch : {1, 8, 32}) ssdq::bench_conv_step(batch, 80, 1);
     ssdq::bench_conv_step(1, 128, 8);
+  }
+  if (want("long")) {
+    ssdq::bench_long_recurrence(16, 80, 1, 2048);   // mamba2-2.7b, a calibration batch of 16 × 2048
+    ssdq::bench_long_recurrence(16, 128, 8, 2048);  // 8B-like
+    ssdq::bench_long_recurrence(1, 80, 1, 2048);    // a batch-1 prefill (the row-a-warp kernel)
   }
   if (want("norm"))
     for (int rows : {1, 32, 2048, 16384}) ssdq::bench_add_rmsnorm(rows, 2560, bandwidth);

@@ -128,8 +128,95 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SsdStateUpdate,
                                            // the fp16-valued fp32 state: one step, several, many waves
                                            Case{2, 80, 64, 1, 128, 1, false, true, true},
                                            Case{2, 8, 64, 2, 128, 4, false, true, true},
-                                           Case{24, 80, 64, 1, 128, 1, false, true, true}),
+                                           Case{24, 80, 64, 1, 128, 1, false, true, true},
+                                           // long recurrences over many blocks: the kernel with 8 rows a warp
+                                           Case{12, 40, 64, 1, 128, 200, false, true},
+                                           Case{12, 40, 36, 4, 64, 130, true, true},
+                                           Case{12, 40, 64, 2, 256, 100, false, false, true}),
                          case_name);
+
+// A long launch (the prefill of the fp32 engine: many tokens, a grid that fills the GPU, taken by
+// the kernel that steps 8 rows a warp) stores the bits that the same tokens give as single-token
+// launches (the row-a-warp kernel): y and the state, fp32 and bf16 inputs, every dstate it takes,
+// a headdim that leaves a warp's last rows empty, and per-sequence step counts.
+TEST(SsdStateUpdateLong, GivesTheBitsOfSingleSteps) {
+  testing::require_device();
+  struct LongCase {
+    int headdim, groups, dstate, steps;
+    bool bf16, seq_steps;
+  };
+  const int batch = 12, heads = 40;  // 480 blocks of 64 rows: more than twice any GPU's SMs
+  for (const auto& [P, G, N, steps, bf16, per_seq] :
+       {LongCase{64, 1, 128, 96, false, false}, LongCase{36, 4, 64, 80, true, false},
+        LongCase{64, 2, 256, 70, false, true}, LongCase{72, 1, 128, 65, true, true}}) {
+    SCOPED_TRACE(fmt::format("headdim {}, groups {}, dstate {}, steps {}, bf16 {}, per-sequence steps {}", P, G, N,
+                             steps, bf16, per_seq));
+    std::mt19937 rng(77 + P + N + steps);
+    const int64_t xw = int64_t(heads) * P, gw = int64_t(G) * N, row = xw + 2 * gw + heads;
+    const int64_t rows = int64_t(batch) * steps;
+    std::vector<float> A = testing::random_vector(heads, -8.f, -0.5f, rng), D = testing::random_vector(heads, 0.5f, 1.5f, rng);
+    std::vector<float> bias = testing::random_vector(heads, -4.f, -1.f, rng);
+    std::vector<float> state = testing::random_vector(size_t(batch) * xw * N, -1.f, 1.f, rng);
+    std::vector<float> inputs = testing::random_vector(rows * row, -1.5f, 1.5f, rng);
+    std::vector<uint16_t> inputs_bf16(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) inputs_bf16[i] = float_to_bf16(inputs[i]);
+    std::vector<int32_t> counts(batch);
+    for (int b = 0; b < batch; ++b) counts[b] = per_seq ? (b * 37) % (steps + 1) : steps;  // some 0, some all
+    testing::DeviceBuffer<float> d_A(A), d_D(D), d_bias(bias), d_in(inputs), d_y(std::vector<float>(rows * xw, 0.f));
+    testing::DeviceBuffer<uint16_t> d_in16(inputs_bf16), d_y16(std::vector<uint16_t>(rows * xw, 0));
+    testing::DeviceBuffer<float> d_long_state(state), d_single_state(state), d_y_single(std::vector<float>(rows * xw, 0.f));
+    testing::DeviceBuffer<uint16_t> d_y16_single(std::vector<uint16_t>(rows * xw, 0));
+    testing::DeviceBuffer<int32_t> d_counts(counts);
+    const size_t elem = bf16 ? 2 : 4;
+    const auto args_at = [&](const char* base, int64_t stride, int n_steps, void* st, void* y) {
+      kernels::SsdStateUpdateArgs a;
+      a.batch = batch;
+      a.heads = heads;
+      a.headdim = P;
+      a.groups = G;
+      a.dstate = N;
+      a.steps = n_steps;
+      a.io_type = bf16 ? kernels::ElementType::kBF16 : kernels::ElementType::kF32;
+      a.x = base;
+      a.B = base + xw * elem;
+      a.C = base + (xw + gw) * elem;
+      a.dt = base + (xw + 2 * gw) * elem;
+      a.x_stride = a.bc_stride = a.dt_stride = stride;
+      a.dt_bias = d_bias.get();
+      a.dt_max = 1e30f;
+      a.A = d_A.get();
+      a.D = d_D.get();
+      a.state = st;
+      a.y = y;
+      a.y_stride = stride / row * xw;
+      return a;
+    };
+    const char* in = bf16 ? reinterpret_cast<const char*>(d_in16.get()) : reinterpret_cast<const char*>(d_in.get());
+    void* y_long = bf16 ? static_cast<void*>(d_y16.get()) : static_cast<void*>(d_y.get());
+    void* y_single = bf16 ? static_cast<void*>(d_y16_single.get()) : static_cast<void*>(d_y_single.get());
+    kernels::SsdStateUpdateArgs whole = args_at(in, row, steps, d_long_state.get(), y_long);
+    if (per_seq) whole.seq_steps = d_counts.get();
+    ASSERT_EQ(kernels::launch_ssd_state_update(whole, nullptr), cudaSuccess);
+    // Token j of every sequence alone: rows b·steps + j, a stride of `steps` rows.
+    for (int j = 0; j < steps; ++j) {
+      kernels::SsdStateUpdateArgs one = args_at(in + j * row * elem, row * steps, 1, d_single_state.get(),
+                                                static_cast<char*>(y_single) + j * xw * elem);
+      std::vector<int32_t> active(batch);
+      for (int b = 0; b < batch; ++b) active[b] = j < counts[b] ? 1 : 0;
+      testing::DeviceBuffer<int32_t> d_active(active);
+      one.seq_steps = d_active.get();
+      ASSERT_EQ(kernels::launch_ssd_state_update(one, nullptr), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(d_long_state.to_host(), d_single_state.to_host());
+    if (bf16) {
+      EXPECT_EQ(d_y16.to_host(), d_y16_single.to_host());
+    } else {
+      EXPECT_EQ(d_y.to_host(), d_y_single.to_host());
+    }
+  }
+}
 
 // The int8 decode state of quantized artifacts: per (h, p) scales (SSDi8) and per (channel cluster,
 // n) scales through an index map (Quamba2). The CPU steps the dequantized state and rounds it back
