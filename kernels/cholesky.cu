@@ -36,6 +36,31 @@ __global__ void identity_kernel(double* out, int64_t n) {
     out[i] = (i / n == i % n) ? 1.0 : 0.0;
 }
 
+// J·H·J of a row-major (or column-major) [n, n] matrix: element (i, j) goes to (n−1−i, n−1−j),
+// so the flat array reversed.
+__global__ void reversed_kernel(const double* in, double* out, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = in[count - 1 - i];
+}
+
+// U(i, j) = L⁻¹(n−1−i, n−1−j) for j ≥ i, else 0; L⁻¹(r, c) at c·n + r. A 32 × 32 tile of U a block:
+// for a fixed j the source is contiguous along i (reversed), so the tile is read along i and written
+// along j through shared memory.
+constexpr int kTile = 32, kTileRows = 8;
+__global__ void factor_from_reversed_inverse_kernel(const double* l_inverse, float* u, int64_t n) {
+  __shared__ float tile[kTile][kTile + 1];
+  const int64_t i0 = int64_t{blockIdx.y} * kTile, j0 = int64_t{blockIdx.x} * kTile;
+  for (int r = threadIdx.y; r < kTile; r += kTileRows) {  // r along j, threadIdx.x along i
+    const int64_t i = i0 + threadIdx.x, j = j0 + r;
+    if (i < n && j < n) tile[r][threadIdx.x] = j >= i ? static_cast<float>(l_inverse[(n - 1 - j) * n + (n - 1 - i)]) : 0.f;
+  }
+  __syncthreads();
+  for (int r = threadIdx.y; r < kTile; r += kTileRows) {  // r along i, threadIdx.x along j
+    const int64_t i = i0 + r, j = j0 + threadIdx.x;
+    if (i < n && j < n) u[i * n + j] = tile[threadIdx.x][r];
+  }
+}
+
 }  // namespace
 
 CholeskyInverse::CholeskyInverse() {
@@ -82,6 +107,19 @@ bool CholeskyInverse::run(double* a, double* inverse, int64_t n64, cudaStream_t 
                     inverse, n),
         "cholesky: inverse");
   check_cuda(cudaStreamSynchronize(stream), "cholesky");
+  return true;
+}
+
+bool CholeskyInverse::gptq_factor(double* h, double* scratch, float* u, int64_t n, cudaStream_t stream) {
+  if (n <= 0 || n > (int64_t{1} << 16) || !h || !scratch || !u) throw std::runtime_error("gptq_factor: invalid arguments");
+  const int64_t count = n * n;
+  reversed_kernel<<<static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, 65536)), 256, 0, stream>>>(h, scratch, count);
+  check_cuda(cudaGetLastError(), "gptq_factor: J·H·J");
+  if (!run(scratch, h, n, stream)) return false;  // L in scratch, L⁻¹ in h
+  const unsigned tiles = static_cast<unsigned>((n + kTile - 1) / kTile);
+  factor_from_reversed_inverse_kernel<<<dim3(tiles, tiles), dim3(kTile, kTileRows), 0, stream>>>(h, u, n);
+  check_cuda(cudaGetLastError(), "gptq_factor: U from L⁻¹");
+  check_cuda(cudaStreamSynchronize(stream), "gptq_factor");
   return true;
 }
 

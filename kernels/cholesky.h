@@ -27,6 +27,12 @@ class CholeskyInverse {
   // memory. Returns false, leaving both undefined, when a diagonal block is not positive definite.
   // Throws std::runtime_error when a CUDA or cuBLAS call fails. Synchronizes `stream`.
   bool run(double* a, double* inverse, int64_t n, cudaStream_t stream);
+  // GPTQ's U (quant/gptq.h: U = J·L⁻¹·J where J·H·J = L·Lᵀ, J the reversal) of a symmetric positive
+  // definite h [n, n] on the device: u [n, n] row-major fp32, upper triangular, zeros below — the
+  // values quant/gptq.h's reversed_matrix and factor_from_reversed_inverse give around run(), bit
+  // for bit. h and scratch ([n, n] doubles) are overwritten. Returns false as run() does.
+  // Synchronizes `stream`.
+  bool gptq_factor(double* h, double* scratch, float* u, int64_t n, cudaStream_t stream);
 
  private:
   void* handle_ = nullptr;

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 
@@ -13,46 +14,36 @@
 #include "runtime/parallel.h"
 
 namespace ssdq {
+namespace {
 
-std::function<bool(const std::vector<double>&, int64_t, std::vector<float>&)> cuda_gptq_inverse_factor(int device) {
-  // One solver (its cuBLAS handle and host block) for every call; calls are serialised.
-  auto solver = std::make_shared<kernels::CholeskyInverse>();
-  auto lock = std::make_shared<std::mutex>();
-  return [device, solver, lock](const std::vector<double>& h, int64_t n, std::vector<float>& u) {
-    const std::lock_guard<std::mutex> guard(*lock);
-    cuda_ok(cudaSetDevice(device), "cudaSetDevice");
-    // J·H·J (the reversal of rows and columns; symmetric, so its layout is either order).
-    const std::vector<double> reversed = reversed_matrix(h, n, parallel_for);
-    DeviceBlock a(n * n * 8, "the GPTQ Hessian", nullptr), inverse(n * n * 8, "the GPTQ inverse factor", nullptr);
-    cuda_ok(cudaMemcpy(a.at<void>(0), reversed.data(), n * n * 8, cudaMemcpyHostToDevice), "upload the Hessian");
-    if (!solver->run(a.at<double>(0), inverse.at<double>(0), n, nullptr)) return false;
-    std::vector<double> l_inverse(n * n);
-    cuda_ok(cudaMemcpy(l_inverse.data(), inverse.at<void>(0), n * n * 8, cudaMemcpyDeviceToHost), "read the factor");
-    u = factor_from_reversed_inverse(l_inverse, n, parallel_for);
-    return true;
-  };
-}
+// One device's solvers and buffers, shared by every call (calls are serialised). The buffers are
+// kept between projections and grown when a larger one comes, so a layer's GPTQ allocates nothing
+// after the first layers.
+struct DeviceGptq {
+  explicit DeviceGptq(int device) : device(device) {}
 
-std::function<void(const GptqRowPassJob&)> cuda_gptq_row_pass(int device) {
-  auto pass = std::make_shared<kernels::GptqRowPass>();
-  auto lock = std::make_shared<std::mutex>();
-  return [device, pass, lock](const GptqRowPassJob& job) {
-    const std::lock_guard<std::mutex> guard(*lock);
-    cuda_ok(cudaSetDevice(device), "cudaSetDevice");
-    const size_t weight_bytes = job.rows * job.cols * sizeof(float), u_bytes = job.cols * job.cols * sizeof(float),
-                 scale_bytes = job.rows * job.groups * sizeof(float);
-    DeviceBlock weight(weight_bytes, "the GPTQ weight", nullptr), u(u_bytes, "the GPTQ inverse factor", nullptr),
-        groups(job.cols * sizeof(int32_t), "the GPTQ column groups", nullptr),
-        scales(scale_bytes, "the GPTQ scales", nullptr), values(job.rows * job.cols, "the GPTQ codes", nullptr),
-        errors(job.rows * job.block_size * sizeof(float), "the GPTQ block errors", nullptr);
-    cuda_ok(cudaMemcpy(weight.at<void>(0), job.weight, weight_bytes, cudaMemcpyHostToDevice), "upload the GPTQ weight");
-    cuda_ok(cudaMemcpy(u.at<void>(0), job.u, u_bytes, cudaMemcpyHostToDevice), "upload the GPTQ factor");
-    cuda_ok(cudaMemcpy(groups.at<void>(0), job.column_group, job.cols * sizeof(int32_t), cudaMemcpyHostToDevice),
-            "upload the GPTQ column groups");
-    cuda_ok(cudaMemcpy(scales.at<void>(0), job.scales, scale_bytes, cudaMemcpyHostToDevice), "upload the GPTQ scales");
+  int device;
+  std::mutex lock;
+  kernels::CholeskyInverse solver;
+  kernels::GptqRowPass pass;
+  DeviceBlock hessian, scratch, u, weight, groups, scales, values, errors;
+
+  template <typename T>
+  T* reserve(DeviceBlock& block, size_t bytes, const char* what) {
+    if (block.bytes() < bytes) {
+      block = DeviceBlock();  // freed before the larger one is asked for
+      block = DeviceBlock(bytes, what, nullptr);
+    }
+    return block.at<T>(0);
+  }
+
+  // The job's row pass with U already on the device: the weight, column groups and scales
+  // uploaded, the codes and scales read back.
+  void row_pass(const GptqRowPassJob& job, const float* device_u) {
+    const size_t weight_bytes = job.rows * job.cols * sizeof(float), scale_bytes = job.rows * job.groups * sizeof(float);
     kernels::GptqRowsArgs a;
-    a.weight = weight.at<float>(0);
-    a.u = u.at<float>(0);
+    a.weight = reserve<float>(weight, weight_bytes, "the GPTQ weight");
+    a.u = device_u;
     a.rows = job.rows;
     a.cols = job.cols;
     a.block_size = static_cast<int>(job.block_size);
@@ -61,13 +52,75 @@ std::function<void(const GptqRowPassJob&)> cuda_gptq_row_pass(int device) {
     a.qmin = quant_min(job.bits);
     a.qmax = quant_max(job.bits);
     a.dynamic_scales = job.dynamic_scales;
-    a.column_group = groups.at<int32_t>(0);
-    a.scales = scales.at<float>(0);
-    a.values = values.at<int8_t>(0);
-    a.errors = errors.at<float>(0);
-    pass->run(a, nullptr);
-    cuda_ok(cudaMemcpy(job.values, values.at<void>(0), job.rows * job.cols, cudaMemcpyDeviceToHost), "read the GPTQ codes");
-    cuda_ok(cudaMemcpy(job.scales, scales.at<void>(0), scale_bytes, cudaMemcpyDeviceToHost), "read the GPTQ scales");
+    int32_t* column_group = reserve<int32_t>(groups, job.cols * sizeof(int32_t), "the GPTQ column groups");
+    a.column_group = column_group;
+    a.scales = reserve<float>(scales, scale_bytes, "the GPTQ scales");
+    a.values = reserve<int8_t>(values, job.rows * job.cols, "the GPTQ codes");
+    a.errors = reserve<float>(errors, job.rows * job.block_size * sizeof(float), "the GPTQ block errors");
+    cuda_ok(cudaMemcpy(a.weight, job.weight, weight_bytes, cudaMemcpyHostToDevice), "upload the GPTQ weight");
+    cuda_ok(cudaMemcpy(column_group, job.column_group, job.cols * sizeof(int32_t), cudaMemcpyHostToDevice),
+            "upload the GPTQ column groups");
+    cuda_ok(cudaMemcpy(a.scales, job.scales, scale_bytes, cudaMemcpyHostToDevice), "upload the GPTQ scales");
+    pass.run(a, nullptr);
+    cuda_ok(cudaMemcpy(job.values, a.values, job.rows * job.cols, cudaMemcpyDeviceToHost), "read the GPTQ codes");
+    cuda_ok(cudaMemcpy(job.scales, a.scales, scale_bytes, cudaMemcpyDeviceToHost), "read the GPTQ scales");
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+std::function<bool(const std::vector<double>&, int64_t, std::vector<float>&)> cuda_gptq_inverse_factor(int device) {
+  auto gpu = std::make_shared<DeviceGptq>(device);
+  return [gpu](const std::vector<double>& h, int64_t n, std::vector<float>& u) {
+    const std::lock_guard<std::mutex> guard(gpu->lock);
+    cuda_ok(cudaSetDevice(gpu->device), "cudaSetDevice");
+    // J·H·J (the reversal of rows and columns; symmetric, so its layout is either order).
+    const std::vector<double> reversed = reversed_matrix(h, n, parallel_for);
+    double* a = gpu->reserve<double>(gpu->hessian, n * n * 8, "the GPTQ Hessian");
+    double* inverse = gpu->reserve<double>(gpu->scratch, n * n * 8, "the GPTQ inverse factor");
+    cuda_ok(cudaMemcpy(a, reversed.data(), n * n * 8, cudaMemcpyHostToDevice), "upload the Hessian");
+    if (!gpu->solver.run(a, inverse, n, nullptr)) return false;
+    std::vector<double> l_inverse(n * n);
+    cuda_ok(cudaMemcpy(l_inverse.data(), inverse, n * n * 8, cudaMemcpyDeviceToHost), "read the factor");
+    u = factor_from_reversed_inverse(l_inverse, n, parallel_for);
+    return true;
+  };
+}
+
+std::function<void(const GptqRowPassJob&)> cuda_gptq_row_pass(int device) {
+  auto gpu = std::make_shared<DeviceGptq>(device);
+  return [gpu](const GptqRowPassJob& job) {
+    const std::lock_guard<std::mutex> guard(gpu->lock);
+    cuda_ok(cudaSetDevice(gpu->device), "cudaSetDevice");
+    float* u = gpu->reserve<float>(gpu->u, job.cols * job.cols * sizeof(float), "the GPTQ inverse factor");
+    cuda_ok(cudaMemcpy(u, job.u, job.cols * job.cols * sizeof(float), cudaMemcpyHostToDevice), "upload the GPTQ factor");
+    gpu->row_pass(job, u);
+  };
+}
+
+std::function<bool(const std::vector<double>&, const GptqRowPassJob&)> cuda_gptq_factored_row_pass(
+    int device, std::function<void(double factor_seconds, double row_pass_seconds)> on_seconds) {
+  auto gpu = std::make_shared<DeviceGptq>(device);
+  return [gpu, on_seconds](const std::vector<double>& h, const GptqRowPassJob& job) {
+    const std::lock_guard<std::mutex> guard(gpu->lock);
+    cuda_ok(cudaSetDevice(gpu->device), "cudaSetDevice");
+    const int64_t n = job.cols;
+    if (static_cast<int64_t>(h.size()) != n * n) fail("internal: a GPTQ Hessian of {} values for {} columns", h.size(), n);
+    const auto start = std::chrono::steady_clock::now();
+    double* hessian = gpu->reserve<double>(gpu->hessian, n * n * 8, "the GPTQ Hessian");
+    double* scratch = gpu->reserve<double>(gpu->scratch, n * n * 8, "the GPTQ inverse factor");
+    float* u = gpu->reserve<float>(gpu->u, n * n * sizeof(float), "the GPTQ U");
+    cuda_ok(cudaMemcpy(hessian, h.data(), n * n * 8, cudaMemcpyHostToDevice), "upload the Hessian");
+    if (!gpu->solver.gptq_factor(hessian, scratch, u, n, nullptr)) return false;
+    const double factor_seconds = seconds_since(start);
+    const auto rows_start = std::chrono::steady_clock::now();
+    gpu->row_pass(job, u);
+    if (on_seconds) on_seconds(factor_seconds, seconds_since(rows_start));
+    return true;
   };
 }
 

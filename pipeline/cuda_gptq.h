@@ -2,7 +2,10 @@
 // and the triangular inverse in fp64 on the device (kernels/cholesky.h), the U of quant/gptq.cc's
 // J·H·J = L·Lᵀ identity (U = J·L⁻¹·J) read back. The row pass (GptqOptions::row_pass): the
 // weight and U uploaded, every column block quantized by kernels/gptq_rows.h, the codes and scales
-// read back.
+// read back. Both together (GptqOptions::factored_row_pass, what `export --device cuda` uses): the
+// Hessian uploaded as it is, reversed and factored and U made on the device, where the row pass
+// takes it — the same U and codes as the two apart, without U and L⁻¹ crossing PCIe or the host
+// reversing them. Each keeps its device buffers between calls (grown to the largest projection).
 #pragma once
 
 #include <cstdint>
@@ -19,5 +22,10 @@ std::function<bool(const std::vector<double>& h, int64_t cols, std::vector<float
 
 // The row pass on CUDA device `device`.
 std::function<void(const GptqRowPassJob& job)> cuda_gptq_row_pass(int device);
+
+// The factor and the row pass on CUDA device `device`; on_seconds (if set) gets each call's time in
+// the factor (the Hessian's upload included) and in the row pass (its transfers included).
+std::function<bool(const std::vector<double>& h, const GptqRowPassJob& job)> cuda_gptq_factored_row_pass(
+    int device, std::function<void(double factor_seconds, double row_pass_seconds)> on_seconds = {});
 
 }  // namespace ssdq

@@ -48,6 +48,7 @@ WeightMatrix quantize_projection(const std::vector<float>& w, int64_t rows, int6
   g.parallel_for = parallel_for;  // rows and U's columns over the cores (quant/gptq.h)
   g.inverse_factor = export_options.gptq_inverse_factor;
   g.row_pass = export_options.gptq_row_pass;
+  g.factored_row_pass = export_options.gptq_factored_row_pass;
   if (ExportTimes* times = export_options.times) {  // the device's parts of GPTQ, timed apart
     auto since = [](std::chrono::steady_clock::time_point start) {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

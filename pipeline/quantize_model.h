@@ -62,6 +62,10 @@ struct ExportOptions {
   std::function<bool(const std::vector<double>& h, int64_t cols, std::vector<float>& u)> gptq_inverse_factor;
   // GPTQ's row pass (GptqOptions::row_pass): empty for the host's.
   std::function<void(const GptqRowPassJob& job)> gptq_row_pass;
+  // Both together (GptqOptions::factored_row_pass): when set, the two above are not used. Its own
+  // times are its to report (pipeline/cuda_gptq.h), so ExportTimes' gptq_factor and gptq_rows are
+  // not added to around it.
+  std::function<bool(const std::vector<double>& h, const GptqRowPassJob& job)> gptq_factored_row_pass;
   // Resumption (export_artifact): the first layers as an interrupted export with the same inputs left
   // them. They are not quantized again, only run over the samples to bring them to the next layer,
   // so the result is the uninterrupted export's, bit for bit. Layer-by-layer recipes only.

@@ -204,14 +204,15 @@ std::vector<float> inverse_factor(const PreparedGptq& p, int64_t cols, const Gpt
 // The row pass elsewhere (GptqOptions::row_pass, a GPU's), on the prepared row-major matrices as
 // they are: copying them into Eigen's column-major layout and back had cost more than a GPU's
 // factor and row pass together at 2.7b's sizes (docs/kernels/export.md).
-void row_pass_elsewhere(PreparedGptq& p, const std::vector<float>& u, int64_t rows, int64_t cols, const GptqOptions& o,
+// With GptqOptions::factored_row_pass, u is null: the pass makes U from p.h itself.
+void row_pass_elsewhere(PreparedGptq& p, const float* u, int64_t rows, int64_t cols, const GptqOptions& o,
                         QuantizedMatrix& q, int64_t group_size, bool scales_up_front) {
   std::vector<int32_t> column_group(cols);
   for (int64_t k = 0; k < cols; ++k) column_group[k] = static_cast<int32_t>(p.perm[k] / group_size);
   std::vector<int8_t> codes(o.act_order ? rows * cols : 0);
   GptqRowPassJob job;
   job.weight = p.w.data();
-  job.u = u.data();
+  job.u = u;
   job.rows = rows;
   job.cols = cols;
   job.block_size = o.block_size;
@@ -222,7 +223,11 @@ void row_pass_elsewhere(PreparedGptq& p, const std::vector<float>& u, int64_t ro
   job.column_group = column_group.data();
   job.scales = q.scales.data();
   job.values = o.act_order ? codes.data() : q.values.data();  // the natural order needs no mapping back
-  o.row_pass(job);
+  if (o.factored_row_pass) {
+    if (!o.factored_row_pass(p.h, job)) fail("gptq: the damped Hessian ({} columns) is not positive definite", cols);
+  } else {
+    o.row_pass(job);
+  }
   if (o.act_order)
     run_items(o.parallel_for, rows, [&](int64_t r) {
       for (int64_t k = 0; k < cols; ++k) q.values[r * cols + p.perm[k]] = codes[r * cols + k];
@@ -249,9 +254,13 @@ QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, c
 
   const bool scales_up_front = !grouped || o.static_groups;
   PreparedGptq prepared = prepare_gptq(weight, rows, cols, hessian, o, q, group_size, scales_up_front);
+  if (o.factored_row_pass) {
+    row_pass_elsewhere(prepared, nullptr, rows, cols, o, q, group_size, scales_up_front);
+    return q;
+  }
   const std::vector<float> u_rows = inverse_factor(prepared, cols, o);
   if (o.row_pass) {
-    row_pass_elsewhere(prepared, u_rows, rows, cols, o, q, group_size, scales_up_front);
+    row_pass_elsewhere(prepared, u_rows.data(), rows, cols, o, q, group_size, scales_up_front);
     return q;
   }
   // The host's column loop: each slice of rows copied into a column-major matrix of its own.

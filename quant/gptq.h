@@ -54,7 +54,8 @@ class HessianAccumulator {
 // its codes and scales go.
 struct GptqRowPassJob {
   const float* weight = nullptr;  // [rows, cols] row-major, columns in processing order, dead ones zeroed
-  const float* u = nullptr;       // [cols, cols] row-major, upper triangular (H⁻¹ = UᵀU)
+  const float* u = nullptr;       // [cols, cols] row-major, upper triangular (H⁻¹ = UᵀU); null for
+                                  // GptqOptions::factored_row_pass, which makes U itself
   int64_t rows = 0, cols = 0, block_size = 0, group_size = 0, groups = 0;
   QuantBits bits = QuantBits::kInt4;
   bool dynamic_scales = false;         // scales set at each group's first column (else given in scales)
@@ -82,6 +83,11 @@ struct GptqOptions {
   // the export on a GPU passes the device's (pipeline/cuda_gptq.h). Empty: the host's, in slices
   // of rows over parallel_for.
   std::function<void(const GptqRowPassJob& job)> row_pass;
+  // The factor and the row pass together elsewhere, U kept there rather than read back and sent
+  // again (a GPU's, pipeline/cuda_gptq.h): given the damped and permuted Hessian h (row-major
+  // [cols, cols], as inverse_factor gets it) and the row pass's job with u = null. False when h is
+  // not positive definite. When set, inverse_factor and row_pass are not called.
+  std::function<bool(const std::vector<double>& h, const GptqRowPassJob& job)> factored_row_pass;
 };
 inline constexpr int64_t kGptqSliceRows = 64;
 

@@ -76,8 +76,11 @@ void run_export(ExportFlags& flags) {
     gpu.tf32_gemms = flags.gemm == "tf32";
     gpu.on_device_memory = [&device_bytes](size_t bytes) { device_bytes = std::max(device_bytes, bytes); };
     flags.options.layer_passes = cuda_layer_passes(gpu);
-    flags.options.gptq_inverse_factor = cuda_gptq_inverse_factor(device.index);
-    flags.options.gptq_row_pass = cuda_gptq_row_pass(device.index);
+    flags.options.gptq_factored_row_pass =
+        cuda_gptq_factored_row_pass(device.index, [&times](double factor_seconds, double row_pass_seconds) {
+          times.gptq_factor += factor_seconds;
+          times.gptq_rows += row_pass_seconds;
+        });
     flags.options.collect = [gpu](const ModelWeights& weights, const std::vector<int32_t>& tokens, int64_t samples,
                                   int64_t seqlen, const CollectOptions& o) {
       return collect_statistics_cuda(weights, tokens, samples, seqlen, o, gpu);

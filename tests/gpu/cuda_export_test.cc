@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "calib/input_gram.h"
+#include "formats/error.h"
 #include "formats/tokenizer.h"
 #include "kernels/cholesky.h"
 #include "kernels/input_gram.h"
@@ -200,6 +201,57 @@ TEST(ExportKernels, GptqRowPassOnTheDeviceMatchesTheHost) {
   }
 }
 
+// The factor and the row pass in one call with U kept on the device (export's) against the two
+// calls apart: the same U, so the same codes and scales, bit for bit — one callback over
+// projections of growing and shrinking widths (its buffers kept and grown), int8 per channel,
+// dynamic int4 groups and act-order; and its times reported for each call.
+TEST(ExportKernels, GptqFactoredRowPassIsTheFactorThenTheRowPass) {
+  struct Case {
+    int64_t rows, cols;
+    QuantBits bits;
+    int64_t group_size;
+    bool act_order;
+  };
+  int64_t timed = 0;
+  GptqOptions one_call;
+  one_call.factored_row_pass = cuda_gptq_factored_row_pass(0, [&](double factor_seconds, double row_pass_seconds) {
+    EXPECT_GT(factor_seconds, 0);
+    EXPECT_GT(row_pass_seconds, 0);
+    ++timed;
+  });
+  GptqOptions two_calls;
+  two_calls.inverse_factor = cuda_gptq_inverse_factor(0);
+  two_calls.row_pass = cuda_gptq_row_pass(0);
+  int64_t calls = 0;
+  for (const Case& c : {Case{96, 256, QuantBits::kInt8, 0, false}, Case{130, 520, QuantBits::kInt4, 64, false},
+                        Case{64, 300, QuantBits::kInt4, 0, true}, Case{200, 384, QuantBits::kInt4, 128, true}}) {
+    SCOPED_TRACE(::testing::Message() << c.rows << "x" << c.cols << " group " << c.group_size << " act-order " << c.act_order);
+    const std::vector<float> w = random_normals(c.rows * c.cols, 31), x = random_normals(4 * c.cols * c.cols, 32);
+    InputGram gram(c.cols);
+    gram.add_rows(x.data(), 4 * c.cols, c.cols);
+    const std::vector<double> h = gram.hessian();
+    for (GptqOptions* o : {&one_call, &two_calls}) {
+      o->bits = c.bits;
+      o->group_size = c.group_size;
+      o->act_order = c.act_order;
+      o->static_groups = c.act_order;
+    }
+    const QuantizedMatrix apart = gptq_quantize(w.data(), c.rows, c.cols, h, two_calls);
+    const QuantizedMatrix together = gptq_quantize(w.data(), c.rows, c.cols, h, one_call);
+    ++calls;
+    EXPECT_EQ(together.values, apart.values);
+    EXPECT_EQ(together.scales, apart.scales);
+  }
+  EXPECT_EQ(timed, calls);
+  // Not positive definite after damping: refused with the reason.
+  std::vector<double> bad(64 * 64, 0.0);
+  for (int64_t i = 0; i < 64; ++i) bad[i * 64 + i] = i == 7 ? -1.0 : 1.0;
+  const std::vector<float> w = random_normals(16 * 64, 33);
+  one_call.group_size = 0;
+  one_call.act_order = one_call.static_groups = false;
+  EXPECT_THROW(gptq_quantize(w.data(), 16, 64, bad, one_call), Error);
+}
+
 // quantize_model with the passes on the CPU and on the GPU; perplexity of both on the CPU.
 void expect_gpu_export_matches(const ModelWeights& weights, const CalibrationFile& calib,
                                const std::vector<int32_t>& eval, const ExportOptions& base, const std::string& name,
@@ -211,8 +263,7 @@ void expect_gpu_export_matches(const ModelWeights& weights, const CalibrationFil
   CudaCalibration cuda;
   cuda.on_device_memory = [&](size_t bytes) { device_bytes = bytes; };
   gpu.layer_passes = cuda_layer_passes(cuda);
-  gpu.gptq_inverse_factor = cuda_gptq_inverse_factor(0);
-  gpu.gptq_row_pass = cuda_gptq_row_pass(0);
+  gpu.gptq_factored_row_pass = cuda_gptq_factored_row_pass(0);  // as export --device cuda
   const auto gpu_model = std::make_shared<const QuantizedModel>(quantize_model(weights, calib, gpu));
   EXPECT_GT(device_bytes, 0u);
   const double nll_cpu = testing::mean_nll(CpuBackend(cpu_model), eval);

@@ -927,6 +927,7 @@ int main(int argc, char** argv) {
   if (want("long")) {
     ssdq::bench_long_recurrence(16, 80, 1, 2048);   // mamba2-2.7b, a calibration batch of 16 × 2048
     ssdq::bench_long_recurrence(16, 128, 8, 2048);  // 8B-like
+    ssdq::bench_long_recurrence(4, 80, 1, 2048);    // 320 blocks: the long kernel; an upper bound of it at batch 1
     ssdq::bench_long_recurrence(1, 80, 1, 2048);    // a batch-1 prefill (the row-a-warp kernel)
   }
   if (want("norm"))

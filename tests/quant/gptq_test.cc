@@ -436,5 +436,64 @@ TEST(Gptq, RowPassElsewhereMatchesTheHost) {
   }
 }
 
+// GptqOptions::factored_row_pass gets the Hessian that inverse_factor gets and the job that
+// row_pass gets (but for U, which it makes): with the same factor and row pass inside it, the
+// codes and scales are those of the two callbacks, bit for bit, and neither of them is called.
+TEST(Gptq, FactoredRowPassGetsWhatTheFactorAndTheRowPassGet) {
+  const int64_t rows = 40, cols = 130, samples = 500;
+  const std::vector<double> hessian = hessian_of_random_inputs(cols, samples, 51);
+  const std::vector<float> w = random_values(rows * cols, 52);
+  // U = J·L⁻¹·J with J·H·J = L·Lᵀ, as a device would make it (quant/gptq.h's pieces around an LLT).
+  const auto factor = [](const std::vector<double>& h, int64_t n, std::vector<float>& u) {
+    const std::vector<double> reversed = reversed_matrix(h, n);
+    const Eigen::LLT<Eigen::MatrixXd> llt(Eigen::Map<const Eigen::MatrixXd>(reversed.data(), n, n));
+    if (llt.info() != Eigen::Success) return false;
+    const Eigen::MatrixXd l_inverse = llt.matrixL().solve(Eigen::MatrixXd::Identity(n, n));
+    u = factor_from_reversed_inverse(std::vector<double>(l_inverse.data(), l_inverse.data() + n * n), n);
+    return true;
+  };
+  for (const bool act_order : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "act-order " << act_order);
+    GptqOptions o;
+    o.bits = QuantBits::kInt4;
+    o.group_size = 32;
+    o.act_order = act_order;
+    o.static_groups = act_order;
+    o.block_size = 64;
+    std::vector<double> factored_h;
+    o.inverse_factor = [&](const std::vector<double>& h, int64_t n, std::vector<float>& u) {
+      factored_h = h;
+      return factor(h, n, u);
+    };
+    o.row_pass = plain_row_pass;
+    const QuantizedMatrix two_calls = gptq_quantize(w.data(), rows, cols, hessian, o);
+
+    int64_t calls = 0;
+    o.factored_row_pass = [&](const std::vector<double>& h, const GptqRowPassJob& job) {
+      ++calls;
+      EXPECT_EQ(job.u, nullptr);
+      EXPECT_EQ(h, factored_h);
+      std::vector<float> u;
+      if (!factor(h, job.cols, u)) return false;
+      GptqRowPassJob with_u = job;
+      with_u.u = u.data();
+      plain_row_pass(with_u);
+      return true;
+    };
+    o.inverse_factor = [](const std::vector<double>&, int64_t, std::vector<float>&) -> bool {
+      ADD_FAILURE() << "inverse_factor called beside factored_row_pass";
+      return false;
+    };
+    o.row_pass = [](const GptqRowPassJob&) { ADD_FAILURE() << "row_pass called beside factored_row_pass"; };
+    const QuantizedMatrix one_call = gptq_quantize(w.data(), rows, cols, hessian, o);
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(one_call.values, two_calls.values);
+    EXPECT_EQ(one_call.scales, two_calls.scales);
+  }
+  GptqOptions refusing;
+  refusing.factored_row_pass = [](const std::vector<double>&, const GptqRowPassJob&) { return false; };
+  EXPECT_THROW(gptq_quantize(w.data(), rows, cols, hessian, refusing), Error);
+}
+
 }  // namespace
 }  // namespace ssdq
