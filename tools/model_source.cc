@@ -44,13 +44,15 @@ std::string model_or_synthetic(const std::string& command, const std::string& mo
 
 namespace {
 
-// `model` (the FP weights or an artifact) over `tp` ranks: GPUs from --device's index on, or
-// virtual ranks on the CPU.
+// `model` (the FP weights or an artifact) over `tp` ranks: GPUs from --device's index on (each
+// rank's engine made with the command's preferences), or virtual ranks on the CPU.
 template <typename Model>
-void use_tensor_parallel(ModelSource& source, const Model& model, int tp, const DeviceSpec& spec) {
+void use_tensor_parallel(ModelSource& source, const Model& model, int tp, const DeviceSpec& spec,
+                         const BackendPreferences& preferences) {
   if (spec.cuda) {
     CudaBackendOptions options;
     options.device = spec.index;
+    options.rows_alone = preferences.rows_alone;
     source.backend = std::make_unique<CudaTensorParallelBackend>(model, tp, options);
     source.description += fmt::format("        tensor parallel: {} GPUs\n", tp);
   } else {
@@ -89,7 +91,7 @@ ModelSource load_model_source(const std::string& command, const ModelSourceFlags
                                      loaded.model->config.summary()) +
                          tokenizer_line();
     if (flags.tp > 1) {
-      use_tensor_parallel(source, *loaded.model, flags.tp, spec);
+      use_tensor_parallel(source, *loaded.model, flags.tp, spec, flags.preferences);
     } else {
       source.backend = make_quantized_backend(device, loaded.model, flags.preferences);
     }
@@ -103,7 +105,7 @@ ModelSource load_model_source(const std::string& command, const ModelSourceFlags
       fmt::format("model   {} ({})\n        {}\n", model, loaded.weights_path, loaded.weights->config.summary()) +
       tokenizer_line();
   if (flags.tp > 1) {
-    use_tensor_parallel(source, *loaded.weights, flags.tp, spec);
+    use_tensor_parallel(source, *loaded.weights, flags.tp, spec, flags.preferences);
   } else {
     source.backend = make_backend(device, loaded.weights, flags.preferences);
   }

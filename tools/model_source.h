@@ -26,7 +26,7 @@ struct ModelSourceFlags {
   std::string model, artifact, tokenizer, device = "cpu";
   int tp = 1;  // tensor-parallel ranks (--tp; the reference of eval-ppl runs on one)
   std::string model_flag = "--model";  // how errors name the folder's flag
-  BackendPreferences preferences;       // what the command asks of a single-device backend
+  BackendPreferences preferences;       // what the command asks of its engines (each rank's under --tp)
 };
 void add_model_source_options(CLI::App* command, ModelSourceFlags& flags);
 
