@@ -42,11 +42,11 @@ class GramObserver : public DeviceObserver {
     rows_ += rows;
   }
   void on_ssd_inputs(int64_t, const DeviceSsdInputs&, CUstream_st*) override {}
-  // The sums so far, as the CPU's InputGram (waits for the device).
-  InputGram read() const {
-    std::vector<float> sum(dim_ * dim_);
-    cuda_ok(cudaMemcpy(sum.data(), sum_.at<void>(0), sum_.bytes(), cudaMemcpyDeviceToHost), "read a Gram matrix");
-    return InputGram::from_sums(dim_, rows_, std::vector<double>(sum.begin(), sum.end()));
+  // Adds the sums so far to the CPU's InputGram `gram` (waits for the device).
+  void add_into(InputGram& gram) const {
+    const std::unique_ptr<float[]> sum(new float[dim_ * dim_]);  // written whole by the copy: no zeroing
+    cuda_ok(cudaMemcpy(sum.get(), sum_.at<void>(0), sum_.bytes(), cudaMemcpyDeviceToHost), "read a Gram matrix");
+    gram.add_sums(sum.get(), rows_, parallel_for);
   }
   size_t device_bytes() const { return sum_.bytes(); }
 
@@ -121,14 +121,14 @@ class CudaLayerPasses : public LayerPasses {
     run(stage, *engine, /*advance=*/false, point_stats.device_bytes() + (gram ? gram->device_bytes() : 0));
     point_stats.check_finite(engine->stream(), l);
     stats.layers[l] = std::move(point_stats.read(engine->stream()).layers[0]);
-    if (gram) in_gram->merge(gram->read());
+    if (gram) gram->add_into(*in_gram);
   }
 
   void observe_out_proj_input(const std::string& stage, int64_t, const QuantizedLayer& layer, InputGram& gram) override {
     GramObserver observer(ActivationPoint::kOutProjIn, c_.d_inner(), gpu_.tf32_gemms);
     const auto engine = make_engine(layer, &observer);
     run(stage, *engine, /*advance=*/false, observer.device_bytes());
-    gram.merge(observer.read());
+    observer.add_into(gram);
   }
 
   void advance(const std::string& stage, int64_t l, const QuantizedLayer& layer, ChannelStats* output) override {

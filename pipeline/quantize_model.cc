@@ -328,7 +328,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     });
     assign_activation_formats(q, stats.layers[l], o, l, c, o.recipe == RecipeName::kQuamba2 ? &clusters[l] : nullptr);
     std::vector<double> hessian;
-    if (o.uses_gptq()) timed(&ExportTimes::hessians, [&] { hessian = in_gram.hessian(); });
+    if (o.uses_gptq()) timed(&ExportTimes::hessians, [&] { hessian = std::move(in_gram).hessian(parallel_for); });
     timed(&ExportTimes::weights, [&] {
       q.in_proj = quantize_projection(w.layers[l].in_proj, in_dim, D, o, o.uses_gptq() ? &hessian : nullptr, options);
     });
@@ -338,7 +338,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
       InputGram out_gram(E);
       timed(&ExportTimes::out_proj_gram,
             [&] { passes->observe_out_proj_input(layer_name + " out_proj Hessian", l, q, out_gram); });
-      timed(&ExportTimes::hessians, [&] { hessian = out_gram.hessian(); });
+      timed(&ExportTimes::hessians, [&] { hessian = std::move(out_gram).hessian(parallel_for); });
     }
     timed(&ExportTimes::weights, [&] {
       q.out_proj = quantize_projection(w.layers[l].out_proj, D, E, o, o.uses_gptq() ? &hessian : nullptr, options);

@@ -78,6 +78,37 @@ TEST(InputGram, HessianIsTwiceTheMeanOuterProduct) {
   }
 }
 
+// Over the cores (a ParallelFor that runs the items in reverse order, as threads may), the Hessian,
+// merge and fp32 sums added from elsewhere (the GPU's Grams) give the bits of one thread, and
+// add_sums gives what merging the same sums as fp64 gives.
+TEST(InputGram, PiecesOverTheCoresGiveTheBitsOfOneThread) {
+  const ParallelFor reversed = [](int64_t count, const std::function<void(int64_t)>& body) {
+    for (int64_t i = count - 1; i >= 0; --i) body(i);
+  };
+  for (int64_t dim : {1, 70, 130}) {
+    std::mt19937 rng(static_cast<unsigned>(dim + 5));
+    std::normal_distribution<float> normal;
+    std::vector<float> x(50 * dim), fp32_sums(dim * dim);
+    for (float& v : x) v = normal(rng);
+    for (float& v : fp32_sums) v = normal(rng);
+    InputGram one(dim), many(dim);
+    one.add_rows(x.data(), 50, dim);
+    many.add_rows(x.data(), 50, dim);
+    InputGram other(dim);
+    other.add_rows(x.data(), 20, dim);
+    one.merge(other);
+    many.merge(other, reversed);
+    EXPECT_EQ(one.hessian(), many.hessian(reversed)) << dim;
+    const std::vector<double> as_fp64(fp32_sums.begin(), fp32_sums.end());
+    one.merge(InputGram::from_sums(dim, 9, as_fp64));
+    many.add_sums(fp32_sums.data(), 9, reversed);
+    EXPECT_EQ(one.rows(), many.rows());
+    EXPECT_EQ(one.hessian(), many.hessian(reversed)) << dim;
+    // Made in the Gram's own storage: the same values.
+    EXPECT_EQ(std::move(many).hessian(reversed), one.hessian()) << dim;
+  }
+}
+
 TEST(ChannelStats, RejectsNonFiniteValuesNamingThePoint) {
   ChannelStats stats(2, false);
   const float bad[] = {1, NAN};

@@ -38,10 +38,27 @@ void time_shape(int64_t rows, int64_t cols) {
       for (int64_t i = c; i < cols; ++i) sum[c * cols + i] += double(row[i]) * row[c];
     });
   }
-  const ssdq::InputGram gram = ssdq::InputGram::from_sums(cols, x_rows, sum);
+  // A pass's Gram as it comes back from the device (fp32), into the layer's Gram: as a fp64 copy
+  // merged on one thread (before), and added over the cores (InputGram::add_sums, now).
+  const std::vector<float> device_sums(sum.begin(), sum.end());
   auto start = std::chrono::steady_clock::now();
-  const std::vector<double> h = gram.hessian();
+  ssdq::InputGram merged(cols);
+  merged.merge(ssdq::InputGram::from_sums(cols, x_rows, std::vector<double>(device_sums.begin(), device_sums.end())));
+  const double merge_s = seconds_since(start);
+  start = std::chrono::steady_clock::now();
+  ssdq::InputGram gram(cols);
+  gram.add_sums(device_sums.data(), x_rows, ssdq::parallel_for);
+  const double add_s = seconds_since(start);
+  start = std::chrono::steady_clock::now();
+  const std::vector<double> h_one = merged.hessian();
+  const double hessian_one_s = seconds_since(start);
+  start = std::chrono::steady_clock::now();
+  const std::vector<double> h = std::move(gram).hessian(ssdq::parallel_for);
   const double hessian_s = seconds_since(start);
+  if (h != h_one) fmt::print(stderr, "gptq_host_bench: the Hessians over the cores and on one thread differ\n");
+  fmt::print("{:>5} × {:>5}: the device's Gram into the layer's: {:.3f} s merged as fp64 on one thread, {:.3f} s added "
+             "over the cores; its Hessian: {:.3f} s on one thread into a new array, {:.3f} s over the cores in place\n",
+             rows, cols, merge_s, add_s, hessian_one_s, hessian_s);
 
   std::vector<float> w(rows * cols);
   for (float& v : w) v = normal(rng);
