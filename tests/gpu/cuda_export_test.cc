@@ -161,30 +161,45 @@ TEST(ExportKernels, GptqWithTheDeviceFactorMatchesTheHost) {
   }
 }
 
+// One projection of a GPTQ test: its shape, bits, groups and column order.
+struct GptqCase {
+  int64_t rows, cols;
+  QuantBits bits;
+  int64_t group_size;
+  bool act_order;
+  std::string name() const {
+    return fmt::format("{}x{} group {} act-order {}", rows, cols, group_size, act_order);
+  }
+  // GPTQ's options for the case (static groups with act-order).
+  void apply_to(GptqOptions& o) const {
+    o.bits = bits;
+    o.group_size = group_size;
+    o.act_order = act_order;
+    o.static_groups = act_order;
+  }
+};
+
+// The Hessian of 4 · cols random rows (seeded).
+std::vector<double> hessian_of_random_rows(int64_t cols, uint32_t seed) {
+  const std::vector<float> x = random_normals(4 * cols * cols, seed);
+  InputGram gram(cols);
+  gram.add_rows(x.data(), 4 * cols, cols);
+  return gram.hessian();
+}
+
 // GPTQ's row pass on the device against the host's, both with the host's factor: per channel
 // int8, dynamic int4 groups, act-order with static groups, and shapes that are not multiples of
 // the block (the last block and the last row block short): the same codes but for the few whose
 // lazy update's sums (ordered differently by cuBLAS) round the other way, and the same scales to
 // fp32 rounding.
 TEST(ExportKernels, GptqRowPassOnTheDeviceMatchesTheHost) {
-  struct Case {
-    int64_t rows, cols;
-    QuantBits bits;
-    int64_t group_size;
-    bool act_order;
-  };
-  for (const Case& c : {Case{96, 320, QuantBits::kInt8, 0, false}, Case{130, 320, QuantBits::kInt4, 64, false},
-                        Case{200, 256, QuantBits::kInt4, 128, true}, Case{64, 300, QuantBits::kInt4, 0, true}}) {
-    SCOPED_TRACE(::testing::Message() << c.rows << "x" << c.cols << " group " << c.group_size << " act-order " << c.act_order);
-    const std::vector<float> w = random_normals(c.rows * c.cols, 21), x = random_normals(4 * c.cols * c.cols, 22);
-    InputGram gram(c.cols);
-    gram.add_rows(x.data(), 4 * c.cols, c.cols);
-    const std::vector<double> h = gram.hessian();
+  for (const GptqCase& c : {GptqCase{96, 320, QuantBits::kInt8, 0, false}, GptqCase{130, 320, QuantBits::kInt4, 64, false},
+                            GptqCase{200, 256, QuantBits::kInt4, 128, true}, GptqCase{64, 300, QuantBits::kInt4, 0, true}}) {
+    SCOPED_TRACE(c.name());
+    const std::vector<float> w = random_normals(c.rows * c.cols, 21);
+    const std::vector<double> h = hessian_of_random_rows(c.cols, 22);
     GptqOptions o;
-    o.bits = c.bits;
-    o.group_size = c.group_size;
-    o.act_order = c.act_order;
-    o.static_groups = c.act_order;
+    c.apply_to(o);
     const QuantizedMatrix host = gptq_quantize(w.data(), c.rows, c.cols, h, o);
     o.row_pass = cuda_gptq_row_pass(0);
     const QuantizedMatrix device = gptq_quantize(w.data(), c.rows, c.cols, h, o);
@@ -206,12 +221,6 @@ TEST(ExportKernels, GptqRowPassOnTheDeviceMatchesTheHost) {
 // projections of growing and shrinking widths (its buffers kept and grown), int8 per channel,
 // dynamic int4 groups and act-order; and its times reported for each call.
 TEST(ExportKernels, GptqFactoredRowPassIsTheFactorThenTheRowPass) {
-  struct Case {
-    int64_t rows, cols;
-    QuantBits bits;
-    int64_t group_size;
-    bool act_order;
-  };
   int64_t timed = 0;
   GptqOptions one_call;
   one_call.factored_row_pass = cuda_gptq_factored_row_pass(0, [&](double factor_seconds, double row_pass_seconds) {
@@ -223,19 +232,13 @@ TEST(ExportKernels, GptqFactoredRowPassIsTheFactorThenTheRowPass) {
   two_calls.inverse_factor = cuda_gptq_inverse_factor(0);
   two_calls.row_pass = cuda_gptq_row_pass(0);
   int64_t calls = 0;
-  for (const Case& c : {Case{96, 256, QuantBits::kInt8, 0, false}, Case{130, 520, QuantBits::kInt4, 64, false},
-                        Case{64, 300, QuantBits::kInt4, 0, true}, Case{200, 384, QuantBits::kInt4, 128, true}}) {
-    SCOPED_TRACE(::testing::Message() << c.rows << "x" << c.cols << " group " << c.group_size << " act-order " << c.act_order);
-    const std::vector<float> w = random_normals(c.rows * c.cols, 31), x = random_normals(4 * c.cols * c.cols, 32);
-    InputGram gram(c.cols);
-    gram.add_rows(x.data(), 4 * c.cols, c.cols);
-    const std::vector<double> h = gram.hessian();
-    for (GptqOptions* o : {&one_call, &two_calls}) {
-      o->bits = c.bits;
-      o->group_size = c.group_size;
-      o->act_order = c.act_order;
-      o->static_groups = c.act_order;
-    }
+  for (const GptqCase& c : {GptqCase{96, 256, QuantBits::kInt8, 0, false}, GptqCase{130, 520, QuantBits::kInt4, 64, false},
+                            GptqCase{64, 300, QuantBits::kInt4, 0, true}, GptqCase{200, 384, QuantBits::kInt4, 128, true}}) {
+    SCOPED_TRACE(c.name());
+    const std::vector<float> w = random_normals(c.rows * c.cols, 31);
+    const std::vector<double> h = hessian_of_random_rows(c.cols, 32);
+    c.apply_to(one_call);
+    c.apply_to(two_calls);
     const QuantizedMatrix apart = gptq_quantize(w.data(), c.rows, c.cols, h, two_calls);
     const QuantizedMatrix together = gptq_quantize(w.data(), c.rows, c.cols, h, one_call);
     ++calls;

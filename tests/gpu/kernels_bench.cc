@@ -69,27 +69,38 @@ double copy_bandwidth_gbs() {
   return 2.0 * bytes / us / 1e3;  // read + write
 }
 
-void bench_state_update(int batch, int heads, int groups, double bandwidth, bool int8_state = false) {
+// Random fp32 inputs of `steps` tokens for each of `batch` sequences (headdim 64, dstate 128), an
+// fp32 state and an output buffer (int8 states: a quarter of the state is used).
+kernels::SsdStateUpdateArgs random_state_update_args(int batch, int heads, int groups, int steps, std::mt19937& rng) {
   const int P = 64, N = 128;
-  std::mt19937 rng(1);
+  const size_t tokens = size_t(batch) * steps;
   kernels::SsdStateUpdateArgs a;
   a.batch = batch;
   a.heads = heads;
   a.headdim = P;
   a.groups = groups;
   a.dstate = N;
-  a.x = device_random(size_t(batch) * heads * P, -1, 1, rng);
+  a.steps = steps;
+  a.x = device_random(tokens * heads * P, -1, 1, rng);
   a.x_stride = heads * P;
-  float* bc = device_random(size_t(batch) * 2 * groups * N, -1, 1, rng);
+  float* bc = device_random(tokens * 2 * groups * N, -1, 1, rng);
   a.B = bc;
   a.C = bc + groups * N;
   a.bc_stride = 2 * groups * N;
-  a.dt = device_random(size_t(batch) * heads, 0.001f, 0.1f, rng);
+  a.dt = device_random(tokens * heads, 0.001f, 0.1f, rng);
   a.dt_stride = heads;
   a.y_stride = heads * P;
   a.A = device_random(heads, -4, -1, rng);
   a.D = device_random(heads, 0.5f, 1.5f, rng);
-  a.state = device_random(size_t(batch) * heads * P * N, -1, 1, rng);  // int8: a quarter of it is used
+  a.state = device_random(size_t(batch) * heads * P * N, -1, 1, rng);
+  check_cuda(cudaMalloc(&a.y, tokens * heads * P * sizeof(float)), "cudaMalloc");
+  return a;
+}
+
+void bench_state_update(int batch, int heads, int groups, double bandwidth, bool int8_state = false) {
+  const int P = 64, N = 128;
+  std::mt19937 rng(1);
+  kernels::SsdStateUpdateArgs a = random_state_update_args(batch, heads, groups, 1, rng);
   if (int8_state) {
     a.state_type = kernels::ElementType::kS8;
     a.state_scales = device_random(size_t(heads) * P, 0.004f, 0.012f, rng);  // per (h, p), as SSDi8
@@ -99,7 +110,6 @@ void bench_state_update(int batch, int heads, int groups, double bandwidth, bool
     for (auto& v : values) v = static_cast<int8_t>(q(rng));
     check_cuda(cudaMemcpy(a.state, values.data(), values.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
   }
-  check_cuda(cudaMalloc(&a.y, size_t(batch) * heads * P * sizeof(float)), "cudaMalloc");
   const double us = time_us([&] { return kernels::launch_ssd_state_update(a, nullptr); });
   const double bytes = 2.0 * batch * heads * P * N * (int8_state ? 1 : sizeof(float));
   fmt::print("ssd_state_update  batch {:4d} heads {:3d} groups {} {}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n",
@@ -110,29 +120,10 @@ void bench_state_update(int batch, int heads, int groups, double bandwidth, bool
 // `batch` sequences in one launch, fp32 inputs and state; row-steps per µs says how many
 // (sequence, head, row, token) updates of N values the GPU makes.
 void bench_long_recurrence(int batch, int heads, int groups, int steps) {
-  const int P = 64, N = 128;
+  const int P = 64;
   std::mt19937 rng(2);
   const int64_t tokens = int64_t(batch) * steps;
-  kernels::SsdStateUpdateArgs a;
-  a.batch = batch;
-  a.heads = heads;
-  a.headdim = P;
-  a.groups = groups;
-  a.dstate = N;
-  a.steps = steps;
-  a.x = device_random(size_t(tokens) * heads * P, -1, 1, rng);
-  a.x_stride = heads * P;
-  float* bc = device_random(size_t(tokens) * 2 * groups * N, -1, 1, rng);
-  a.B = bc;
-  a.C = bc + groups * N;
-  a.bc_stride = 2 * groups * N;
-  a.dt = device_random(size_t(tokens) * heads, 0.001f, 0.1f, rng);
-  a.dt_stride = heads;
-  a.y_stride = heads * P;
-  a.A = device_random(heads, -4, -1, rng);
-  a.D = device_random(heads, 0.5f, 1.5f, rng);
-  a.state = device_random(size_t(batch) * heads * P * N, -1, 1, rng);
-  check_cuda(cudaMalloc(&a.y, size_t(tokens) * heads * P * sizeof(float)), "cudaMalloc");
+  const kernels::SsdStateUpdateArgs a = random_state_update_args(batch, heads, groups, steps, rng);
   const double us = time_us([&] { return kernels::launch_ssd_state_update(a, nullptr); }, 5);
   fmt::print("ssd_state_update  long: batch {:3d} × {} tokens, heads {:3d} groups {}: {:8.2f} ms  {:8.0f} row-steps/us\n",
              batch, steps, heads, groups, us / 1e3, double(tokens) * heads * P / us);
