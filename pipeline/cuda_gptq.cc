@@ -28,6 +28,12 @@ struct DeviceGptq {
   kernels::GptqRowPass pass;
   DeviceBlock hessian, scratch, u, weight, groups, scales, values, errors;
 
+  size_t buffer_bytes() const {
+    size_t bytes = 0;
+    for (const DeviceBlock* b : {&hessian, &scratch, &u, &weight, &groups, &scales, &values, &errors}) bytes += b->bytes();
+    return bytes;
+  }
+
   template <typename T>
   T* reserve(DeviceBlock& block, size_t bytes, const char* what) {
     if (block.bytes() < bytes) {
@@ -103,9 +109,9 @@ std::function<void(const GptqRowPassJob&)> cuda_gptq_row_pass(int device) {
 }
 
 std::function<bool(const std::vector<double>&, const GptqRowPassJob&)> cuda_gptq_factored_row_pass(
-    int device, std::function<void(double factor_seconds, double row_pass_seconds)> on_seconds) {
+    int device, std::function<void(const GptqDeviceCall& call)> on_call) {
   auto gpu = std::make_shared<DeviceGptq>(device);
-  return [gpu, on_seconds](const std::vector<double>& h, const GptqRowPassJob& job) {
+  return [gpu, on_call](const std::vector<double>& h, const GptqRowPassJob& job) {
     const std::lock_guard<std::mutex> guard(gpu->lock);
     cuda_ok(cudaSetDevice(gpu->device), "cudaSetDevice");
     const int64_t n = job.cols;
@@ -116,10 +122,13 @@ std::function<bool(const std::vector<double>&, const GptqRowPassJob&)> cuda_gptq
     float* u = gpu->reserve<float>(gpu->u, n * n * sizeof(float), "the GPTQ U");
     cuda_ok(cudaMemcpy(hessian, h.data(), n * n * 8, cudaMemcpyHostToDevice), "upload the Hessian");
     if (!gpu->solver.gptq_factor(hessian, scratch, u, n, nullptr)) return false;
-    const double factor_seconds = seconds_since(start);
+    GptqDeviceCall call;
+    call.factor_seconds = seconds_since(start);
     const auto rows_start = std::chrono::steady_clock::now();
     gpu->row_pass(job, u);
-    if (on_seconds) on_seconds(factor_seconds, seconds_since(rows_start));
+    call.row_pass_seconds = seconds_since(rows_start);
+    call.buffer_bytes = gpu->buffer_bytes();
+    if (on_call) on_call(call);
     return true;
   };
 }

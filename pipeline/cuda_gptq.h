@@ -23,9 +23,15 @@ std::function<bool(const std::vector<double>& h, int64_t cols, std::vector<float
 // The row pass on CUDA device `device`.
 std::function<void(const GptqRowPassJob& job)> cuda_gptq_row_pass(int device);
 
-// The factor and the row pass on CUDA device `device`; on_seconds (if set) gets each call's time in
-// the factor (the Hessian's upload included) and in the row pass (its transfers included).
+// What one call of the device's GPTQ took: seconds in the factor (the Hessian's upload included)
+// and in the row pass (its transfers included), and the device memory its kept buffers hold.
+struct GptqDeviceCall {
+  double factor_seconds = 0, row_pass_seconds = 0;
+  size_t buffer_bytes = 0;
+};
+
+// The factor and the row pass on CUDA device `device`; on_call (if set) hears of each call.
 std::function<bool(const std::vector<double>& h, const GptqRowPassJob& job)> cuda_gptq_factored_row_pass(
-    int device, std::function<void(double factor_seconds, double row_pass_seconds)> on_seconds = {});
+    int device, std::function<void(const GptqDeviceCall& call)> on_call = {});
 
 }  // namespace ssdq

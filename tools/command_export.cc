@@ -65,7 +65,7 @@ void run_export(ExportFlags& flags) {
     }
     progress->update(done);
   };
-  size_t device_bytes = 0;
+  size_t device_bytes = 0, gptq_bytes = 0;  // the passes' peak; GPTQ's buffers, held beside the samples' streams
   ExportTimes times;
   flags.options.times = &times;
   if (device.cuda) {
@@ -77,9 +77,10 @@ void run_export(ExportFlags& flags) {
     gpu.on_device_memory = [&device_bytes](size_t bytes) { device_bytes = std::max(device_bytes, bytes); };
     flags.options.layer_passes = cuda_layer_passes(gpu);
     flags.options.gptq_factored_row_pass =
-        cuda_gptq_factored_row_pass(device.index, [&times](double factor_seconds, double row_pass_seconds) {
-          times.gptq_factor += factor_seconds;
-          times.gptq_rows += row_pass_seconds;
+        cuda_gptq_factored_row_pass(device.index, [&times, &gptq_bytes](const GptqDeviceCall& call) {
+          times.gptq_factor += call.factor_seconds;
+          times.gptq_rows += call.row_pass_seconds;
+          gptq_bytes = std::max(gptq_bytes, call.buffer_bytes);
         });
     flags.options.collect = [gpu](const ModelWeights& weights, const std::vector<int32_t>& tokens, int64_t samples,
                                   int64_t seqlen, const CollectOptions& o) {
@@ -105,7 +106,9 @@ void run_export(ExportFlags& flags) {
   }
   fmt::print("wrote {} ({:.1f} MB): quantized in {:.1f} s over {} calibration samples of {} tokens{}\n",
              flags.request.out_path, summary.bytes / 1e6, summary.seconds, summary.samples, summary.seqlen,
-             device_bytes ? fmt::format(", {:.1f} GiB of device memory at most", device_bytes / 1073741824.0) : "");
+             device_bytes ? fmt::format(", {:.1f} GiB of device memory at most ({:.1f} GiB of it GPTQ's buffers)",
+                                        (device_bytes + gptq_bytes) / 1073741824.0, gptq_bytes / 1073741824.0)
+                          : "");
   if (times.passes() > 0) {
     fmt::print("  of which {:.1f} s in the layer passes over the samples ({}: A {:.1f} s, B {:.1f} s, C {:.1f} s{}), {:.1f} s "
                "making GPTQ's Hessians from the Grams, {:.1f} s quantizing the projections ({}), {:.1f} s copying the layers for "

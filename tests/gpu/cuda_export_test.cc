@@ -223,9 +223,12 @@ TEST(ExportKernels, GptqRowPassOnTheDeviceMatchesTheHost) {
 TEST(ExportKernels, GptqFactoredRowPassIsTheFactorThenTheRowPass) {
   int64_t timed = 0;
   GptqOptions one_call;
-  one_call.factored_row_pass = cuda_gptq_factored_row_pass(0, [&](double factor_seconds, double row_pass_seconds) {
-    EXPECT_GT(factor_seconds, 0);
-    EXPECT_GT(row_pass_seconds, 0);
+  size_t largest_buffers = 0;
+  one_call.factored_row_pass = cuda_gptq_factored_row_pass(0, [&](const GptqDeviceCall& call) {
+    EXPECT_GT(call.factor_seconds, 0);
+    EXPECT_GT(call.row_pass_seconds, 0);
+    EXPECT_GE(call.buffer_bytes, largest_buffers) << "the kept buffers only grow";
+    largest_buffers = call.buffer_bytes;
     ++timed;
   });
   GptqOptions two_calls;
@@ -246,6 +249,8 @@ TEST(ExportKernels, GptqFactoredRowPassIsTheFactorThenTheRowPass) {
     EXPECT_EQ(together.scales, apart.scales);
   }
   EXPECT_EQ(timed, calls);
+  // At least the widest projection's Hessian, its scratch and U (520 columns).
+  EXPECT_GE(largest_buffers, size_t(520) * 520 * (8 + 8 + 4));
   // Not positive definite after damping: refused with the reason.
   std::vector<double> bad(64 * 64, 0.0);
   for (int64_t i = 0; i < 64; ++i) bad[i * 64 + i] = i == 7 ? -1.0 : 1.0;
