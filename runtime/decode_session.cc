@@ -11,12 +11,98 @@ DecodeSession::DecodeSession(const Backend& backend, int64_t batch, VerifyMode m
     : backend_(backend),
       batch_(batch),
       window_(mode == VerifyMode::kWindow && backend.runs_window()),
-      state_(backend.new_state(batch)) {}
+      joint_(mode == VerifyMode::kJoint),
+      state_(backend.new_state(batch)),
+      pending_tokens_(batch) {}
+
+InferenceState& DecodeSession::state() {
+  settle();
+  return *state_;
+}
+
+void DecodeSession::copy_rows(const std::vector<int64_t>& src, const std::vector<int64_t>& dst) {
+  if (src.size() != dst.size()) fail("copy_rows: {} source rows for {} destinations", src.size(), dst.size());
+  for (const std::vector<int64_t>* rows : {&src, &dst})
+    for (int64_t r : *rows)
+      if (r < 0 || r >= batch_) fail("copy_rows: row {} is outside 0..{}", r, batch_ - 1);
+  state_->copy_rows(*state_, src, dst);
+  if (!joint_) return;
+  std::vector<std::vector<int32_t>> copied;
+  for (int64_t r : src) copied.push_back(pending_tokens_[r]);
+  for (size_t i = 0; i < dst.size(); ++i) pending_tokens_[dst[i]] = std::move(copied[i]);
+}
+
+void DecodeSession::step_rows(InferenceState& rows, const std::vector<int32_t>& tokens, float* logits) {
+  const int64_t n = rows.batch();
+  std::vector<int64_t> no_ops;
+  std::vector<int32_t> fed(tokens);
+  for (int64_t r = 0; r < n; ++r)
+    if (tokens[r] < 0) {
+      no_ops.push_back(r);
+      fed[r] = 0;  // any id: the row's state is put back below
+    }
+  if (static_cast<int64_t>(no_ops.size()) == n) return;
+  if (!no_ops.empty()) {
+    if (!held_rows_ || held_rows_->batch() != n) held_rows_ = backend_.new_state(n);
+    held_rows_->copy_rows(rows, no_ops, no_ops);
+  }
+  ForwardOutputs out;
+  out.logits = logits;
+  backend_.forward(fed.data(), 1, rows, out);
+  if (!no_ops.empty()) rows.copy_rows(*held_rows_, no_ops, no_ops);
+}
+
+void DecodeSession::settle() {
+  if (!joint_) return;
+  int64_t longest = 0;
+  for (const std::vector<int32_t>& p : pending_tokens_) longest = std::max<int64_t>(longest, p.size());
+  std::vector<int32_t> column(batch_);
+  for (int64_t j = 0; j < longest; ++j) {  // left-padded: sequence b's tokens end at the last position
+    for (int64_t b = 0; b < batch_; ++b) {
+      const int64_t pad = longest - static_cast<int64_t>(pending_tokens_[b].size());
+      column[b] = j < pad ? -1 : pending_tokens_[b][j - pad];
+    }
+    step_rows(*state_, column, nullptr);
+  }
+  for (std::vector<int32_t>& p : pending_tokens_) p.clear();
+}
+
+void DecodeSession::verify_joint(const int32_t* tokens, int64_t K, float* logits) {
+  const int64_t B = batch_, V = backend_.config().vocab_size;
+  int64_t longest = 0;
+  for (const std::vector<int32_t>& p : pending_tokens_) longest = std::max<int64_t>(longest, p.size());
+  if (!joint_rows_) joint_rows_ = backend_.new_state(2 * B);
+  std::vector<int64_t> src(2 * B), dst(2 * B);
+  for (int64_t r = 0; r < 2 * B; ++r) {
+    src[r] = r % B;
+    dst[r] = r;
+  }
+  joint_rows_->copy_rows(*state_, src, dst);
+  verified_.assign(tokens, tokens + B * K);
+  std::vector<int32_t> column(2 * B);
+  std::vector<float> row_logits(logits ? 2 * B * V : 0);
+  for (int64_t j = 0; j < longest + K; ++j) {
+    for (int64_t b = 0; b < B; ++b) {
+      const std::vector<int32_t>& pending = pending_tokens_[b];
+      const int64_t pad = longest - static_cast<int64_t>(pending.size());
+      const int32_t pending_token = j >= pad && j < longest ? pending[j - pad] : -1;
+      column[b] = j < longest ? pending_token : tokens[b * K + j - longest];  // the draft row
+      column[B + b] = pending_token;                                           // the backtracking row
+    }
+    const bool verified_position = j >= longest;
+    step_rows(*joint_rows_, column, logits && verified_position ? row_logits.data() : nullptr);
+    if (logits && verified_position)
+      for (int64_t b = 0; b < B; ++b)
+        std::memcpy(logits + (b * K + j - longest) * V, row_logits.data() + b * V, V * sizeof(float));
+  }
+  pending_k_ = K;
+}
 
 void DecodeSession::prefill(int64_t seq, const int32_t* tokens, int64_t length, float* last_logits) {
   if (seq < 0 || seq >= batch_) fail("prefill: sequence {} is outside 0..{}", seq, batch_ - 1);
   if (length <= 0) fail("prefill: sequence {} has an empty prompt", seq);
   pending_k_ = 0;
+  pending_tokens_[seq].clear();
   if (!prompt_state_) prompt_state_ = backend_.new_state(1);
   prompt_state_->reset();
   ForwardOutputs out;
@@ -28,6 +114,7 @@ void DecodeSession::prefill(int64_t seq, const int32_t* tokens, int64_t length, 
 
 void DecodeSession::step(const int32_t* tokens, float* logits) {
   pending_k_ = 0;
+  settle();
   ForwardOutputs out;
   out.logits = logits;
   backend_.forward(tokens, 1, *state_, out);
@@ -36,6 +123,7 @@ void DecodeSession::step(const int32_t* tokens, float* logits) {
 void DecodeSession::verify(const int32_t* tokens, int64_t K, float* logits) {
   if (K <= 0) fail("verify: K must be at least 1, got {}", K);
   const int64_t V = backend_.config().vocab_size;
+  if (joint_) return verify_joint(tokens, K, logits);
   if (window_) {
     if (before_token_.empty()) before_token_.push_back(backend_.new_state(batch_));
     before_token_[0]->copy_all(*state_);
@@ -69,6 +157,23 @@ void DecodeSession::accept(const std::vector<int64_t>& counts) {
     if (counts[b] < 0 || counts[b] > pending_k_)
       fail("accept: sequence {} keeps {} tokens; the count must be in 0..{} (the verified K)", b, counts[b],
            pending_k_);
+  if (joint_) {
+    // All K kept: the draft row's state. Fewer: the backtracking row's (the settled state with the
+    // pending tokens stepped in), the kept tokens pending for the next pass.
+    std::vector<int64_t> src(batch_), dst(batch_);
+    for (int64_t b = 0; b < batch_; ++b) {
+      dst[b] = b;
+      src[b] = counts[b] == pending_k_ ? b : batch_ + b;
+      const int32_t* kept = verified_.data() + b * pending_k_;
+      if (counts[b] == pending_k_)
+        pending_tokens_[b].clear();
+      else
+        pending_tokens_[b].assign(kept, kept + counts[b]);
+    }
+    state_->copy_rows(*joint_rows_, src, dst);
+    pending_k_ = 0;
+    return;
+  }
   if (window_) {
     // Sequences that keep fewer than K tokens restart from the snapshot and replay their count.
     std::vector<int64_t> rows, replay(batch_, 0);

@@ -18,6 +18,15 @@
 //   schedule, so logits and states equal plain steps' to rounding (tests/gpu/decode_session_test.cc
 //   bounds it), not bit for bit: a choice between two nearly tied tokens can then differ from
 //   plain decoding's (docs/GENERATION.md counts how often).
+// - kJoint (Joint Attainment and Advancement, the speculative-decoding paper's other method): no
+//   snapshot and no replay. accept(n < K) leaves the sequence at its last settled state and keeps
+//   its n accepted tokens pending; the next verify (or step) recomputes them in the same pass as
+//   it verifies: each sequence's draft row reads [its pending tokens, the new tokens], and a
+//   backtracking row beside it reads the pending tokens alone, whose state becomes the settled
+//   one. Rows are left-padded with no-op tokens to one length (a no-op leaves a row's state as it
+//   is: here the row is not stepped). Every position is a single step, so kJoint is bit for bit
+//   plain decoding too; it is the specification of a fused joint pass (no-op tokens inside one
+//   multi-token call), which no backend runs yet.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +37,7 @@
 
 namespace ssdq {
 
-enum class VerifyMode { kExact, kWindow };
+enum class VerifyMode { kExact, kWindow, kJoint };
 
 class DecodeSession {
  public:
@@ -38,8 +47,10 @@ class DecodeSession {
 
   int64_t batch() const { return batch_; }
   const Backend& backend() const { return backend_; }
-  InferenceState& state() { return *state_; }
-  const InferenceState& state() const { return *state_; }
+  // Every sequence's state (under kJoint, its pending tokens are stepped in first).
+  InferenceState& state();
+  // Rows dst[i] become copies of rows src[i] (their pending tokens too, under kJoint).
+  void copy_rows(const std::vector<int64_t>& src, const std::vector<int64_t>& dst);
 
   // Sequence `seq` starts from a zero state and reads `length` prompt tokens (the other
   // sequences are untouched); its last position's logits go to last_logits [vocab] when set.
@@ -54,9 +65,18 @@ class DecodeSession {
   void accept(const std::vector<int64_t>& counts);
 
  private:
+  // kJoint: the verify pass over draft rows [0, batch) and backtracking rows [batch, 2·batch).
+  void verify_joint(const int32_t* tokens, int64_t K, float* logits);
+  // kJoint: steps the pending tokens into state_ (rows without any are not stepped).
+  void settle();
+  // One position of `rows` (a state of rows.batch() rows): tokens[r] < 0 is a no-op for row r, whose
+  // state is kept as it was; logits [rows, vocab] when set.
+  void step_rows(InferenceState& rows, const std::vector<int32_t>& tokens, float* logits);
+
   const Backend& backend_;
   int64_t batch_;
   bool window_;
+  bool joint_;
   std::unique_ptr<InferenceState> state_;
   std::unique_ptr<InferenceState> prompt_state_;              // batch 1: one sequence's prefill
   std::vector<std::unique_ptr<InferenceState>> before_token_;  // stepped verify: state before token k
@@ -64,6 +84,11 @@ class DecodeSession {
   // window_: before_token_[0] is the snapshot taken before the window.
   std::vector<int32_t> column_;
   std::vector<float> step_logits_;
+  // kJoint: each sequence's accepted tokens not yet in state_, the last verify's tokens, its rows,
+  // and the rows a no-op keeps during a step.
+  std::vector<std::vector<int32_t>> pending_tokens_;
+  std::vector<int32_t> verified_;
+  std::unique_ptr<InferenceState> joint_rows_, held_rows_;
 };
 
 }  // namespace ssdq

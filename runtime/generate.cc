@@ -171,7 +171,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
     pending[b] = choose(b, seq[b], logits.data());
     generator.append(b, seq[b], pending[b]);
   }
-  if (M > 1) session.state().copy_rows(session.state(), first_rows, other_rows);
+  if (M > 1) session.copy_rows(first_rows, other_rows);
   auto all_done = [&] { return std::all_of(seq.begin(), seq.end(), [](const Progress& p) { return p.done; }); };
   std::vector<float> window_logits;
   std::vector<int32_t> row_tokens(B * M);
@@ -296,7 +296,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
       }
     }
     session.accept(keep);
-    if (!other_rows.empty()) session.state().copy_rows(session.state(), first_rows, other_rows);
+    if (!other_rows.empty()) session.copy_rows(first_rows, other_rows);
     payoff.record_window(W, ms_between(window_start, Clock::now()), tokens_so_far() - tokens_before);
   }
   for (Progress& p : seq) {

@@ -25,7 +25,7 @@ struct GenerateFlags {
   ModelSourceFlags source;
   std::string prompt, prompt_file, json_path, speculate = "off", draft_policy = "measured", draft_model,
       draft_artifact,
-              verify = "exact";
+              verify = "exact", spec_method = "replay";
   std::vector<std::string> stop;
   int64_t max_new_tokens = 128, top_k = 0, draft = 6, drafts = 1, ngram_min = 1, ngram_max = 3;
   double temperature = 0, top_p = 1;
@@ -100,6 +100,14 @@ void run_generate(const GenerateFlags& flags) {
     options.adaptive_draft = flags.draft_policy != "fixed";
     options.measured_payoff = flags.draft_policy == "measured";
     options.verify = flags.verify == "window" ? VerifyMode::kWindow : VerifyMode::kExact;
+    if (flags.spec_method == "joint") {
+      if (flags.verify == "window")
+        fail("--spec-method joint recomputes the accepted tokens in the next pass, token by token: it takes "
+             "--verify exact (the default), not window (Activation Replay's one-call window)");
+      options.verify = VerifyMode::kJoint;
+    }
+  } else if (flags.spec_method != "replay") {
+    fail("--spec-method {} is for --speculate ngram or model", flags.spec_method);
   }
   // Each prompt's text independent of its batch and of --drafts' rows, up to 4 rows on CUDA.
   ModelSourceFlags source_flags = flags.source;
@@ -229,6 +237,13 @@ void add_generate_command(CLI::App& app) {
                   "to plain decoding to rounding, so a near-tie can change the text; docs/GENERATION.md)")
       ->capture_default_str()
       ->check(CLI::IsMember({"exact", "window"}));
+  cmd->add_option("--spec-method", flags->spec_method,
+                  "--speculate: how a window that keeps fewer tokens than it verified rolls back: replay (the "
+                  "state before the window restored and the kept tokens replayed) or joint (Joint Attainment: "
+                  "the kept tokens recomputed beside the next window's verification, token by token; the same "
+                  "tokens bit for bit; docs/GENERATION.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"replay", "joint"}));
   cmd->add_option("--draft-model", flags->draft_model,
                   "--speculate model: a checkpoint folder (same vocabulary) that drafts, on --device");
   cmd->add_option("--draft-artifact", flags->draft_artifact,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `ssdq generate` on the CPU with the bundled model: greedy text streams to stdout and equals the
-# speculative run's (--verify exact or window, --drafts 3); a .jsonl prompt file runs as one batch with a JSON report per prompt; bad
+# speculative run's (--verify exact or window, --drafts 3, --spec-method joint); a .jsonl prompt file runs as one batch with a JSON report per prompt; bad
 # sampling values, an empty prompt, an empty prompt file and an unknown device are refused.
 set -euo pipefail
 ssdq=tools/ssdq
@@ -22,6 +22,14 @@ window=$("$ssdq" generate --model "$model" --prompt "The city of London" --max-n
 drafts=$("$ssdq" generate --model "$model" --prompt "The city of London" --max-new-tokens 24 --speculate ngram \
   --drafts 3 2>/dev/null)
 [ "$plain" = "$drafts" ]
+# --spec-method joint: the kept tokens recomputed beside the next window; the same text, with 2 drafts too.
+joint=$("$ssdq" generate --model "$model" --prompt "The city of London" --max-new-tokens 24 --speculate ngram \
+  --spec-method joint --drafts 2 2>/dev/null)
+[ "$plain" = "$joint" ]
+if "$ssdq" generate --model "$model" --prompt "x" --speculate ngram --spec-method joint --verify window 2>"$tmp/err"; then exit 1; fi
+grep -qF -- "--spec-method joint" "$tmp/err"
+if "$ssdq" generate --model "$model" --prompt "x" --spec-method joint 2>"$tmp/err"; then exit 1; fi
+grep -qF -- "--spec-method joint is for --speculate" "$tmp/err"
 if "$ssdq" generate --model "$model" --prompt "x" --speculate ngram --drafts 17 2>"$tmp/err"; then exit 1; fi
 grep -q -- "--drafts" "$tmp/err"
 if "$ssdq" generate --model "$model" --prompt "x" --drafts 2 2>"$tmp/err"; then exit 1; fi

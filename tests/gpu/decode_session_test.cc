@@ -193,6 +193,21 @@ TEST(CudaDecodeSession, WindowIsPlainDecodeToRoundingForEveryRecipeAndBits) {
   }
 }
 
+// Joint Attainment on the CUDA engine: each verified position a single step of 2·batch rows (draft
+// and backtracking rows), against plain steps of batch rows: the same to the rounding of a
+// different row count's schedules (bf16 GEMMs beyond the GEMV's rows), as windows are held to.
+TEST(CudaDecodeSession, JointIsPlainDecodeToRounding) {
+  const CudaBackend bf16(*load_model(kTinyModel).weights, CudaBackendOptions{});
+  expect_verify_accept_is_plain_decode(bf16, "bf16 joint", VerifyMode::kJoint, kWindowToleranceBf16);
+  const Mamba2Config c = synthetic_config(2);
+  for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {
+    const CudaBackend backend(
+        std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, recipe_case.options, 5)), CudaBackendOptions{});
+    expect_verify_accept_is_plain_decode(backend, recipe_case.name + " joint", VerifyMode::kJoint,
+                                         kWindowToleranceArtifact);
+  }
+}
+
 // The replay of all K kept tokens from the snapshot gives the window's own final state, bit for bit
 // (the same state update on the same kept inputs); replaying 0 tokens leaves a sequence.
 void expect_replay_is_the_window(const CudaBackend& backend, const std::string& name) {

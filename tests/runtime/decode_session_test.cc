@@ -1,6 +1,7 @@
 // The decode session's contract on the CPU specification, for the FP model and every recipe ×
-// bit width: verify(K) returns, bit for bit, the logits K plain steps give, and accept(n) leaves
-// each sequence's state (and what follows) bit for bit as n plain steps would. Also the state
+// bit width, verified token by token (kExact) and by Joint Attainment (kJoint): verify(K) returns,
+// bit for bit, the logits K plain steps give, and accept(n) leaves each sequence's state (and what
+// follows) bit for bit as n plain steps would. Also the state
 // API it is built on: row copies, zeroing, and the errors for rows that do not exist.
 #include <gtest/gtest.h>
 
@@ -35,7 +36,7 @@ bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a
 
 // Three sequences with prompts of different lengths (one long enough for the chunked SSD), one
 // plain step, then verify K = 4 drafts and accept 0, 2 and 4 of them, then one more step.
-void expect_verify_accept_is_plain_decode(const Backend& backend, const std::string& name) {
+void expect_verify_accept_is_plain_decode(const Backend& backend, const std::string& name, VerifyMode mode) {
   const int64_t V = backend.config().vocab_size, B = 3, K = 4;
   const std::vector<int64_t> prompt_lengths = {70, 9, 1}, counts = {0, 2, 4};
   std::vector<std::vector<int32_t>> prompts;
@@ -43,7 +44,7 @@ void expect_verify_accept_is_plain_decode(const Backend& backend, const std::str
   const std::vector<int32_t> first = random_tokens(B, V, 20), drafts = random_tokens(B * K, V, 21),
                              next = random_tokens(B, V, 22);
 
-  DecodeSession session(backend, B);
+  DecodeSession session(backend, B, mode);
   for (int64_t b = 0; b < B; ++b) session.prefill(b, prompts[b].data(), prompt_lengths[b], nullptr);
   session.step(first.data(), nullptr);
   std::vector<float> verified(B * K * V), after(B * V);
@@ -77,7 +78,8 @@ void expect_verify_accept_is_plain_decode(const Backend& backend, const std::str
 
 TEST(DecodeSession, VerifyAcceptIsPlainDecodeForTheFloatModel) {
   const CpuBackend backend(random_weights(synthetic_config(2), 3));
-  expect_verify_accept_is_plain_decode(backend, "fp32");
+  expect_verify_accept_is_plain_decode(backend, "fp32", VerifyMode::kExact);
+  expect_verify_accept_is_plain_decode(backend, "fp32 joint", VerifyMode::kJoint);
 }
 
 TEST(DecodeSession, VerifyAcceptIsPlainDecodeForEveryRecipeAndBits) {
@@ -85,7 +87,60 @@ TEST(DecodeSession, VerifyAcceptIsPlainDecodeForEveryRecipeAndBits) {
   for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {
     const RecipeOptions& o = recipe_case.options;
     const CpuBackend backend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, o, 5)));
-    expect_verify_accept_is_plain_decode(backend, recipe_case.name);
+    expect_verify_accept_is_plain_decode(backend, recipe_case.name, VerifyMode::kExact);
+    expect_verify_accept_is_plain_decode(backend, recipe_case.name + " joint", VerifyMode::kJoint);
+  }
+}
+
+// Joint Attainment over several rounds without the state read between them, so each verify also
+// steps the tokens the previous one kept (sequences keeping 0 … K, pending tokens of different
+// lengths left-padded with no-ops), with a row copied (its pending tokens with it) and a sequence
+// started again in between: every verified position's logits are plain decoding's, bit for bit,
+// and so is the state at the end.
+TEST(DecodeSession, JointRoundsAreThePlainDecodeOfTheKeptTokens) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  const int64_t V = backend.config().vocab_size, B = 3, K = 3, rounds = 5;
+  // Each sequence's prompt and the tokens it kept since; plain decoding reads the prompt, then steps.
+  std::vector<std::vector<int32_t>> prompt(B), kept(B);
+  for (int64_t b = 0; b < B; ++b) prompt[b] = random_tokens(5 + 7 * b, V, 40 + b);
+  DecodeSession session(backend, B, VerifyMode::kJoint);
+  for (int64_t b = 0; b < B; ++b) session.prefill(b, prompt[b].data(), prompt[b].size(), nullptr);
+  auto plain_of = [&](int64_t b, DecodeSession& plain) {
+    plain.prefill(0, prompt[b].data(), prompt[b].size(), nullptr);
+    for (int32_t t : kept[b]) plain.step(&t, nullptr);
+  };
+  const std::vector<std::vector<int64_t>> counts = {{0, 2, 3}, {1, 0, 3}, {3, 1, 0}, {2, 2, 1}, {0, 3, 2}};
+  for (int64_t round = 0; round < rounds; ++round) {
+    const std::vector<int32_t> tokens = random_tokens(B * K, V, 60 + round);
+    std::vector<float> verified(B * K * V), expected(V);
+    session.verify(tokens.data(), K, verified.data());
+    for (int64_t b = 0; b < B; ++b) {
+      DecodeSession plain(backend, 1);
+      plain_of(b, plain);
+      for (int64_t k = 0; k < K; ++k) {
+        plain.step(&tokens[b * K + k], expected.data());
+        EXPECT_TRUE(same_bits(expected.data(), &verified[(b * K + k) * V], V))
+            << "round " << round << ", sequence " << b << ", position " << k;
+      }
+    }
+    session.accept(counts[round]);
+    for (int64_t b = 0; b < B; ++b)
+      kept[b].insert(kept[b].end(), tokens.begin() + b * K, tokens.begin() + b * K + counts[round][b]);
+    if (round == 1) {  // sequence 2 becomes a copy of sequence 0, pending tokens and all
+      session.copy_rows({0}, {2});
+      prompt[2] = prompt[0];
+      kept[2] = kept[0];
+    }
+    if (round == 2) {  // sequence 1 starts again from a prompt while the others keep pending tokens
+      prompt[1] = random_tokens(4, V, 70);
+      kept[1].clear();
+      session.prefill(1, prompt[1].data(), prompt[1].size(), nullptr);
+    }
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    DecodeSession plain(backend, 1);
+    plain_of(b, plain);
+    EXPECT_EQ(row_bytes(session.state(), b), row_bytes(plain.state(), 0)) << "sequence " << b;
   }
 }
 

@@ -53,6 +53,26 @@ TEST(Generate, SpeculativeIsPlainForEveryRecipeAndBits) {
   }
 }
 
+// Joint Attainment (VerifyMode::kJoint): the plain text, greedy with windows accepting every length
+// 0…K (so pending tokens of every length are recomputed beside the next window), sampled, with
+// several drafts (rows copied with their pending tokens), and for every recipe × bits.
+TEST(Generate, JointAttainmentIsPlainDecoding) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  GenerateOptions joint;
+  joint.verify = VerifyMode::kJoint;
+  const std::vector<int64_t> histogram = expect_speculation_exact(backend, joint, "joint greedy");
+  for (size_t j = 0; j < histogram.size(); ++j) EXPECT_GT(histogram[j], 0) << "no window accepted " << j << " drafts";
+  GenerateOptions sampled = joint;
+  sampled.sampling = {0.8, 50, 0.9, 7};
+  expect_speculation_exact(backend, sampled, "joint sampled");
+  expect_speculation_exact(backend, joint, "joint, 3 drafts", 3);
+  const Mamba2Config c = synthetic_config(2);
+  for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {
+    const CpuBackend artifact(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, recipe_case.options, 5)));
+    expect_speculation_exact(artifact, joint, recipe_case.name + " joint");
+  }
+}
+
 // Several drafts per sequence, each in its own row: the plain text, greedy and sampled, for the
 // FP model and one artifact of each recipe; the rows that accept most are kept, so the windows
 // accept more than the first draft alone (whose errors cycle through every position).
