@@ -33,8 +33,9 @@ void check_same_shape(const Mamba2Config& model, const Mamba2Config& calib) {
          model.summary());
 }
 
+// *hessian is consumed (GPTQ works in its storage).
 WeightMatrix quantize_projection(const std::vector<float>& w, int64_t rows, int64_t cols, const RecipeOptions& o,
-                                 const std::vector<double>* hessian, const ExportOptions& export_options) {
+                                 std::vector<double>* hessian, const ExportOptions& export_options) {
   if (o.keeps_float("weights")) return float16_weight(w, rows, cols);
   const QuantBits bits = o.weights_int4() ? QuantBits::kInt4 : QuantBits::kInt8;
   const int64_t group_size = o.weights_int4() ? o.group_size : 0;
@@ -68,7 +69,7 @@ WeightMatrix quantize_projection(const std::vector<float>& w, int64_t rows, int6
         times->gptq_rows += since(start);
       };
   }
-  return gptq_weight(w, rows, cols, *hessian, g);
+  return gptq_weight(w, rows, cols, std::move(*hessian), g);
 }
 
 std::vector<float> clipped(std::vector<float> absmax, double clip) {

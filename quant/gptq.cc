@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <numeric>
+#include <utility>
 
 #include "formats/error.h"
 
@@ -140,7 +141,7 @@ struct PreparedGptq {
   std::vector<int64_t> perm;  // perm[k]: the original column processed k-th
 };
 
-PreparedGptq prepare_gptq(const float* weight, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+PreparedGptq prepare_gptq(const float* weight, int64_t rows, int64_t cols, std::vector<double> hessian,
                           const GptqOptions& o, QuantizedMatrix& q, int64_t group_size, bool scales_up_front) {
   const int64_t groups = q.groups_per_row();
   const int64_t row_slices = (rows + kGptqSliceRows - 1) / kGptqSliceRows;
@@ -149,7 +150,7 @@ PreparedGptq prepare_gptq(const float* weight, int64_t rows, int64_t cols, const
       for (int64_t r = slice * kGptqSliceRows; r < std::min(rows, (slice + 1) * kGptqSliceRows); ++r) body(r);
     });
   };
-  PreparedGptq p{hessian, std::vector<float>(weight, weight + rows * cols), std::vector<int64_t>(cols)};
+  PreparedGptq p{std::move(hessian), std::vector<float>(weight, weight + rows * cols), std::vector<int64_t>(cols)};
   std::vector<int64_t> dead;
   for (int64_t j = 0; j < cols; ++j)
     if (p.h[j * cols + j] == 0) {
@@ -234,7 +235,7 @@ void row_pass_elsewhere(PreparedGptq& p, const float* u, int64_t rows, int64_t c
     });
 }
 
-QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, std::vector<double> hessian,
                               const GptqOptions& o) {
   check_options(o, rows, cols, hessian.size());
   check_finite(weight, rows, cols, "gptq weight");
@@ -253,7 +254,7 @@ QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, c
   q.scales.assign(rows * q.groups_per_row(), 1.0f);
 
   const bool scales_up_front = !grouped || o.static_groups;
-  PreparedGptq prepared = prepare_gptq(weight, rows, cols, hessian, o, q, group_size, scales_up_front);
+  PreparedGptq prepared = prepare_gptq(weight, rows, cols, std::move(hessian), o, q, group_size, scales_up_front);
   if (o.factored_row_pass) {
     row_pass_elsewhere(prepared, nullptr, rows, cols, o, q, group_size, scales_up_front);
     return q;

@@ -102,7 +102,9 @@ std::vector<float> factor_from_reversed_inverse(const std::vector<double>& l_inv
 // weight: [rows, cols] row-major (rows = output channels); hessian: [cols, cols] from
 // HessianAccumulator. Fails on bad shapes or options, non-finite inputs, or a Hessian that is
 // not positive definite after damping.
-QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+// The Hessian is taken by value: a caller done with it moves it in, and GPTQ damps and permutes
+// its storage in place instead of a copy (n² values: 210 MB at 2.7b's out_proj).
+QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, std::vector<double> hessian,
                               const GptqOptions& options);
 
 }  // namespace ssdq

@@ -1,5 +1,7 @@
 #include "quant/weight_formats.h"
 
+#include <utility>
+
 #include "formats/dtype.h"
 #include "formats/error.h"
 
@@ -43,10 +45,10 @@ WeightMatrix rtn_weight(const std::vector<float>& w, int64_t rows, int64_t cols,
   return quantized_weight(quantize_per_group(w.data(), rows, cols, bits, group_size));
 }
 
-WeightMatrix gptq_weight(const std::vector<float>& w, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+WeightMatrix gptq_weight(const std::vector<float>& w, int64_t rows, int64_t cols, std::vector<double> hessian,
                          const GptqOptions& options) {
   if (static_cast<int64_t>(w.size()) != rows * cols) fail("internal: weight of {} values for [{}, {}]", w.size(), rows, cols);
-  return quantized_weight(gptq_quantize(w.data(), rows, cols, hessian, options));
+  return quantized_weight(gptq_quantize(w.data(), rows, cols, std::move(hessian), options));
 }
 
 }  // namespace ssdq

@@ -16,8 +16,8 @@ WeightMatrix float32_weight(const std::vector<float>& w, int64_t rows, int64_t c
 WeightMatrix float16_weight(const std::vector<float>& w, int64_t rows, int64_t cols);
 // group_size 0: one scale per row (per output channel); otherwise per group of input columns.
 WeightMatrix rtn_weight(const std::vector<float>& w, int64_t rows, int64_t cols, QuantBits bits, int64_t group_size);
-// GPTQ (quant/gptq.h) with the input Hessian [cols, cols].
-WeightMatrix gptq_weight(const std::vector<float>& w, int64_t rows, int64_t cols, const std::vector<double>& hessian,
+// GPTQ (quant/gptq.h) with the input Hessian [cols, cols] (moved in when the caller is done with it).
+WeightMatrix gptq_weight(const std::vector<float>& w, int64_t rows, int64_t cols, std::vector<double> hessian,
                          const GptqOptions& options);
 
 }  // namespace ssdq
