@@ -162,6 +162,27 @@ TEST(CudaDecodeSession, ArtifactStepGivesEachRowItsLogitsAloneForEveryRecipeAndB
         recipe_case.name);
 }
 
+// The same at the widths of the official shapes' W4A8 decode: in_proj's and out_proj's inputs
+// multiples of 512 and groups of 128, where an sm_90 device takes the int4 tensor-core tile from 3
+// rows (kernels/qgemv.h kMmaTiles). Written 2026-11-29 after the test above passed on a model too
+// narrow for that tile; not yet run on a GPU.
+TEST(CudaDecodeSession, W4a8StepAtTheTensorCoreTilesWidthsGivesEachRowItsLogitsAlone) {
+  Mamba2Config c = synthetic_config(1);
+  c.d_model = 512;  // in_proj's k; out_proj's k is d_inner = 1024
+  c.headdim = 64;
+  c.d_state = 64;
+  c.chunk_size = 64;
+  CudaBackendOptions rows_alone;
+  rows_alone.rows_alone = true;
+  for (RecipeCase recipe_case : synthetic_recipe_cases()) {
+    if (recipe_case.options.bits != BitWidth::kW4A8) continue;
+    recipe_case.options.group_size = 128;
+    expect_each_row_alone(
+        CudaBackend(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, recipe_case.options, 5)), rows_alone),
+        recipe_case.name + " at d_model 512");
+  }
+}
+
 TEST(CudaDecodeSession, SteppedVerifyIsPlainDecodeForEveryRecipeAndBits) {
   const Mamba2Config c = synthetic_config(2);
   for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {
