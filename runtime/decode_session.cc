@@ -42,14 +42,15 @@ void DecodeSession::step_rows(InferenceState& rows, const std::vector<int32_t>& 
       fed[r] = 0;  // any id: the row's state is put back below
     }
   if (static_cast<int64_t>(no_ops.size()) == n) return;
+  std::unique_ptr<InferenceState>& held = held_rows_[n];
   if (!no_ops.empty()) {
-    if (!held_rows_ || held_rows_->batch() != n) held_rows_ = backend_.new_state(n);
-    held_rows_->copy_rows(rows, no_ops, no_ops);
+    if (!held) held = backend_.new_state(n);
+    held->copy_rows(rows, no_ops, no_ops);
   }
   ForwardOutputs out;
   out.logits = logits;
   backend_.forward(fed.data(), 1, rows, out);
-  if (!no_ops.empty()) rows.copy_rows(*held_rows_, no_ops, no_ops);
+  if (!no_ops.empty()) rows.copy_rows(*held, no_ops, no_ops);
 }
 
 void DecodeSession::settle() {

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -88,7 +89,8 @@ class DecodeSession {
   // and the rows a no-op keeps during a step.
   std::vector<std::vector<int32_t>> pending_tokens_;
   std::vector<int32_t> verified_;
-  std::unique_ptr<InferenceState> joint_rows_, held_rows_;
+  std::unique_ptr<InferenceState> joint_rows_;
+  std::map<int64_t, std::unique_ptr<InferenceState>> held_rows_;  // by the batch of the rows held
 };
 
 }  // namespace ssdq
