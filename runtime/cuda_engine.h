@@ -94,7 +94,6 @@ struct DeviceFormat {
   float scale0 = 1.f;  // the per-tensor scale (integer GEMM inputs)
 };
 
-
 struct DeviceLayer {
   DeviceBlock norm, conv_weight, conv_bias, dt_bias, A, D, gated_norm, out_bias;
   DeviceLinear in_proj, out_proj;
@@ -198,7 +197,6 @@ struct CudaBackend::Impl : CudaEngineCore {
   // A layer's gated norm runs in two steps (norm_in_parts): its sums of squares are reserved.
   bool any_norm_in_parts = false;
 
-
   // The activations of up to work_batch × work_length rows (one block, laid out by reserve()).
   // zxbcdt, conv_out and y hold fp32 for an artifact and bf16 for the FP model (act_at());
   // normed, gated and out_proj_delta are an artifact's only.
@@ -246,12 +244,6 @@ struct CudaBackend::Impl : CudaEngineCore {
   }
   ElementType act_type() const { return bf16_model ? ElementType::kBF16 : ElementType::kF32; }
 
-
-
-
-
-
-
   // What reads a formatted point: another fp32 op, an integer GEMM (the int8 values in work.x_int8)
   // or an fp16 GEMM (the values in work.x16), row stride `width` in both.
   enum class Reader { kFloat32, kInt8, kFloat16 };
@@ -261,24 +253,9 @@ struct CudaBackend::Impl : CudaEngineCore {
                                                        : Reader::kFloat16;
   }
 
-
-
-
-
-
-
-
-
   // The FP model's GEMV: one decode row of bf16 input (work.x16), or the input built in its
   // prologue — in_proj's RMSNorm of the residual, or out_proj's gated RMSNorm of y and z.
   enum class GemvPrologue { kNone, kRmsNorm, kGatedRmsNorm };
-
-
-
-
-
-
-
 
   // What a decode row's out_proj fetches into L2 before it waits: the next layer's in_proj weights
   // (their first kL2PrefetchL2Share of L2) and scales, so that DRAM streams them while the gated
