@@ -20,9 +20,10 @@ constexpr int kStateUpdateMaxPerLane = 8;  // dstate up to 256
 // Small batches split each head's rows over several blocks, up to one row a warp, while the
 // blocks fit the GPU at once (`per_sm` blocks of 256 threads an SM): the per-row chain of dependent
 // loads, not bandwidth, is what a decode step waits for. Long recurrences (a prefill over
-// thousands of tokens: the fp32 engine's, shapes the chunked scans do not take) always run a row a
-// warp, so that each row's chain of steps runs beside the others rather than after them in its
-// warp. The grid is (heads, batch, splits).
+// thousands of tokens: the fp32 engine's, shapes the chunked scans do not take) that this kernel
+// takes run a row a warp, so that each row's chain of steps runs beside the others rather than
+// after them in its warp; those whose grid fills the GPU go to the kernel stepping 8 rows a warp
+// (ssd_state_update.cu, takes_long_kernel). The grid is (heads, batch, splits).
 inline constexpr int kStateUpdateLongSteps = 64;
 inline dim3 state_update_grid(const SsdStateUpdateArgs& a, int per_sm) {
   const int blocks = a.heads * a.batch;

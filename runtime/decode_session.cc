@@ -16,11 +16,13 @@ DecodeSession::DecodeSession(const Backend& backend, int64_t batch, VerifyMode m
       pending_tokens_(batch) {}
 
 InferenceState& DecodeSession::state() {
+  require_accepted("state");
   settle();
   return *state_;
 }
 
 void DecodeSession::copy_rows(const std::vector<int64_t>& src, const std::vector<int64_t>& dst) {
+  require_accepted("copy_rows");
   if (src.size() != dst.size()) fail("copy_rows: {} source rows for {} destinations", src.size(), dst.size());
   for (const std::vector<int64_t>* rows : {&src, &dst})
     for (int64_t r : *rows)
@@ -42,15 +44,14 @@ void DecodeSession::step_rows(InferenceState& rows, const std::vector<int32_t>& 
       fed[r] = 0;  // any id: the row's state is put back below
     }
   if (static_cast<int64_t>(no_ops.size()) == n) return;
-  std::unique_ptr<InferenceState>& held = held_rows_[n];
   if (!no_ops.empty()) {
-    if (!held) held = backend_.new_state(n);
-    held->copy_rows(rows, no_ops, no_ops);
+    if (!held_rows_) held_rows_ = backend_.new_state(n);
+    held_rows_->copy_rows(rows, no_ops, no_ops);
   }
   ForwardOutputs out;
   out.logits = logits;
   backend_.forward(fed.data(), 1, rows, out);
-  if (!no_ops.empty()) rows.copy_rows(*held, no_ops, no_ops);
+  if (!no_ops.empty()) rows.copy_rows(*held_rows_, no_ops, no_ops);
 }
 
 void DecodeSession::settle() {
@@ -68,33 +69,26 @@ void DecodeSession::settle() {
   for (std::vector<int32_t>& p : pending_tokens_) p.clear();
 }
 
+void DecodeSession::require_accepted(const char* what) const {
+  if (joint_ && pending_k_ != 0)
+    fail("{}: the joint verify of {} tokens waits for accept (Joint Attainment keeps no state to fall back on)", what,
+         pending_k_);
+}
+
 void DecodeSession::verify_joint(const int32_t* tokens, int64_t K, float* logits) {
-  const int64_t B = batch_, V = backend_.config().vocab_size;
-  int64_t longest = 0;
-  for (const std::vector<int32_t>& p : pending_tokens_) longest = std::max<int64_t>(longest, p.size());
-  if (!joint_rows_) joint_rows_ = backend_.new_state(2 * B);
-  std::vector<int64_t> src(2 * B), dst(2 * B);
-  for (int64_t r = 0; r < 2 * B; ++r) {
-    src[r] = r % B;
-    dst[r] = r;
-  }
-  joint_rows_->copy_rows(*state_, src, dst);
-  verified_.assign(tokens, tokens + B * K);
-  std::vector<int32_t> column(2 * B);
-  std::vector<float> row_logits(logits ? 2 * B * V : 0);
-  for (int64_t j = 0; j < longest + K; ++j) {
-    for (int64_t b = 0; b < B; ++b) {
-      const std::vector<int32_t>& pending = pending_tokens_[b];
-      const int64_t pad = longest - static_cast<int64_t>(pending.size());
-      const int32_t pending_token = j >= pad && j < longest ? pending[j - pad] : -1;
-      column[b] = j < longest ? pending_token : tokens[b * K + j - longest];  // the draft row
-      column[B + b] = pending_token;                                           // the backtracking row
-    }
-    const bool verified_position = j >= longest;
-    step_rows(*joint_rows_, column, logits && verified_position ? row_logits.data() : nullptr);
-    if (logits && verified_position)
-      for (int64_t b = 0; b < B; ++b)
-        std::memcpy(logits + (b * K + j - longest) * V, row_logits.data() + b * V, V * sizeof(float));
+  const int64_t V = backend_.config().vocab_size;
+  settle();  // the pending positions, each sequence's left-padded with no-ops
+  if (!joint_rows_) joint_rows_ = backend_.new_state(batch_);
+  joint_rows_->copy_all(*state_);
+  verified_.assign(tokens, tokens + batch_ * K);
+  column_.resize(batch_);
+  if (logits) step_logits_.resize(batch_ * V);
+  for (int64_t k = 0; k < K; ++k) {
+    for (int64_t b = 0; b < batch_; ++b) column_[b] = tokens[b * K + k];
+    step_rows(*joint_rows_, column_, logits ? step_logits_.data() : nullptr);
+    if (logits)
+      for (int64_t b = 0; b < batch_; ++b)
+        std::memcpy(logits + (b * K + k) * V, step_logits_.data() + b * V, V * sizeof(float));
   }
   pending_k_ = K;
 }
@@ -114,6 +108,7 @@ void DecodeSession::prefill(int64_t seq, const int32_t* tokens, int64_t length, 
 }
 
 void DecodeSession::step(const int32_t* tokens, float* logits) {
+  require_accepted("step");
   pending_k_ = 0;
   settle();
   ForwardOutputs out;
@@ -124,7 +119,10 @@ void DecodeSession::step(const int32_t* tokens, float* logits) {
 void DecodeSession::verify(const int32_t* tokens, int64_t K, float* logits) {
   if (K <= 0) fail("verify: K must be at least 1, got {}", K);
   const int64_t V = backend_.config().vocab_size;
-  if (joint_) return verify_joint(tokens, K, logits);
+  if (joint_) {
+    require_accepted("verify");
+    return verify_joint(tokens, K, logits);
+  }
   if (window_) {
     if (before_token_.empty()) before_token_.push_back(backend_.new_state(batch_));
     before_token_[0]->copy_all(*state_);
@@ -159,19 +157,20 @@ void DecodeSession::accept(const std::vector<int64_t>& counts) {
       fail("accept: sequence {} keeps {} tokens; the count must be in 0..{} (the verified K)", b, counts[b],
            pending_k_);
   if (joint_) {
-    // All K kept: the draft row's state. Fewer: the backtracking row's (the settled state with the
-    // pending tokens stepped in), the kept tokens pending for the next pass.
-    std::vector<int64_t> src(batch_), dst(batch_);
+    // All K kept: the verified row's state. Fewer: the settled state stays, the kept tokens pending
+    // for the next pass.
+    std::vector<int64_t> whole;
     for (int64_t b = 0; b < batch_; ++b) {
-      dst[b] = b;
-      src[b] = counts[b] == pending_k_ ? b : batch_ + b;
       const int32_t* kept = verified_.data() + b * pending_k_;
       if (counts[b] == pending_k_)
-        pending_tokens_[b].clear();
+        whole.push_back(b);
       else
         pending_tokens_[b].assign(kept, kept + counts[b]);
     }
-    state_->copy_rows(*joint_rows_, src, dst);
+    if (static_cast<int64_t>(whole.size()) == batch_)
+      state_->copy_all(*joint_rows_);
+    else if (!whole.empty())
+      state_->copy_rows(*joint_rows_, whole, whole);
     pending_k_ = 0;
     return;
   }

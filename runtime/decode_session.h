@@ -19,18 +19,20 @@
 //   bounds it), not bit for bit: a choice between two nearly tied tokens can then differ from
 //   plain decoding's (docs/GENERATION.md counts how often).
 // - kJoint (Joint Attainment and Advancement, the speculative-decoding paper's other method): no
-//   snapshot and no replay. accept(n < K) leaves the sequence at its last settled state and keeps
-//   its n accepted tokens pending; the next verify (or step) recomputes them in the same pass as
-//   it verifies: each sequence's draft row reads [its pending tokens, the new tokens], and a
-//   backtracking row beside it reads the pending tokens alone, whose state becomes the settled
-//   one. Rows are left-padded with no-op tokens to one length (a no-op leaves a row's state as it
-//   is: here the row is not stepped). Every position is a single step, so kJoint is bit for bit
-//   plain decoding too; it is the specification of a fused joint pass (no-op tokens inside one
-//   multi-token call), which no backend runs yet.
+//   state is kept per token and nothing is replayed. accept(n < K) leaves the sequence at its
+//   last settled state with its n accepted tokens pending, and the next verify (or step) recomputes
+//   them in the same pass as it verifies: each sequence reads [its pending tokens, the new tokens]
+//   from the settled state, left-padded with no-op positions to one length (a no-op leaves a row's
+//   state as it is: here the row is not stepped there). The paper's separate backtracking row
+//   (the pending tokens alone, whose state settles) is, token by token, the same row's state after
+//   its pending positions: the session settles into the state there and verifies the new tokens on
+//   a copy. Every position is a single step at the session's batch, so kJoint is plain decoding
+//   wherever kExact is (bit for bit on the CPU). It is the specification of a fused joint pass (both
+//   rows in one multi-token call, no-op tokens masked inside the kernels), which no backend runs
+//   yet. Under kJoint a verify must be accepted before the next step, verify or state().
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <vector>
 
@@ -66,12 +68,14 @@ class DecodeSession {
   void accept(const std::vector<int64_t>& counts);
 
  private:
-  // kJoint: the verify pass over draft rows [0, batch) and backtracking rows [batch, 2·batch).
+  // kJoint: the pending tokens settled into state_, then the K tokens stepped on a copy of it.
   void verify_joint(const int32_t* tokens, int64_t K, float* logits);
+  // kJoint: fails while a verify waits for its accept.
+  void require_accepted(const char* what) const;
   // kJoint: steps the pending tokens into state_ (rows without any are not stepped).
   void settle();
-  // One position of `rows` (a state of rows.batch() rows): tokens[r] < 0 is a no-op for row r, whose
-  // state is kept as it was; logits [rows, vocab] when set.
+  // One position of `rows` (a state of the session's batch): tokens[r] < 0 is a no-op for row r,
+  // whose state is kept as it was; logits [batch, vocab] when set.
   void step_rows(InferenceState& rows, const std::vector<int32_t>& tokens, float* logits);
 
   const Backend& backend_;
@@ -85,12 +89,12 @@ class DecodeSession {
   // window_: before_token_[0] is the snapshot taken before the window.
   std::vector<int32_t> column_;
   std::vector<float> step_logits_;
-  // kJoint: each sequence's accepted tokens not yet in state_, the last verify's tokens, its rows,
-  // and the rows a no-op keeps during a step.
+  // kJoint: each sequence's accepted tokens not yet in state_, the last verify's tokens, the rows
+  // it stepped, and the rows a no-op keeps during a step.
   std::vector<std::vector<int32_t>> pending_tokens_;
   std::vector<int32_t> verified_;
   std::unique_ptr<InferenceState> joint_rows_;
-  std::map<int64_t, std::unique_ptr<InferenceState>> held_rows_;  // by the batch of the rows held
+  std::unique_ptr<InferenceState> held_rows_;
 };
 
 }  // namespace ssdq

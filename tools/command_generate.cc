@@ -240,8 +240,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--spec-method", flags->spec_method,
                   "--speculate: how a window that keeps fewer tokens than it verified rolls back: replay (the "
                   "state before the window restored and the kept tokens replayed) or joint (Joint Attainment: "
-                  "the kept tokens recomputed beside the next window's verification, token by token; the same "
-                  "tokens bit for bit; docs/GENERATION.md)")
+                  "the kept tokens recomputed in the next window's pass, token by token; the same tokens as "
+                  "--verify exact; docs/GENERATION.md)")
       ->capture_default_str()
       ->check(CLI::IsMember({"replay", "joint"}));
   cmd->add_option("--draft-model", flags->draft_model,

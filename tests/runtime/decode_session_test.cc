@@ -159,6 +159,26 @@ TEST(DecodeSession, RefusesAcceptWithoutVerifyAndCountsOutOfRange) {
   EXPECT_THROW(session.prefill(0, tokens.data(), 0, nullptr), Error);
 }
 
+// Joint Attainment keeps no state to fall back on: a verify must be accepted before anything
+// else reads or moves the state; a new prompt drops it.
+TEST(DecodeSession, JointVerifyMustBeAcceptedFirst) {
+  const CpuBackend backend(random_weights(synthetic_config(2, 1), 3));
+  DecodeSession session(backend, 2, VerifyMode::kJoint);
+  const std::vector<int32_t> tokens = {1, 2, 3, 4};
+  session.prefill(0, tokens.data(), 2, nullptr);
+  session.prefill(1, tokens.data(), 3, nullptr);
+  session.verify(tokens.data(), 2, nullptr);
+  EXPECT_THROW(session.step(tokens.data(), nullptr), Error);
+  EXPECT_THROW(session.verify(tokens.data(), 2, nullptr), Error);
+  EXPECT_THROW(session.state(), Error);
+  EXPECT_THROW(session.copy_rows({0}, {1}), Error);
+  session.accept({1, 0});
+  session.step(tokens.data(), nullptr);
+  session.verify(tokens.data(), 2, nullptr);
+  session.prefill(0, tokens.data(), 2, nullptr);  // a new prompt: the verify is dropped
+  session.step(tokens.data(), nullptr);
+}
+
 TEST(StateApi, CopiesAndZeroesRows) {
   const CpuBackend backend(random_weights(synthetic_config(2, 2), 3));
   const int64_t V = backend.config().vocab_size;
