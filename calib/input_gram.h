@@ -22,8 +22,8 @@ class InputGram {
   // A Gram matrix summed elsewhere (export on a GPU, kernels/input_gram.h): `sum` column-major
   // [dim, dim], its lower triangle read, over `rows` rows.
   static InputGram from_sums(int64_t dim, int64_t rows, std::vector<double> sum);
-  // Adds such a matrix summed in fp32 (`sum` [dim, dim], column-major) over `rows` rows, as merge
-  // would add it as fp64 sums, without the fp64 copy.
+  // Adds such a matrix summed in fp32 (`sum`: dim() × dim() values, column-major) over `rows` rows,
+  // as merge would add it as fp64 sums, without the fp64 copy.
   void add_sums(const float* sum, int64_t rows, const ParallelFor& parallel = {});
   // [dim, dim] row-major; fails when no row was added. `parallel` takes tiles of rows (at 5,120
   // columns one thread spent ~0.12 s on it, twice a layer of a 2.7b export).
