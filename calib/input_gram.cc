@@ -34,25 +34,28 @@ void InputGram::add_rows(const float* x, int64_t rows, int64_t stride) {
 
 namespace {
 constexpr int64_t kTile = 64;  // rows (of the sums or of the Hessian) a work item
+
+// sum += other element by element (other: dim² values, fp32 or fp64), bands of rows over `parallel`.
+template <typename T>
+void add_elementwise(std::vector<double>& sum, int64_t dim, const T* other, const ParallelFor& parallel) {
+  run_items(parallel, (dim + kTile - 1) / kTile, [&](int64_t band) {
+    const size_t end = static_cast<size_t>(std::min(dim, (band + 1) * kTile) * dim);
+    for (size_t i = static_cast<size_t>(band * kTile * dim); i < end; ++i) sum[i] += static_cast<double>(other[i]);
+  });
+}
 }  // namespace
 
 InputGram::InputGram(int64_t dim, std::vector<double> sum, int64_t rows) : dim_(dim), rows_(rows), sum_(std::move(sum)) {}
 
 void InputGram::merge(const InputGram& other, const ParallelFor& parallel) {
   if (other.dim_ != dim_) fail("internal: merging Gram matrices of dimensions {} and {}", other.dim_, dim_);
-  run_items(parallel, (dim_ + kTile - 1) / kTile, [&](int64_t tile) {
-    const size_t end = static_cast<size_t>(std::min(dim_, (tile + 1) * kTile) * dim_);
-    for (size_t i = static_cast<size_t>(tile * kTile * dim_); i < end; ++i) sum_[i] += other.sum_[i];
-  });
+  add_elementwise(sum_, dim_, other.sum_.data(), parallel);
   rows_ += other.rows_;
 }
 
 void InputGram::add_sums(const float* sum, int64_t rows, const ParallelFor& parallel) {
   if (rows < 0) fail("internal: a Gram matrix over {} rows", rows);
-  run_items(parallel, (dim_ + kTile - 1) / kTile, [&](int64_t tile) {
-    const size_t end = static_cast<size_t>(std::min(dim_, (tile + 1) * kTile) * dim_);
-    for (size_t i = static_cast<size_t>(tile * kTile * dim_); i < end; ++i) sum_[i] += static_cast<double>(sum[i]);
-  });
+  add_elementwise(sum_, dim_, sum, parallel);
   rows_ += rows;
 }
 
@@ -67,7 +70,7 @@ std::vector<double> InputGram::hessian(const ParallelFor& parallel) && {
   if (rows_ == 0) fail("internal: Hessian of a layer that saw no input rows");
   // Row-major, the stored lower triangle is already the upper one in place; the lower one is its
   // mirror, read from the upper (disjoint from what is written, so bands of rows run apart), then
-  // every value scaled once, as hessian() const& scales it.
+  // every value scaled once.
   const double scale = 2.0 / static_cast<double>(rows_);
   const int64_t bands = (dim_ + kTile - 1) / kTile;
   run_items(parallel, bands, [&](int64_t band) {
@@ -85,20 +88,7 @@ std::vector<double> InputGram::hessian(const ParallelFor& parallel) && {
 }
 
 std::vector<double> InputGram::hessian(const ParallelFor& parallel) const& {
-  if (rows_ == 0) fail("internal: Hessian of a layer that saw no input rows");
-  // The lower triangle, column-major, is the upper one row-major: the result's row i reads
-  // sum_[i·dim + j] for j ≥ i and sum_[j·dim + i] below; in square tiles, so the second read's
-  // stride of dim stays inside a tile's cache lines. A work item is a band of kTile rows.
-  const double scale = 2.0 / static_cast<double>(rows_);
-  std::vector<double> out(dim_ * dim_);
-  run_items(parallel, (dim_ + kTile - 1) / kTile, [&](int64_t band) {
-    const int64_t i0 = band * kTile;
-    for (int64_t j0 = 0; j0 < dim_; j0 += kTile)
-      for (int64_t i = i0; i < std::min(dim_, i0 + kTile); ++i)
-        for (int64_t j = j0; j < std::min(dim_, j0 + kTile); ++j)
-          out[i * dim_ + j] = (j >= i ? sum_[i * dim_ + j] : sum_[j * dim_ + i]) * scale;
-  });
-  return out;
+  return InputGram(*this).hessian(parallel);  // made in a copy's storage
 }
 
 }  // namespace ssdq

@@ -25,10 +25,10 @@ class InputGram {
   // Adds such a matrix summed in fp32 (`sum`: dim() × dim() values, column-major) over `rows` rows,
   // as merge would add it as fp64 sums, without the fp64 copy.
   void add_sums(const float* sum, int64_t rows, const ParallelFor& parallel = {});
-  // [dim, dim] row-major; fails when no row was added. `parallel` takes tiles of rows (at 5,120
-  // columns one thread spent ~0.12 s on it, twice a layer of a 2.7b export).
+  // [dim, dim] row-major; fails when no row was added. `parallel` takes bands of rows (at 5,120
+  // columns one thread spent ~0.12 s on it, twice a layer of a 2.7b export). Made in the Gram's own
+  // storage, which the rvalue form leaves empty; the lvalue form works in a copy.
   std::vector<double> hessian(const ParallelFor& parallel = {}) const&;
-  // The same values made in the Gram's own storage (no second n² array), which it leaves empty.
   std::vector<double> hessian(const ParallelFor& parallel = {}) &&;
 
  private:

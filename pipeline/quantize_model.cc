@@ -47,28 +47,7 @@ WeightMatrix quantize_projection(const std::vector<float>& w, int64_t rows, int6
   g.act_order = o.act_order;
   g.static_groups = o.act_order;
   g.parallel_for = parallel_for;  // rows and U's columns over the cores (quant/gptq.h)
-  g.inverse_factor = export_options.gptq_inverse_factor;
-  g.row_pass = export_options.gptq_row_pass;
   g.factored_row_pass = export_options.gptq_factored_row_pass;
-  if (ExportTimes* times = export_options.times) {  // the device's parts of GPTQ, timed apart
-    auto since = [](std::chrono::steady_clock::time_point start) {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    };
-    if (g.inverse_factor)
-      g.inverse_factor = [times, since, factor = g.inverse_factor](const std::vector<double>& h, int64_t n,
-                                                                    std::vector<float>& u) {
-        const auto start = std::chrono::steady_clock::now();
-        const bool done = factor(h, n, u);
-        times->gptq_factor += since(start);
-        return done;
-      };
-    if (g.row_pass)
-      g.row_pass = [times, since, pass = g.row_pass](const GptqRowPassJob& job) {
-        const auto start = std::chrono::steady_clock::now();
-        pass(job);
-        times->gptq_rows += since(start);
-      };
-  }
   return gptq_weight(w, rows, cols, std::move(*hessian), g);
 }
 

@@ -40,7 +40,7 @@ namespace ssdq {
 // streams; `pass_setup` is the part of them spent making each pass's engine, LayerPasses::
 // setup_seconds), GPTQ's Hessians made from the Grams on the host, and quantizing the projections
 // (GPTQ or rounding; `gptq_factor` and `gptq_rows` are the parts of it spent in
-// ExportOptions::gptq_inverse_factor and gptq_row_pass where those are given).
+// ExportOptions::gptq_factored_row_pass, as its maker reports them).
 struct ExportTimes {
   double observe = 0, out_proj_gram = 0, advance = 0, pass_setup = 0, hessians = 0, weights = 0;
   double gptq_factor = 0, gptq_rows = 0;
@@ -58,13 +58,9 @@ struct ExportOptions {
   LayerPassesMaker layer_passes;
   StatisticsCollector collect;
   ExportTimes* times = nullptr;  // when set, the time of each part is added to it
-  // GPTQ's inverse factor (GptqOptions::inverse_factor): empty for the host's.
-  std::function<bool(const std::vector<double>& h, int64_t cols, std::vector<float>& u)> gptq_inverse_factor;
-  // GPTQ's row pass (GptqOptions::row_pass): empty for the host's.
-  std::function<void(const GptqRowPassJob& job)> gptq_row_pass;
-  // Both together (GptqOptions::factored_row_pass): when set, the two above are not used. Its own
-  // times are its to report (pipeline/cuda_gptq.h), so ExportTimes' gptq_factor and gptq_rows are
-  // not added to around it.
+  // GPTQ's factor and row pass elsewhere (GptqOptions::factored_row_pass; export --device cuda's,
+  // pipeline/cuda_gptq.h): empty for the host's. Its times are its to report (ExportTimes'
+  // gptq_factor and gptq_rows, added to by the command that makes it).
   std::function<bool(const std::vector<double>& h, const GptqRowPassJob& job)> gptq_factored_row_pass;
   // Resumption (export_artifact): the first layers as an interrupted export with the same inputs left
   // them. They are not quantized again, only run over the samples to bring them to the next layer,

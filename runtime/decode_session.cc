@@ -34,24 +34,21 @@ void DecodeSession::copy_rows(const std::vector<int64_t>& src, const std::vector
   for (size_t i = 0; i < dst.size(); ++i) pending_tokens_[dst[i]] = std::move(copied[i]);
 }
 
-void DecodeSession::step_rows(InferenceState& rows, const std::vector<int32_t>& tokens, float* logits) {
-  const int64_t n = rows.batch();
+void DecodeSession::step_with_no_ops(const std::vector<int32_t>& tokens) {
   std::vector<int64_t> no_ops;
   std::vector<int32_t> fed(tokens);
-  for (int64_t r = 0; r < n; ++r)
+  for (int64_t r = 0; r < batch_; ++r)
     if (tokens[r] < 0) {
       no_ops.push_back(r);
       fed[r] = 0;  // any id: the row's state is put back below
     }
-  if (static_cast<int64_t>(no_ops.size()) == n) return;
+  if (static_cast<int64_t>(no_ops.size()) == batch_) return;
   if (!no_ops.empty()) {
-    if (!held_rows_) held_rows_ = backend_.new_state(n);
-    held_rows_->copy_rows(rows, no_ops, no_ops);
+    if (!held_rows_) held_rows_ = backend_.new_state(batch_);
+    held_rows_->copy_rows(*state_, no_ops, no_ops);
   }
-  ForwardOutputs out;
-  out.logits = logits;
-  backend_.forward(fed.data(), 1, rows, out);
-  if (!no_ops.empty()) rows.copy_rows(*held_rows_, no_ops, no_ops);
+  backend_.forward(fed.data(), 1, *state_, {});
+  if (!no_ops.empty()) state_->copy_rows(*held_rows_, no_ops, no_ops);
 }
 
 void DecodeSession::settle() {
@@ -64,7 +61,7 @@ void DecodeSession::settle() {
       const int64_t pad = longest - static_cast<int64_t>(pending_tokens_[b].size());
       column[b] = j < pad ? -1 : pending_tokens_[b][j - pad];
     }
-    step_rows(*state_, column, nullptr);
+    step_with_no_ops(column);
   }
   for (std::vector<int32_t>& p : pending_tokens_) p.clear();
 }
@@ -76,20 +73,11 @@ void DecodeSession::require_accepted(const char* what) const {
 }
 
 void DecodeSession::verify_joint(const int32_t* tokens, int64_t K, float* logits) {
-  const int64_t V = backend_.config().vocab_size;
   settle();  // the pending positions, each sequence's left-padded with no-ops
   if (!joint_rows_) joint_rows_ = backend_.new_state(batch_);
   joint_rows_->copy_all(*state_);
   verified_.assign(tokens, tokens + batch_ * K);
-  column_.resize(batch_);
-  if (logits) step_logits_.resize(batch_ * V);
-  for (int64_t k = 0; k < K; ++k) {
-    for (int64_t b = 0; b < batch_; ++b) column_[b] = tokens[b * K + k];
-    step_rows(*joint_rows_, column_, logits ? step_logits_.data() : nullptr);
-    if (logits)
-      for (int64_t b = 0; b < batch_; ++b)
-        std::memcpy(logits + (b * K + k) * V, step_logits_.data() + b * V, V * sizeof(float));
-  }
+  step_tokens(*joint_rows_, tokens, K, logits, /*keep_states=*/false);
   pending_k_ = K;
 }
 
@@ -118,7 +106,6 @@ void DecodeSession::step(const int32_t* tokens, float* logits) {
 
 void DecodeSession::verify(const int32_t* tokens, int64_t K, float* logits) {
   if (K <= 0) fail("verify: K must be at least 1, got {}", K);
-  const int64_t V = backend_.config().vocab_size;
   if (joint_) {
     require_accepted("verify");
     return verify_joint(tokens, K, logits);
@@ -133,19 +120,25 @@ void DecodeSession::verify(const int32_t* tokens, int64_t K, float* logits) {
     return;
   }
   while (static_cast<int64_t>(before_token_.size()) < K) before_token_.push_back(backend_.new_state(batch_));
+  step_tokens(*state_, tokens, K, logits, /*keep_states=*/true);
+  pending_k_ = K;
+}
+
+void DecodeSession::step_tokens(InferenceState& rows, const int32_t* tokens, int64_t K, float* logits,
+                                bool keep_states) {
+  const int64_t V = backend_.config().vocab_size;
   column_.resize(batch_);
   if (logits) step_logits_.resize(batch_ * V);
   for (int64_t k = 0; k < K; ++k) {
-    before_token_[k]->copy_all(*state_);
+    if (keep_states) before_token_[k]->copy_all(rows);
     for (int64_t b = 0; b < batch_; ++b) column_[b] = tokens[b * K + k];
     ForwardOutputs out;
     out.logits = logits ? step_logits_.data() : nullptr;
-    backend_.forward(column_.data(), 1, *state_, out);
+    backend_.forward(column_.data(), 1, rows, out);
     if (logits)
       for (int64_t b = 0; b < batch_; ++b)
         std::memcpy(logits + (b * K + k) * V, step_logits_.data() + b * V, V * sizeof(float));
   }
-  pending_k_ = K;
 }
 
 void DecodeSession::accept(const std::vector<int64_t>& counts) {

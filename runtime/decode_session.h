@@ -74,9 +74,11 @@ class DecodeSession {
   void require_accepted(const char* what) const;
   // kJoint: steps the pending tokens into state_ (rows without any are not stepped).
   void settle();
-  // One position of `rows` (a state of the session's batch): tokens[r] < 0 is a no-op for row r,
-  // whose state is kept as it was; logits [batch, vocab] when set.
-  void step_rows(InferenceState& rows, const std::vector<int32_t>& tokens, float* logits);
+  // K tokens per sequence (tokens [batch, K]) stepped one position at a time on `rows`, logits
+  // [batch, K, vocab] when set; keep_states: the state before token k kept in before_token_[k].
+  void step_tokens(InferenceState& rows, const int32_t* tokens, int64_t K, float* logits, bool keep_states);
+  // One position of state_: tokens[b] < 0 is a no-op for sequence b, whose state is kept as it was.
+  void step_with_no_ops(const std::vector<int32_t>& tokens);
 
   const Backend& backend_;
   int64_t batch_;

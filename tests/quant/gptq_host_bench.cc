@@ -57,7 +57,7 @@ void time_shape(int64_t rows, int64_t cols) {
   const double hessian_s = seconds_since(start);
   if (h != h_one) fmt::print(stderr, "gptq_host_bench: the Hessians over the cores and on one thread differ\n");
   fmt::print("{:>5} × {:>5}: the device's Gram into the layer's: {:.3f} s merged as fp64 on one thread, {:.3f} s added "
-             "over the cores; its Hessian: {:.3f} s on one thread into a new array, {:.3f} s over the cores in place\n",
+             "over the cores; its Hessian: {:.3f} s on one thread in a copy, {:.3f} s over the cores in place\n",
              rows, cols, merge_s, add_s, hessian_one_s, hessian_s);
 
   std::vector<float> w(rows * cols);
