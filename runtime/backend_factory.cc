@@ -20,24 +20,25 @@ DeviceSpec parse_device(const std::string& text) {
   fail("--device {}: expected cpu, cuda or cuda:N", text);
 }
 
+CudaBackendOptions cuda_backend_options(int index, const BackendPreferences& preferences) {
+  CudaBackendOptions options;
+  options.device = index;
+  options.rows_alone = preferences.rows_alone;
+  return options;
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& device, std::shared_ptr<const ModelWeights> weights,
                                       const BackendPreferences& preferences) {
   const DeviceSpec spec = parse_device(device);
   if (!spec.cuda) return std::make_unique<CpuBackend>(*weights);
-  CudaBackendOptions options;
-  options.device = spec.index;
-  options.rows_alone = preferences.rows_alone;
-  return std::make_unique<CudaBackend>(*weights, options);
+  return std::make_unique<CudaBackend>(*weights, cuda_backend_options(spec.index, preferences));
 }
 
 std::unique_ptr<Backend> make_quantized_backend(const std::string& device, std::shared_ptr<const QuantizedModel> model,
                                                 const BackendPreferences& preferences) {
   const DeviceSpec spec = parse_device(device);
   if (!spec.cuda) return std::make_unique<CpuBackend>(std::move(model));
-  CudaBackendOptions options;
-  options.device = spec.index;
-  options.rows_alone = preferences.rows_alone;
-  return std::make_unique<CudaBackend>(std::move(model), options);
+  return std::make_unique<CudaBackend>(std::move(model), cuda_backend_options(spec.index, preferences));
 }
 
 int64_t default_eval_batch(const std::string& device) { return parse_device(device).cuda ? 16 : thread_count(); }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "runtime/backend.h"
+#include "runtime/cuda_backend.h"
 #include "model/model_weights.h"
 #include "model/quantized_model.h"
 
@@ -22,6 +23,10 @@ struct BackendPreferences {
   // rows_alone; the CPU always does): generate's text then does not depend on the batch.
   bool rows_alone = false;
 };
+
+// The CUDA engine's options for device `index` with the command's preferences (one GPU's engine,
+// or each tensor-parallel rank's).
+CudaBackendOptions cuda_backend_options(int index, const BackendPreferences& preferences);
 
 std::unique_ptr<Backend> make_backend(const std::string& device, std::shared_ptr<const ModelWeights> weights,
                                       const BackendPreferences& preferences = {});

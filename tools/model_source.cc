@@ -50,10 +50,8 @@ template <typename Model>
 void use_tensor_parallel(ModelSource& source, const Model& model, int tp, const DeviceSpec& spec,
                          const BackendPreferences& preferences) {
   if (spec.cuda) {
-    CudaBackendOptions options;
-    options.device = spec.index;
-    options.rows_alone = preferences.rows_alone;
-    source.backend = std::make_unique<CudaTensorParallelBackend>(model, tp, options);
+    source.backend =
+        std::make_unique<CudaTensorParallelBackend>(model, tp, cuda_backend_options(spec.index, preferences));
     source.description += fmt::format("        tensor parallel: {} GPUs\n", tp);
   } else {
     source.backend = std::make_unique<CpuTensorParallelBackend>(model, tp);
