@@ -7,6 +7,7 @@ namespace {
 
 constexpr int kThreads = 128;  // channels per block: a warp reads 32 consecutive channels of a row
 constexpr int kMinSliceRows = 512;  // a slice's top list warms up once, then mostly compares
+constexpr int kRowsInFlight = 8;    // loads a thread issues before it folds them
 constexpr int kMaxSlices = 256;
 constexpr size_t kWorkspaceBudget = size_t{64} << 20;  // bounds the slices of a wide point with top values
 
@@ -72,22 +73,29 @@ __global__ void __launch_bounds__(kThreads) channel_stats_slice_kernel(ChannelSt
     top.clear(0.f);
   }
   if (c < a.width) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float value = a.data[r * a.stride + c];
-      if (!isfinite(value)) {
-        atomicMin(a.first_bad, static_cast<unsigned long long>(r * a.width + c));
-        continue;
+    const float* __restrict__ column = a.data + c;
+    for (int64_t base = r0; base < r1; base += kRowsInFlight) {
+      // The group's loads are issued before any of its atomics, so each warp keeps
+      // kRowsInFlight rows in flight instead of one.
+      float values[kRowsInFlight];
+#pragma unroll
+      for (int j = 0; j < kRowsInFlight; ++j) values[j] = base + j < r1 ? __ldg(column + (base + j) * a.stride) : 0.f;
+#pragma unroll
+      for (int j = 0; j < kRowsInFlight; ++j) {
+        if (base + j >= r1) break;
+        const float value = values[j];
+        if (!isfinite(value)) {
+          atomicMin(a.first_bad, static_cast<unsigned long long>((base + j) * a.width + c));
+          continue;
+        }
+        const float magnitude = fabsf(value);
+        largest = fmaxf(largest, magnitude);
+        sum += static_cast<double>(value);
+        // A plain shared atomic: neighbouring channels rarely share a bin (8 per octave), so
+        // grouping a warp's equal bins first costs more than the few colliding lanes it saves.
+        if (a.histogram) atomicAdd(&histogram[__float_as_uint(magnitude) >> 20], 1u);
+        if (a.top) top.offer(magnitude);
       }
-      const float magnitude = fabsf(value);
-      largest = fmaxf(largest, magnitude);
-      sum += static_cast<double>(value);
-      if (a.histogram) {
-        // Neighbouring channels often share a bin: one atomic per distinct bin of the warp.
-        const unsigned bin = __float_as_uint(magnitude) >> 20;
-        const unsigned peers = __match_any_sync(__activemask(), bin);
-        if ((threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&histogram[bin], static_cast<unsigned>(__popc(peers)));
-      }
-      if (a.top) top.offer(magnitude);
     }
     // |x| ≥ 0, so its bits order as unsigned integers: the maximum is exact whatever the order.
     atomicMax(reinterpret_cast<unsigned int*>(a.absmax + c), __float_as_uint(largest));

@@ -7,7 +7,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxChunk = 256;
-constexpr int kOutputsPerThread = 32;  // (headdim · dstate) / kThreads at most: S_local in registers
+constexpr int kBlockP = 4, kBlockN = 8;  // the S_local block a thread keeps in registers
 constexpr int kTokenTile = 16;         // tokens of x_scaled and B staged in shared memory at a time
 constexpr int kCbTile = 64;            // C·Bᵀ tiles of 64 × 64 tokens
 constexpr int kCbSlice = 32;           // dstate values staged at a time
@@ -21,7 +21,7 @@ __device__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 __global__ void __launch_bounds__(kThreads) ssd_internals_local_kernel(SsdInternalsArgs a, float* local,
                                                                        float* decay) {
   __shared__ float dt[kMaxChunk], cs[kMaxChunk], lut[kMaxChunk];
-  extern __shared__ float tiles[];  // x_scaled [kTokenTile, P], then B [kTokenTile, N]
+  extern __shared__ __align__(16) float tiles[];  // x_scaled [kTokenTile, P], then B [kTokenTile, N]
   const int chunks = (a.seqlen + a.chunk - 1) / a.chunk;
   const int b = blockIdx.x / chunks, k = blockIdx.x % chunks, h = blockIdx.y;
   const int P = a.headdim, N = a.dstate, H = a.heads, PN = P * N;
@@ -46,9 +46,13 @@ __global__ void __launch_bounds__(kThreads) ssd_internals_local_kernel(SsdIntern
   __syncthreads();
   for (int t = threadIdx.x; t < L; t += kThreads) lut[t] = dt[t] * expf(cs[L - 1] - cs[t]);
   __syncthreads();
-  float acc[kOutputsPerThread];
-#pragma unroll
-  for (int i = 0; i < kOutputsPerThread; ++i) acc[i] = 0.f;
+  // Each thread owns a 4 (p) × 8 (n) block of S_local: 12 shared-memory reads feed its 32
+  // multiply-adds (two a multiply-add with one output a thread). Tokens are added in order,
+  // so every output is the same sum as before.
+  const int n_blocks = N / kBlockN;
+  const int pb = threadIdx.x / n_blocks, nb = threadIdx.x % n_blocks;
+  const bool owns = pb * kBlockP < P;
+  float acc[kBlockP][kBlockN] = {};
   for (int t0 = 0; t0 < L; t0 += kTokenTile) {
     const int tokens = min(kTokenTile, L - t0);
     for (int i = threadIdx.x; i < kTokenTile * P; i += kThreads) {
@@ -66,23 +70,29 @@ __global__ void __launch_bounds__(kThreads) ssd_internals_local_kernel(SsdIntern
       b_tile[i] = tt < tokens ? a.B[(row0 + t0 + tt) * a.bc_stride + g * N + n] : 0.f;
     }
     __syncthreads();
+    if (owns) {
+      for (int tt = 0; tt < kTokenTile; ++tt) {
+        const float4 xv = *reinterpret_cast<const float4*>(xs_tile + tt * P + pb * kBlockP);
+        const float4 b0 = *reinterpret_cast<const float4*>(b_tile + tt * N + nb * kBlockN);
+        const float4 b1 = *reinterpret_cast<const float4*>(b_tile + tt * N + nb * kBlockN + 4);
+        const float xr[kBlockP] = {xv.x, xv.y, xv.z, xv.w};
+        const float br[kBlockN] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
-    for (int i = 0; i < kOutputsPerThread; ++i) {
-      const int o = threadIdx.x + i * kThreads;
-      if (o < PN) {
-        const int p = o / N, n = o % N;
-        float sum = acc[i];
-        for (int tt = 0; tt < kTokenTile; ++tt) sum += xs_tile[tt * P + p] * b_tile[tt * N + n];
-        acc[i] = sum;
+        for (int i = 0; i < kBlockP; ++i)
+#pragma unroll
+          for (int j = 0; j < kBlockN; ++j) acc[i][j] += xr[i] * br[j];
       }
     }
     __syncthreads();
   }
-  float* out = local + (static_cast<int64_t>(blockIdx.x) * H + h) * PN;
+  if (owns) {
+    float* out = local + (static_cast<int64_t>(blockIdx.x) * H + h) * PN;
 #pragma unroll
-  for (int i = 0; i < kOutputsPerThread; ++i) {
-    const int o = threadIdx.x + i * kThreads;
-    if (o < PN) out[o] = acc[i];
+    for (int i = 0; i < kBlockP; ++i) {
+      float* row = out + (pb * kBlockP + i) * N + nb * kBlockN;
+      *reinterpret_cast<float4*>(row) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+      *reinterpret_cast<float4*>(row + 4) = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
+    }
   }
   if (threadIdx.x == 0) decay[static_cast<int64_t>(blockIdx.x) * H + h] = expf(cs[L - 1]);
 }
@@ -170,7 +180,7 @@ __global__ void __launch_bounds__(kThreads) ssd_internals_cb_kernel(SsdInternals
 bool ssd_internals_supported(const SsdInternalsArgs& a) {
   return a.batch > 0 && a.seqlen > 0 && a.chunk > 0 && a.chunk <= kMaxChunk && a.heads > 0 && a.groups > 0 &&
          a.heads % a.groups == 0 && a.headdim > 0 && a.headdim % 8 == 0 && a.headdim <= 128 && a.dstate > 0 &&
-         a.dstate % 8 == 0 && a.dstate <= 256 && a.headdim * a.dstate <= kOutputsPerThread * kThreads && a.x &&
+         a.dstate % 8 == 0 && a.dstate <= 256 && a.headdim * a.dstate <= kBlockP * kBlockN * kThreads && a.x &&
          a.B && a.C && a.dt_raw && a.dt_bias && a.A && a.x_scaled && a.state_absmax && a.cb && a.workspace &&
          reinterpret_cast<uintptr_t>(a.workspace) % 256 == 0;
 }
