@@ -225,10 +225,11 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32, kMinBlocks) ssd_state_
 // (warp_sum_8_rows: 9 shuffles for 8 rows, not 40). The next token's inputs are loaded into
 // registers before the current one is stepped. The arithmetic is StateRow::advance's and the
 // butterfly pairs lanes in the same order as its reduction, so y and the state are bit for bit
-// those of the row-a-warp kernel. fp32 state only, rounded (if at all) once at the end.
+// those of the row-a-warp kernel. The state (fp32, or int8 codes with their scales: Quamba2's and
+// SSDi8's) is dequantized once at the start and rounded (if at all) once at the end, as there.
 constexpr int kLongRows = 8;
 
-template <typename T, int kPerLane>
+template <typename T, typename S, int kPerLane>
 __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_long_kernel(SsdStateUpdateArgs a) {
   static_assert(kLongRows == 8, "warp_sum_8_rows");
   const StateSlice slice(a);
@@ -241,13 +242,17 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_long_
   const int steps = a.seq_steps ? a.seq_steps[slice.seq] : a.steps;
   if (steps <= 0) return;
   const int rows = min(kLongRows, slice.row_end - first);
-  float* state = static_cast<float*>(a.state) +
-                 ((static_cast<int64_t>(slice.seq) * a.heads + slice.head) * a.headdim + first) * a.dstate;
+  S* state = static_cast<S*>(a.state) + ((static_cast<int64_t>(slice.seq) * a.heads + slice.head) * a.headdim + first) * a.dstate;
+  // The scales are read again at the end rather than held: eight rows of them would take 32 registers.
+  const int first_channel = slice.head * a.headdim + first;
   float s[kLongRows][kPerLane];
 #pragma unroll
   for (int r = 0; r < kLongRows; ++r)
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) s[r][i] = r < rows ? state[int64_t(r) * a.dstate + lane + 32 * i] : 0.f;
+    for (int i = 0; i < kPerLane; ++i) {
+      const int n = lane + 32 * i;
+      s[r][i] = r < rows ? dequantize_state_value(a, state[int64_t(r) * a.dstate + n], first_channel + r, n) : 0.f;
+    }
 
   const int64_t token0 = static_cast<int64_t>(slice.seq) * a.steps;
   const T* x_base = static_cast<const T*>(a.x) + slice.head * a.headdim + first;
@@ -295,28 +300,30 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_long_
 #pragma unroll
   for (int r = 0; r < kLongRows; ++r)
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i)
-      if (r < rows) state[int64_t(r) * a.dstate + lane + 32 * i] = a.state_fp16_values ? round_to_fp16(s[r][i]) : s[r][i];
+    for (int i = 0; i < kPerLane; ++i) {
+      const int n = lane + 32 * i;
+      if (r < rows) state[int64_t(r) * a.dstate + n] = store_state_value<S>(a, s[r][i], first_channel + r, n);
+    }
 }
 
 // The long kernel takes a launch of many tokens whose grid of one block per 64 rows of a head
 // fills the GPU at least twice; fewer blocks (a batch-1 prefill) keep more warps busy one row each.
 inline bool takes_long_kernel(const SsdStateUpdateArgs& a) {
-  if (a.state_type != ElementType::kF32 || a.round_every_step || a.steps < kStateUpdateLongSteps) return false;
+  if (a.round_every_step || a.steps < kStateUpdateLongSteps) return false;
   const int64_t rows_per_block = int64_t(kStateUpdateWarps) * kLongRows;
   const int64_t blocks = int64_t(a.heads) * a.batch * ((a.headdim + rows_per_block - 1) / rows_per_block);
   return blocks >= 2 * int64_t(current_device_attribute(cudaDevAttrMultiProcessorCount));
 }
 
-template <typename T>
+template <typename T, typename S>
 cudaError_t launch_long(const SsdStateUpdateArgs& a, cudaStream_t stream) {
   const int rows_per_block = kStateUpdateWarps * kLongRows;
   const LaunchShape shape{dim3(a.heads, a.batch, (a.headdim + rows_per_block - 1) / rows_per_block),
                           dim3(kStateUpdateWarps * 32)};
   switch (a.dstate) {
-    case 64: return launch_kernel(ssd_state_update_long_kernel<T, 2>, shape, stream, a);
-    case 128: return launch_kernel(ssd_state_update_long_kernel<T, 4>, shape, stream, a);
-    case 256: return launch_kernel(ssd_state_update_long_kernel<T, 8>, shape, stream, a);
+    case 64: return launch_kernel(ssd_state_update_long_kernel<T, S, 2>, shape, stream, a);
+    case 128: return launch_kernel(ssd_state_update_long_kernel<T, S, 4>, shape, stream, a);
+    case 256: return launch_kernel(ssd_state_update_long_kernel<T, S, 8>, shape, stream, a);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -349,9 +356,7 @@ cudaError_t launch_state_update(const SsdStateUpdateArgs& a, const LaunchShape& 
 
 template <typename T, typename S>
 cudaError_t launch_typed(const SsdStateUpdateArgs& a, cudaStream_t stream) {
-  if constexpr (std::is_same_v<S, float>) {
-    if (takes_long_kernel(a) && (a.dstate == 64 || a.dstate == 128 || a.dstate == 256)) return launch_long<T>(a, stream);
-  }
+  if (takes_long_kernel(a) && (a.dstate == 64 || a.dstate == 128 || a.dstate == 256)) return launch_long<T, S>(a, stream);
   // 8 blocks an SM, the most that 256 threads allow (the kernel has 38–64 registers, which allow
   // 4–6: then some of the blocks of a decode step run in a second wave).
   const LaunchShape shape{state_update_grid(a, 8), dim3(kStateUpdateWarps * 32)};

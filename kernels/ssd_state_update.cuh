@@ -63,6 +63,39 @@ __device__ inline const float* state_scale_row(const SsdStateUpdateArgs& a, int 
          static_cast<int64_t>(a.state_scale_index ? a.state_scale_index[channel] : channel) * a.state_scale_inner;
 }
 
+// A state value as the kernels step it (fp32) from its stored form, and back: int8 codes times
+// their scale (quantize_int8 rounds back), fp32 values as they are (fp16-rounded with
+// state_fp16_values). `scale` is unused for fp32.
+__device__ inline float dequantize_state_code(float stored, float) { return stored; }
+__device__ inline float dequantize_state_code(int8_t stored, float scale) {
+  return __fmul_rn(static_cast<float>(stored), scale);
+}
+template <typename S>
+__device__ inline S stored_state_value(const SsdStateUpdateArgs& a, float value, float scale) {
+  if constexpr (std::is_same_v<S, int8_t>) {
+    return quantize_int8(value, scale);
+  } else {
+    return a.state_fp16_values ? round_to_fp16(value) : value;
+  }
+}
+// The scale of state value (channel, n): one a channel (inner 1) or one a value.
+__device__ inline float state_scale(const SsdStateUpdateArgs& a, int channel, int n) {
+  const float* scales = state_scale_row(a, channel);
+  return a.state_scale_inner == 1 ? scales[0] : scales[n];
+}
+template <typename S>
+__device__ inline float dequantize_state_value(const SsdStateUpdateArgs& a, S stored, int channel, int n) {
+  if constexpr (std::is_same_v<S, int8_t>) {
+    return dequantize_state_code(stored, state_scale(a, channel, n));
+  } else {
+    return stored;
+  }
+}
+template <typename S>
+__device__ inline S store_state_value(const SsdStateUpdateArgs& a, float value, int channel, int n) {
+  return stored_state_value<S>(a, value, std::is_same_v<S, int8_t> ? state_scale(a, channel, n) : 0.f);
+}
+
 // Fetches into L2 the state rows a warp takes after its first (rows first + kStateUpdateWarps, …
 // of the block's slice), one 128-byte line a lane: issued before the kernel waits for the previous
 // grid, they are then L2 hits instead of round trips to memory one after the other.
@@ -91,22 +124,14 @@ struct StateRow {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) stored[i] = row[lane + 32 * i];
     if constexpr (std::is_same_v<S, int8_t>) {
-      const float* scales = state_scale_row(a, slice.head * a.headdim + p);
-      const float channel_scale = scales[0];
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i) scale[i] = a.state_scale_inner == 1 ? channel_scale : scales[lane + 32 * i];
+      for (int i = 0; i < kPerLane; ++i) scale[i] = state_scale(a, slice.head * a.headdim + p, lane + 32 * i);
     }
   }
 
   __device__ void dequantize() {
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      if constexpr (std::is_same_v<S, int8_t>) {
-        s[i] = __fmul_rn(static_cast<float>(stored[i]), scale[i]);
-      } else {
-        s[i] = stored[i];
-      }
-    }
+    for (int i = 0; i < kPerLane; ++i) s[i] = dequantize_state_code(stored[i], scale[i]);
   }
 
   // One token: h ← exp(dt·A) h + dt·x·B, returns y = h·C + D·x (every lane holds it). b(i) and c(i)
@@ -145,13 +170,7 @@ struct StateRow {
   // the fused conv + state update runs at 48 registers (five blocks an SM) and spills already.
   __device__ void store(const SsdStateUpdateArgs& a, int lane) const {
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      if constexpr (std::is_same_v<S, int8_t>) {
-        row[lane + 32 * i] = quantize_int8(s[i], scale[i]);
-      } else {
-        row[lane + 32 * i] = a.state_fp16_values ? round_to_fp16(s[i]) : s[i];
-      }
-    }
+    for (int i = 0; i < kPerLane; ++i) row[lane + 32 * i] = stored_state_value<S>(a, s[i], scale[i]);
   }
 };
 

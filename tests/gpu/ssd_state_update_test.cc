@@ -218,6 +218,88 @@ TEST(SsdStateUpdateLong, GivesTheBitsOfSingleSteps) {
   }
 }
 
+// The long kernel over an int8 state (the fp32 engine's passes over Quamba2 and SSDi8 artifacts):
+// dequantized once, rounded once at the end, so the same bits as launches of one sequence each
+// (too few blocks for the long kernel: the row-a-warp kernel), for per-channel scales and per-(c, n)
+// scales through an index map, fp32 and bf16 inputs, and per-sequence step counts.
+TEST(SsdStateUpdateLong, Int8StateGivesTheBitsOfOneSequenceLaunches) {
+  testing::require_device();
+  struct LongInt8Case {
+    int headdim, dstate, steps;
+    bool per_n, bf16, seq_steps;
+  };
+  const int batch = 12, heads = 40, G = 2;
+  for (const auto& [P, N, steps, per_n, bf16, per_seq] :
+       {LongInt8Case{64, 128, 96, false, false, false}, LongInt8Case{64, 128, 80, true, true, true},
+        LongInt8Case{72, 64, 70, true, false, true}, LongInt8Case{64, 256, 65, false, true, false}}) {
+    SCOPED_TRACE(fmt::format("headdim {}, dstate {}, steps {}, per-n scales {}, bf16 {}, per-sequence steps {}", P, N,
+                             steps, per_n, bf16, per_seq));
+    std::mt19937 rng(91 + P + N + steps);
+    const int64_t xw = int64_t(heads) * P, gw = int64_t(G) * N, row = xw + 2 * gw + heads, rows = int64_t(batch) * steps;
+    std::vector<float> A = testing::random_vector(heads, -8.f, -0.5f, rng), D = testing::random_vector(heads, 0.5f, 1.5f, rng);
+    std::vector<float> bias = testing::random_vector(heads, -4.f, -1.f, rng);
+    std::vector<float> inputs = testing::random_vector(rows * row, -1.5f, 1.5f, rng);
+    std::vector<uint16_t> inputs_bf16(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) inputs_bf16[i] = float_to_bf16(inputs[i]);
+    const int scale_rows = per_n ? 4 : int(xw), inner = per_n ? N : 1;
+    std::vector<float> scales = testing::random_vector(size_t(scale_rows) * inner, 0.004f, 0.012f, rng);
+    std::vector<int32_t> index(xw), counts(batch);
+    for (int c = 0; c < xw; ++c) index[c] = c % 4;
+    for (int b = 0; b < batch; ++b) counts[b] = per_seq ? (b * 37) % (steps + 1) : steps;
+    std::uniform_int_distribution<int> q_dist(-127, 127);
+    std::vector<int8_t> q_state(size_t(batch) * xw * N);
+    for (auto& q : q_state) q = static_cast<int8_t>(q_dist(rng));
+    testing::DeviceBuffer<float> d_A(A), d_D(D), d_bias(bias), d_in(inputs), d_scales(scales);
+    testing::DeviceBuffer<uint16_t> d_in16(inputs_bf16);
+    testing::DeviceBuffer<int32_t> d_index(index), d_counts(counts);
+    testing::DeviceBuffer<int8_t> d_long_state(q_state), d_one_state(q_state);
+    const size_t elem = bf16 ? 2 : 4;
+    testing::DeviceBuffer<char> d_y_long(std::vector<char>(rows * xw * elem, 0)), d_y_one(std::vector<char>(rows * xw * elem, 0));
+    const char* in = bf16 ? reinterpret_cast<const char*>(d_in16.get()) : reinterpret_cast<const char*>(d_in.get());
+    const auto args_at = [&](int64_t b0, int n_batch, int n_steps, int8_t* state, char* y) {
+      const char* base = in + b0 * steps * row * elem;
+      kernels::SsdStateUpdateArgs a;
+      a.batch = n_batch;
+      a.heads = heads;
+      a.headdim = P;
+      a.groups = G;
+      a.dstate = N;
+      a.steps = n_steps;
+      a.io_type = bf16 ? kernels::ElementType::kBF16 : kernels::ElementType::kF32;
+      a.x = base;
+      a.B = base + xw * elem;
+      a.C = base + (xw + gw) * elem;
+      a.dt = base + (xw + 2 * gw) * elem;
+      a.x_stride = a.bc_stride = a.dt_stride = row;
+      a.dt_bias = d_bias.get();
+      a.dt_max = 1e30f;
+      a.A = d_A.get();
+      a.D = d_D.get();
+      a.state = state + b0 * xw * N;
+      a.state_type = kernels::ElementType::kS8;
+      a.state_scales = d_scales.get();
+      a.state_scale_index = per_n ? d_index.get() : nullptr;
+      a.state_scale_inner = inner;
+      a.y = y + b0 * steps * xw * elem;
+      a.y_stride = xw;
+      return a;
+    };
+    kernels::SsdStateUpdateArgs whole = args_at(0, batch, steps, d_long_state.get(), d_y_long.get());
+    if (per_seq) whole.seq_steps = d_counts.get();
+    ASSERT_EQ(kernels::launch_ssd_state_update(whole, nullptr), cudaSuccess);
+    for (int b = 0; b < batch; ++b) {
+      if (counts[b] == 0) continue;
+      ASSERT_EQ(kernels::launch_ssd_state_update(args_at(b, 1, counts[b], d_one_state.get(), d_y_one.get()), nullptr),
+                cudaSuccess);
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<int8_t> long_state = d_long_state.to_host();
+    EXPECT_EQ(long_state, d_one_state.to_host());
+    EXPECT_NE(long_state, q_state);  // the launch stepped the state
+    EXPECT_EQ(d_y_long.to_host(), d_y_one.to_host());
+  }
+}
+
 // The int8 decode state of quantized artifacts: per (h, p) scales (SSDi8) and per (channel cluster,
 // n) scales through an index map (Quamba2). The CPU steps the dequantized state and rounds it back
 // (apply_state_format); the GPU's __expf differs from libm in the last bit (and a large batch steps
