@@ -1,6 +1,7 @@
 #include "model/quantized_model.h"
 
 #include <cmath>
+#include <utility>
 
 #include "formats/dtype.h"
 #include "formats/error.h"
@@ -137,21 +138,23 @@ void validate_quantized_model(const QuantizedModel& m, const std::string& label,
   }
 }
 
-QuantizedLayer float_quantized_layer(const LayerWeights& w) {
+QuantizedLayer float_quantized_layer(const LayerWeights& w) { return float_quantized_layer(LayerWeights(w)); }
+
+QuantizedLayer float_quantized_layer(LayerWeights&& w) {
   QuantizedLayer q;
-  q.norm = w.norm;
   q.in_proj.rows = static_cast<int64_t>(w.in_proj.size() / w.norm.size());
   q.in_proj.cols = static_cast<int64_t>(w.norm.size());
-  q.in_proj.dense = w.in_proj;
-  q.conv_weight = w.conv_weight;
-  q.conv_bias = w.conv_bias;
-  q.dt_bias = w.dt_bias;
-  q.A = w.A;
-  q.D = w.D;
-  q.gated_norm = w.gated_norm;
   q.out_proj.rows = static_cast<int64_t>(w.norm.size());
   q.out_proj.cols = static_cast<int64_t>(w.gated_norm.size());
-  q.out_proj.dense = w.out_proj;
+  q.norm = std::move(w.norm);
+  q.in_proj.dense = std::move(w.in_proj);
+  q.conv_weight = std::move(w.conv_weight);
+  q.conv_bias = std::move(w.conv_bias);
+  q.dt_bias = std::move(w.dt_bias);
+  q.A = std::move(w.A);
+  q.D = std::move(w.D);
+  q.gated_norm = std::move(w.gated_norm);
+  q.out_proj.dense = std::move(w.out_proj);
   return q;
 }
 

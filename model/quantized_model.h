@@ -115,6 +115,7 @@ void validate_quantized_model(const QuantizedModel& model, const std::string& la
 // The FP32 model as a QuantizedModel with every format fp32 (runs as the FP reference).
 QuantizedModel float_quantized_model(const ModelWeights& weights);
 QuantizedLayer float_quantized_layer(const LayerWeights& layer);
+QuantizedLayer float_quantized_layer(LayerWeights&& layer);  // the same, the layer's tensors moved in
 
 // fp16 rounding (ties to even) of one value, as the kFloat16 format applies it: the fp32 value of
 // half_to_float(float_to_half(value)) (dtype.h), computed on the bits (tested to agree).

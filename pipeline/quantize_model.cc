@@ -189,6 +189,30 @@ void assign_activation_formats(QuantizedLayer& q, const LayerStats& s, const Rec
     if (o.keeps_float(name)) *act = (act == &q.x_scaled || act == &q.cb) ? ActQuant::float32() : fp16;
 }
 
+namespace {
+
+// A copy of the model, its tensors copied on every core: one thread's copy of 2.7b's 10.8 GB is
+// bound by the page faults of the new storage (~1 GB/s on this repository's machine).
+ModelWeights copy_weights(const ModelWeights& fp) {
+  ModelWeights w;
+  w.config = fp.config;
+  w.norm_f = fp.norm_f;
+  const int64_t L = static_cast<int64_t>(fp.layers.size());
+  w.layers.resize(L);
+  parallel_for(L + 2, [&](int64_t i) {
+    if (i < L) {
+      w.layers[i] = fp.layers[i];
+    } else if (i == L) {
+      w.embedding = fp.embedding;
+    } else {
+      w.lm_head = fp.lm_head;
+    }
+  });
+  return w;
+}
+
+}  // namespace
+
 QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& calib, const ExportOptions& options) {
   const Mamba2Config& c = fp.config;
   const RecipeOptions o = options.recipe.resolved(c.heads_per_group(), c.headdim);
@@ -202,8 +226,17 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
   const int64_t S = options.max_samples > 0 ? std::min(options.max_samples, calib.provenance.samples)
                                             : calib.provenance.samples;
 
+  // Where the time goes, for the command's summary.
+  auto timed = [&options](double ExportTimes::*part, const std::function<void()>& work) {
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    if (options.times)
+      options.times->*part += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  const auto prepare_start = std::chrono::steady_clock::now();
+
   // Function-preserving transforms (docs/QUANTIZATION.md, "Recipes").
-  ModelWeights w = fp;
+  ModelWeights w = copy_weights(fp);
   std::vector<SortClusterResult> clusters(L);
   std::vector<float> signs;
   if (o.uses_transforms()) {
@@ -226,11 +259,12 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
   m.config = w.config;
   m.norm_f = w.norm_f;
   const QuantBits weight_bits = o.weights_int4() ? QuantBits::kInt4 : QuantBits::kInt8;
-  m.embedding = o.quantize_embedding ? rtn_weight(w.embedding, V, D, weight_bits, 0) : float16_weight(w.embedding, V, D);
+  m.embedding = o.quantize_embedding ? rtn_weight(w.embedding, V, D, weight_bits, 0)
+                                     : float16_weight(w.embedding, V, D, parallel_for);
   if (o.quantize_lm_head) {
     m.lm_head = rtn_weight(w.head(), V, D, weight_bits, o.group_size);
   } else if (o.quantize_embedding || !w.lm_head.empty()) {
-    m.lm_head = float16_weight(w.head(), V, D);
+    m.lm_head = float16_weight(w.head(), V, D, parallel_for);
   }
   m.config.tie_embeddings = m.lm_head.empty();
 
@@ -254,17 +288,15 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     return m;
   }
 
-  // Where the time goes, for the command's summary.
-  auto timed = [&options](double ExportTimes::*part, const std::function<void()>& work) {
-    const auto start = std::chrono::steady_clock::now();
-    work();
-    if (options.times)
-      options.times->*part += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
   // Sequential passes over the calibration samples' residual streams, each entering the current layer.
+  if (options.times)
+    options.times->prepare += std::chrono::duration<double>(std::chrono::steady_clock::now() - prepare_start).count();
   const std::vector<int32_t> tokens(calib.tokens.begin(), calib.tokens.begin() + S * T);
-  const std::unique_ptr<LayerPasses> passes =
-      (options.layer_passes ? options.layer_passes : cpu_layer_passes)(c, m.embedding, tokens, S, T, options.on_progress);
+  std::unique_ptr<LayerPasses> passes;
+  timed(&ExportTimes::streams, [&] {
+    passes = (options.layer_passes ? options.layer_passes : cpu_layer_passes)(c, m.embedding, tokens, S, T,
+                                                                              options.on_progress);
+  });
   const bool internals = o.recipe == RecipeName::kQuamba2 || o.recipe == RecipeName::kSsdi8;
   const double eta = o.mean_correction_eta();
   // μ_fp over the same samples as μ_q: the calibration file's means cover all of its samples, so a
@@ -296,7 +328,9 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
       m.layers.push_back(done);
       continue;
     }
-    QuantizedLayer q = float_quantized_layer(w.layers[l]);
+    // The layer's fp32 tensors move into q (w is this export's own copy): its projections are
+    // quantized from q's fp32 values, which pass A (in_proj, out_proj) and pass B (out_proj) run.
+    QuantizedLayer q = float_quantized_layer(std::move(w.layers[l]));
     q.online_hadamard = true;
     q.hadamard_blocks = o.tp_blocks;
 
@@ -310,7 +344,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     std::vector<double> hessian;
     if (o.uses_gptq()) timed(&ExportTimes::hessians, [&] { hessian = std::move(in_gram).hessian(parallel_for); });
     timed(&ExportTimes::weights, [&] {
-      q.in_proj = quantize_projection(w.layers[l].in_proj, in_dim, D, o, o.uses_gptq() ? &hessian : nullptr, options);
+      q.in_proj = quantize_projection(q.in_proj.dense, in_dim, D, o, o.uses_gptq() ? &hessian : nullptr, options);
     });
 
     // Pass B: the out_proj input Hessian through the quantized in_proj and activations.
@@ -321,7 +355,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
       timed(&ExportTimes::hessians, [&] { hessian = std::move(out_gram).hessian(parallel_for); });
     }
     timed(&ExportTimes::weights, [&] {
-      q.out_proj = quantize_projection(w.layers[l].out_proj, D, E, o, o.uses_gptq() ? &hessian : nullptr, options);
+      q.out_proj = quantize_projection(q.out_proj.dense, D, E, o, o.uses_gptq() ? &hessian : nullptr, options);
     });
 
     // Pass C: advance the streams through the quantized layer; mean correction.

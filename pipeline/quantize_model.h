@@ -40,10 +40,12 @@ namespace ssdq {
 // streams; `pass_setup` is the part of them spent making each pass's engine, LayerPasses::
 // setup_seconds), GPTQ's Hessians made from the Grams on the host, and quantizing the projections
 // (GPTQ or rounding; `gptq_factor` and `gptq_rows` are the parts of it spent in
-// ExportOptions::gptq_factored_row_pass, as its maker reports them).
+// ExportOptions::gptq_factored_row_pass, as its maker reports them). Before the layers: `prepare`,
+// the weights copied and transformed (γ fusion, rotation, sort-and-cluster, the out_proj Hadamard)
+// and the embedding converted; `streams`, the samples' residual streams placed where the passes run.
 struct ExportTimes {
   double observe = 0, out_proj_gram = 0, advance = 0, pass_setup = 0, hessians = 0, weights = 0;
-  double gptq_factor = 0, gptq_rows = 0;
+  double gptq_factor = 0, gptq_rows = 0, prepare = 0, streams = 0;
   double passes() const { return observe + out_proj_gram + advance; }
 };
 

@@ -1,8 +1,8 @@
 #include "quant/weight_formats.h"
 
+#include <algorithm>
 #include <utility>
 
-#include "formats/dtype.h"
 #include "formats/error.h"
 
 namespace ssdq {
@@ -33,9 +33,14 @@ WeightMatrix float32_weight(const std::vector<float>& w, int64_t rows, int64_t c
   return dense_weight(w, rows, cols, WeightMatrix::Kind::kFloat32);
 }
 
-WeightMatrix float16_weight(const std::vector<float>& w, int64_t rows, int64_t cols) {
+WeightMatrix float16_weight(const std::vector<float>& w, int64_t rows, int64_t cols, const ParallelFor& parallel) {
+  if (static_cast<int64_t>(w.size()) != rows * cols) fail("internal: weight of {} values for [{}, {}]", w.size(), rows, cols);
   std::vector<float> rounded(w.size());
-  for (size_t i = 0; i < w.size(); ++i) rounded[i] = half_to_float(float_to_half(w[i]));
+  constexpr int64_t kBlock = int64_t{1} << 20;  // values an item: the embedding of 2.7b is ~120 items
+  run_items(parallel, (static_cast<int64_t>(w.size()) + kBlock - 1) / kBlock, [&](int64_t b) {
+    const size_t end = std::min(w.size(), static_cast<size_t>((b + 1) * kBlock));
+    for (size_t i = static_cast<size_t>(b * kBlock); i < end; ++i) rounded[i] = round_to_fp16(w[i]);
+  });
   return dense_weight(std::move(rounded), rows, cols, WeightMatrix::Kind::kFloat16);
 }
 

@@ -122,6 +122,11 @@ void run_export(ExportFlags& flags) {
                                          times.gptq_factor, times.gptq_rows)
                            : fmt::format("on {} CPU threads", thread_count()),
                summary.checkpoint_seconds, partial_export_path(flags.request.out_path));
+    const double counted = times.prepare + times.streams + times.passes() + times.hessians + times.weights +
+                           summary.checkpoint_seconds;
+    fmt::print("  and {:.1f} s copying and transforming the weights, {:.1f} s placing the samples' residual streams, "
+               "{:.1f} s the rest (activation scales, mean correction, the layers' copies)\n",
+               times.prepare, times.streams, std::max(0.0, summary.seconds - counted));
   }
   fmt::print("  before: {:.1f} s reading the model and the statistics; after: {:.1f} s writing the artifact\n",
              summary.load_seconds, summary.write_seconds);
