@@ -72,13 +72,14 @@ void DecodeSession::require_accepted(const char* what) const {
          pending_k_);
 }
 
-void DecodeSession::verify_joint(const int32_t* tokens, int64_t K, float* logits) {
+int64_t DecodeSession::verify_joint(const int32_t* tokens, int64_t K, float* logits, const VerifyContinues& continues) {
   settle();  // the pending positions, each sequence's left-padded with no-ops
   if (!joint_rows_) joint_rows_ = backend_.new_state(batch_);
   joint_rows_->copy_all(*state_);
   verified_.assign(tokens, tokens + batch_ * K);
-  step_tokens(*joint_rows_, tokens, K, logits, /*keep_states=*/false);
-  pending_k_ = K;
+  verified_stride_ = K;
+  pending_k_ = step_tokens(*joint_rows_, tokens, K, logits, /*keep_states=*/false, continues);
+  return pending_k_;
 }
 
 void DecodeSession::prefill(int64_t seq, const int32_t* tokens, int64_t length, float* last_logits) {
@@ -104,11 +105,11 @@ void DecodeSession::step(const int32_t* tokens, float* logits) {
   backend_.forward(tokens, 1, *state_, out);
 }
 
-void DecodeSession::verify(const int32_t* tokens, int64_t K, float* logits) {
+int64_t DecodeSession::verify(const int32_t* tokens, int64_t K, float* logits, const VerifyContinues& continues) {
   if (K <= 0) fail("verify: K must be at least 1, got {}", K);
   if (joint_) {
     require_accepted("verify");
-    return verify_joint(tokens, K, logits);
+    return verify_joint(tokens, K, logits, continues);
   }
   if (window_) {
     if (before_token_.empty()) before_token_.push_back(backend_.new_state(batch_));
@@ -117,15 +118,15 @@ void DecodeSession::verify(const int32_t* tokens, int64_t K, float* logits) {
     out.logits = logits;
     backend_.forward_window(tokens, K, *state_, out);
     pending_k_ = K;
-    return;
+    return K;
   }
   while (static_cast<int64_t>(before_token_.size()) < K) before_token_.push_back(backend_.new_state(batch_));
-  step_tokens(*state_, tokens, K, logits, /*keep_states=*/true);
-  pending_k_ = K;
+  pending_k_ = step_tokens(*state_, tokens, K, logits, /*keep_states=*/true, continues);
+  return pending_k_;
 }
 
-void DecodeSession::step_tokens(InferenceState& rows, const int32_t* tokens, int64_t K, float* logits,
-                                bool keep_states) {
+int64_t DecodeSession::step_tokens(InferenceState& rows, const int32_t* tokens, int64_t K, float* logits,
+                                   bool keep_states, const VerifyContinues& continues) {
   const int64_t V = backend_.config().vocab_size;
   column_.resize(batch_);
   if (logits) step_logits_.resize(batch_ * V);
@@ -138,7 +139,9 @@ void DecodeSession::step_tokens(InferenceState& rows, const int32_t* tokens, int
     if (logits)
       for (int64_t b = 0; b < batch_; ++b)
         std::memcpy(logits + (b * K + k) * V, step_logits_.data() + b * V, V * sizeof(float));
+    if (continues && !continues(k)) return k + 1;
   }
+  return K;
 }
 
 void DecodeSession::accept(const std::vector<int64_t>& counts) {
@@ -147,14 +150,14 @@ void DecodeSession::accept(const std::vector<int64_t>& counts) {
     fail("accept: {} counts for a batch of {}", counts.size(), batch_);
   for (int64_t b = 0; b < batch_; ++b)
     if (counts[b] < 0 || counts[b] > pending_k_)
-      fail("accept: sequence {} keeps {} tokens; the count must be in 0..{} (the verified K)", b, counts[b],
+      fail("accept: sequence {} keeps {} tokens; the count must be in 0..{} (the positions verified)", b, counts[b],
            pending_k_);
   if (joint_) {
     // All K kept: the verified row's state. Fewer: the settled state stays, the kept tokens pending
     // for the next pass.
     std::vector<int64_t> whole;
     for (int64_t b = 0; b < batch_; ++b) {
-      const int32_t* kept = verified_.data() + b * pending_k_;
+      const int32_t* kept = verified_.data() + b * verified_stride_;
       if (counts[b] == pending_k_)
         whole.push_back(b);
       else

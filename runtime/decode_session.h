@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -60,23 +61,31 @@ class DecodeSession {
   void prefill(int64_t seq, const int32_t* tokens, int64_t length, float* last_logits);
   // One token per sequence (tokens [batch]); logits [batch, vocab] when set.
   void step(const int32_t* tokens, float* logits);
+  // Called after each position k of a verify run token by token (the last one too), position k's
+  // logits written: whether to go on to position k + 1 (the caller's acceptance decided a position
+  // at a time, so a draft rejected early costs no steps past it).
+  using VerifyContinues = std::function<bool(int64_t k)>;
   // K tokens per sequence (tokens [batch, K] row-major); logits [batch, K, vocab]: position k's
-  // logits are those after token k. The state advances by all K; accept() decides what stays.
-  void verify(const int32_t* tokens, int64_t K, float* logits);
-  // After verify: sequence b keeps its first counts[b] tokens (0..K), as if only those had been
-  // stepped. Each verify is accepted at most once.
+  // logits are those after token k. Returns the positions verified: K, or fewer where `continues`
+  // (if set) stopped a token-by-token verify (a window, runs_window(), always verifies all K; it
+  // calls nothing). The state advances by all of them; accept() decides what stays.
+  int64_t verify(const int32_t* tokens, int64_t K, float* logits, const VerifyContinues& continues = {});
+  // After verify: sequence b keeps its first counts[b] tokens (0 … the positions verified), as if
+  // only those had been stepped. Each verify is accepted at most once.
   void accept(const std::vector<int64_t>& counts);
 
  private:
   // kJoint: the pending tokens settled into state_, then the K tokens stepped on a copy of it.
-  void verify_joint(const int32_t* tokens, int64_t K, float* logits);
+  int64_t verify_joint(const int32_t* tokens, int64_t K, float* logits, const VerifyContinues& continues);
   // kJoint: fails while a verify waits for its accept.
   void require_accepted(const char* what) const;
   // kJoint: steps the pending tokens into state_ (rows without any are not stepped).
   void settle();
   // K tokens per sequence (tokens [batch, K]) stepped one position at a time on `rows`, logits
   // [batch, K, vocab] when set; keep_states: the state before token k kept in before_token_[k].
-  void step_tokens(InferenceState& rows, const int32_t* tokens, int64_t K, float* logits, bool keep_states);
+  // Stops after the position `continues` (if set) says not to go on from; returns the positions stepped.
+  int64_t step_tokens(InferenceState& rows, const int32_t* tokens, int64_t K, float* logits, bool keep_states,
+                      const VerifyContinues& continues = {});
   // One position of state_: tokens[b] < 0 is a no-op for sequence b, whose state is kept as it was.
   void step_with_no_ops(const std::vector<int32_t>& tokens);
 
@@ -87,7 +96,7 @@ class DecodeSession {
   std::unique_ptr<InferenceState> state_;
   std::unique_ptr<InferenceState> prompt_state_;              // batch 1: one sequence's prefill
   std::vector<std::unique_ptr<InferenceState>> before_token_;  // stepped verify: state before token k
-  int64_t pending_k_ = 0;                                     // K of a verify not yet accepted
+  int64_t pending_k_ = 0;  // positions verified by a verify not yet accepted
   // window_: before_token_[0] is the snapshot taken before the window.
   std::vector<int32_t> column_;
   std::vector<float> step_logits_;
@@ -95,6 +104,7 @@ class DecodeSession {
   // it stepped, and the rows a no-op keeps during a step.
   std::vector<std::vector<int32_t>> pending_tokens_;
   std::vector<int32_t> verified_;
+  int64_t verified_stride_ = 0;  // K of the last joint verify: verified_ is [batch, K]
   std::unique_ptr<InferenceState> joint_rows_;
   std::unique_ptr<InferenceState> held_rows_;
 };

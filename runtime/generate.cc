@@ -241,21 +241,36 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
               j == 0 || j > static_cast<int64_t>(draft.size()) ? pending[b] : draft[j - 1];
       }
     window_logits.resize(B * M * W * V);
-    session.verify(window.data(), W, window_logits.data());
-    std::vector<int64_t> keep(B * M, W);
-    first_rows.clear();
-    other_rows.clear();
+    // Each sequence's acceptance, decided a position at a time as the logits come: `row` the draft
+    // row it follows (rows whose drafts equal every choice so far have the same logits; the first
+    // is read), `j` the drafts accepted, `open` while it may accept more.
+    struct Acceptance {
+      bool open = false;
+      int64_t row = 0, j = 0, drafted = 0;
+      std::vector<char> alive;
+    };
+    std::vector<Acceptance> acceptance(B);
     for (int64_t b = 0; b < B; ++b) {
-      Progress& p = seq[b];
-      if (p.done) continue;
-      const Draft& d = drafts[b];
-      int64_t drafted = 0;
-      for (int64_t m = 0; m < M; ++m) drafted = std::max<int64_t>(drafted, static_cast<int64_t>(row_draft(b, m).size()));
-      // Rows whose drafts equal every choice so far; their logits are the same, the first's are read.
-      std::vector<char> alive(M, 1);
-      int64_t row = 0, j = 0;
-      for (;; ++j) {  // position j's logits follow window token j; the model's choice there
-        const float* at = window_logits.data() + ((b * M + row) * W + j) * V;
+      if (seq[b].done) continue;
+      Acceptance& a = acceptance[b];
+      a.open = true;
+      a.alive.assign(M, 1);
+      for (int64_t m = 0; m < M; ++m) a.drafted = std::max<int64_t>(a.drafted, static_cast<int64_t>(row_draft(b, m).size()));
+    }
+    // Position j's logits follow window token j: the model's choice there, for every sequence still
+    // accepting (whose j is this position). Returns whether any sequence may accept position j + 1.
+    int64_t considered = 0;
+    auto consider = [&](int64_t j) {
+      considered = j + 1;
+      bool any_open = false;
+      for (int64_t b = 0; b < B; ++b) {
+        Acceptance& a = acceptance[b];
+        if (!a.open) continue;
+        Progress& p = seq[b];
+        const Draft& d = drafts[b];
+        const float* at = window_logits.data() + ((b * M + a.row) * W + j) * V;
+        a.j = j;
+        a.open = false;
         if (j < static_cast<int64_t>(d.tokens.size()) && !d.distributions.empty()) {  // speculative sampling's rule
           const uint64_t t = p.out.tokens.size();
           const SpeculativeChoice c =
@@ -264,35 +279,54 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
                                  counter_uniform(options.sampling.seed, sequence_id(b), t));
           pending[b] = c.token;
           generator.append(b, p, pending[b]);
-          if (p.done || !c.accepted) break;
-          continue;
+          a.open = !p.done && c.accepted;
+        } else {
+          pending[b] = choose(b, p, at);
+          generator.append(b, p, pending[b]);
+          if (!p.done) {
+            int64_t next = -1;
+            for (int64_t m = 0; m < M; ++m) {
+              const std::vector<int32_t>& draft = row_draft(b, m);
+              a.alive[m] = a.alive[m] && j < static_cast<int64_t>(draft.size()) && draft[j] == pending[b];
+              if (a.alive[m] && next < 0) next = m;
+            }
+            if (next >= 0) {
+              a.row = next;
+              a.open = true;
+            }
+          }
         }
-        pending[b] = choose(b, p, at);
-        generator.append(b, p, pending[b]);
-        if (p.done) break;
-        int64_t next = -1;
-        for (int64_t m = 0; m < M; ++m) {
-          const std::vector<int32_t>& draft = row_draft(b, m);
-          alive[m] = alive[m] && j < static_cast<int64_t>(draft.size()) && draft[j] == pending[b];
-          if (alive[m] && next < 0) next = m;
-        }
-        if (next < 0) break;
-        row = next;
+        any_open = any_open || a.open;
       }
-      keep[b * M + row] = j + 1;  // the window tokens fed: pending + the j accepted drafts
+      return any_open;
+    };
+    // Token by token, the session asks after each position and stops where every draft has failed;
+    // a window has every position's logits at once, read here in the same order.
+    const int64_t verified = session.verify(window.data(), W, window_logits.data(),
+                                            session.runs_window() ? DecodeSession::VerifyContinues{} : consider);
+    while (considered < verified && consider(considered)) {
+    }
+    std::vector<int64_t> keep(B * M, verified);
+    first_rows.clear();
+    other_rows.clear();
+    for (int64_t b = 0; b < B; ++b) {
+      const Acceptance& a = acceptance[b];
+      if (a.alive.empty()) continue;  // done before this window
+      Progress& p = seq[b];
+      keep[b * M + a.row] = a.j + 1;  // the window tokens fed: pending + the j accepted drafts
       for (int64_t m = 0; m < M; ++m)
-        if (m != row) {  // the other rows keep the whole window (nothing restored), then take row's state
-          first_rows.push_back(b * M + row);
+        if (m != a.row) {  // the other rows keep what was verified (nothing restored), then take row's state
+          first_rows.push_back(b * M + a.row);
           other_rows.push_back(b * M + m);
         }
-      if (drafted > 0) {
+      if (a.drafted > 0) {
         ++p.out.windows;
-        p.out.drafted += drafted;
-        p.out.accepted += j;
+        p.out.drafted += a.drafted;
+        p.out.accepted += a.j;
         if (static_cast<int64_t>(p.out.accepted_histogram.size()) < options.max_draft + 1)
           p.out.accepted_histogram.resize(options.max_draft + 1);
-        ++p.out.accepted_histogram[j];
-        if (options.adaptive_draft) adapt_draft(p, drafted, j, options.max_draft);
+        ++p.out.accepted_histogram[a.j];
+        if (options.adaptive_draft) adapt_draft(p, a.drafted, a.j, options.max_draft);
       }
     }
     session.accept(keep);

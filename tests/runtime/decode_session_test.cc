@@ -144,6 +144,52 @@ TEST(DecodeSession, JointRoundsAreThePlainDecodeOfTheKeptTokens) {
   }
 }
 
+// A token-by-token verify told after position 1 not to go on steps two of its four positions
+// (the caller is asked after each, the last too): their logits are plain decoding's, verify returns
+// 2, accept takes counts up to 2 and not 3, and the kept states are plain decoding's; for kExact and
+// kJoint, two rounds so that Joint Attainment's pending tokens are the stopped verify's.
+TEST(DecodeSession, VerifyStopsWhereTheCallerSays) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  const int64_t V = backend.config().vocab_size, B = 2, K = 4;
+  for (VerifyMode mode : {VerifyMode::kExact, VerifyMode::kJoint}) {
+    SCOPED_TRACE(mode == VerifyMode::kJoint ? "joint" : "exact");
+    const std::vector<std::vector<int32_t>> prompts = {random_tokens(6, V, 80), random_tokens(11, V, 81)};
+    DecodeSession session(backend, B, mode);
+    for (int64_t b = 0; b < B; ++b) session.prefill(b, prompts[b].data(), prompts[b].size(), nullptr);
+    std::vector<std::vector<int32_t>> kept(B);
+    const std::vector<int64_t> counts = {2, 1};
+    for (int round = 0; round < 2; ++round) {
+      const std::vector<int32_t> tokens = random_tokens(B * K, V, 90 + round);
+      std::vector<float> verified(B * K * V, 0.f), expected(V);
+      std::vector<int64_t> asked;
+      const int64_t positions = session.verify(tokens.data(), K, verified.data(), [&](int64_t k) {
+        asked.push_back(k);
+        return k < 1;
+      });
+      EXPECT_EQ(positions, 2);
+      EXPECT_EQ(asked, (std::vector<int64_t>{0, 1}));
+      for (int64_t b = 0; b < B; ++b) {
+        DecodeSession plain(backend, 1);
+        plain.prefill(0, prompts[b].data(), prompts[b].size(), nullptr);
+        for (int32_t t : kept[b]) plain.step(&t, nullptr);
+        for (int64_t k = 0; k < positions; ++k) {
+          plain.step(&tokens[b * K + k], expected.data());
+          EXPECT_TRUE(same_bits(expected.data(), &verified[(b * K + k) * V], V)) << "sequence " << b << ", position " << k;
+        }
+      }
+      if (round == 0) EXPECT_THROW(session.accept({3, 0}), Error);
+      session.accept(counts);
+      for (int64_t b = 0; b < B; ++b) kept[b].insert(kept[b].end(), tokens.begin() + b * K, tokens.begin() + b * K + counts[b]);
+    }
+    for (int64_t b = 0; b < B; ++b) {
+      DecodeSession plain(backend, 1);
+      plain.prefill(0, prompts[b].data(), prompts[b].size(), nullptr);
+      for (int32_t t : kept[b]) plain.step(&t, nullptr);
+      EXPECT_EQ(row_bytes(session.state(), b), row_bytes(plain.state(), 0)) << "sequence " << b;
+    }
+  }
+}
+
 TEST(DecodeSession, RefusesAcceptWithoutVerifyAndCountsOutOfRange) {
   const CpuBackend backend(random_weights(synthetic_config(2, 1), 3));
   DecodeSession session(backend, 2);

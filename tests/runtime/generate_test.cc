@@ -3,6 +3,7 @@
 // matches, a batch whose sequences accept different counts and whose prompts differ in length);
 // sampling depends only on (seed, prompt, position); stop strings, stop tokens and whole UTF-8
 // characters in the streamed text; the errors for bad options.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -236,6 +237,67 @@ TEST(Generate, NeverMatchingDrafterChangesNothing) {
   for (size_t b = 0; b < prompts.size(); ++b) {
     EXPECT_EQ(speculative[b].tokens, plain[b].tokens);
     EXPECT_EQ(speculative[b].accepted, 0);
+  }
+}
+
+// The CPU backend, its model positions counted: what a generation costs in steps.
+class CountingBackend : public Backend {
+ public:
+  explicit CountingBackend(const Backend& inner) : inner_(inner) {}
+  std::string name() const override { return inner_.name(); }
+  const Mamba2Config& config() const override { return inner_.config(); }
+  std::unique_ptr<InferenceState> new_state(int64_t batch) const override { return inner_.new_state(batch); }
+  void forward(const int32_t* tokens, int64_t length, InferenceState& state, const ForwardOutputs& out) const override {
+    positions_ += length;
+    inner_.forward(tokens, length, state, out);
+  }
+  std::string device_name() const override { return inner_.device_name(); }
+  MemoryReport memory() const override { return inner_.memory(); }
+  size_t state_bytes_per_sequence() const override { return inner_.state_bytes_per_sequence(); }
+  std::string describe_plan(int64_t batch, int64_t length) const override { return inner_.describe_plan(batch, length); }
+  int64_t positions() const { return positions_; }
+
+ private:
+  const Backend& inner_;
+  mutable int64_t positions_ = 0;
+};
+
+// Verified token by token, a window stops at its first rejected draft: a drafter that is always
+// wrong, asked at every token (fixed draft length, no pauses), costs not one model call more
+// than plain decoding, greedy and sampled, one draft and several (a row a draft).
+TEST(Generate, RejectedDraftsCostNoStepsWhenVerifiedTokenByToken) {
+  const CpuBackend cpu(random_weights(synthetic_config(2), 3));
+  const int64_t V = cpu.config().vocab_size;
+  const auto prompts = prompts_of(V);
+  for (const float temperature : {0.f, 0.8f}) {
+    GenerateOptions options;
+    options.max_new_tokens = 12;
+    options.sampling.temperature = temperature;
+    options.sampling.seed = 5;
+    CountingBackend plain_backend(cpu);
+    const auto plain = run(plain_backend, options, prompts);
+    for (const int64_t drafts : {int64_t{1}, int64_t{2}}) {
+      SCOPED_TRACE(fmt::format("temperature {}, drafts {}", temperature, drafts));
+      GenerateOptions speculative_options = options;
+      const Drafter wrong = shifted_reference_drafter(prompts, plain, 4, 7, V);
+      speculative_options.drafter = [wrong, drafts](int64_t b, const std::vector<int32_t>& context, int64_t limit) {
+        Draft d = wrong(b, context, limit);
+        if (drafts > 1) d.alternatives.push_back(d.tokens);
+        return d;
+      };
+      speculative_options.max_draft = 4;
+      speculative_options.drafts = drafts;
+      CountingBackend speculative_backend(cpu);
+      const auto speculative = run(speculative_backend, speculative_options, prompts);
+      int64_t windows = 0;
+      for (size_t b = 0; b < prompts.size(); ++b) {
+        EXPECT_EQ(speculative[b].tokens, plain[b].tokens);
+        EXPECT_EQ(speculative[b].accepted, 0);
+        windows += speculative[b].windows;
+      }
+      EXPECT_GT(windows, 0);
+      EXPECT_EQ(speculative_backend.positions(), plain_backend.positions());
+    }
   }
 }
 
