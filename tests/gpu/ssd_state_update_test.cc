@@ -135,6 +135,40 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SsdStateUpdate,
                                            Case{12, 40, 64, 2, 256, 100, false, false, true}),
                          case_name);
 
+// A launch over rows laid out [x (heads · P) | B (G · N) | C (G · N) | dt (heads)] of `elem`-byte
+// values from `base`, one row every `stride` values, the head parameters given.
+struct InterleavedShape {
+  int batch, heads, headdim, groups, dstate;
+  bool bf16;
+};
+kernels::SsdStateUpdateArgs interleaved_args(const InterleavedShape& s, const char* base, int64_t stride, int steps,
+                                             const float* dt_bias, const float* A, const float* D, void* state, void* y,
+                                             int64_t y_stride) {
+  const int64_t xw = int64_t(s.heads) * s.headdim, gw = int64_t(s.groups) * s.dstate;
+  const size_t elem = s.bf16 ? 2 : 4;
+  kernels::SsdStateUpdateArgs a;
+  a.batch = s.batch;
+  a.heads = s.heads;
+  a.headdim = s.headdim;
+  a.groups = s.groups;
+  a.dstate = s.dstate;
+  a.steps = steps;
+  a.io_type = s.bf16 ? kernels::ElementType::kBF16 : kernels::ElementType::kF32;
+  a.x = base;
+  a.B = base + xw * elem;
+  a.C = base + (xw + gw) * elem;
+  a.dt = base + (xw + 2 * gw) * elem;
+  a.x_stride = a.bc_stride = a.dt_stride = stride;
+  a.dt_bias = dt_bias;
+  a.dt_max = 1e30f;
+  a.A = A;
+  a.D = D;
+  a.state = state;
+  a.y = y;
+  a.y_stride = y_stride;
+  return a;
+}
+
 // A long launch (the prefill of the fp32 engine: many tokens, a grid that fills the GPU, taken by
 // the kernel that steps 8 rows a warp) stores the bits that the same tokens give as single-token
 // launches (the row-a-warp kernel): y and the state, fp32 and bf16 inputs, every dstate it takes,
@@ -169,27 +203,8 @@ TEST(SsdStateUpdateLong, GivesTheBitsOfSingleSteps) {
     testing::DeviceBuffer<int32_t> d_counts(counts);
     const size_t elem = bf16 ? 2 : 4;
     const auto args_at = [&](const char* base, int64_t stride, int n_steps, void* st, void* y) {
-      kernels::SsdStateUpdateArgs a;
-      a.batch = batch;
-      a.heads = heads;
-      a.headdim = P;
-      a.groups = G;
-      a.dstate = N;
-      a.steps = n_steps;
-      a.io_type = bf16 ? kernels::ElementType::kBF16 : kernels::ElementType::kF32;
-      a.x = base;
-      a.B = base + xw * elem;
-      a.C = base + (xw + gw) * elem;
-      a.dt = base + (xw + 2 * gw) * elem;
-      a.x_stride = a.bc_stride = a.dt_stride = stride;
-      a.dt_bias = d_bias.get();
-      a.dt_max = 1e30f;
-      a.A = d_A.get();
-      a.D = d_D.get();
-      a.state = st;
-      a.y = y;
-      a.y_stride = stride / row * xw;
-      return a;
+      return interleaved_args({batch, heads, P, G, N, bf16}, base, stride, n_steps, d_bias.get(), d_A.get(), d_D.get(),
+                              st, y, stride / row * xw);
     };
     const char* in = bf16 ? reinterpret_cast<const char*>(d_in16.get()) : reinterpret_cast<const char*>(d_in.get());
     void* y_long = bf16 ? static_cast<void*>(d_y16.get()) : static_cast<void*>(d_y.get());
@@ -257,31 +272,13 @@ TEST(SsdStateUpdateLong, Int8StateGivesTheBitsOfOneSequenceLaunches) {
     testing::DeviceBuffer<char> d_y_long(std::vector<char>(rows * xw * elem, 0)), d_y_one(std::vector<char>(rows * xw * elem, 0));
     const char* in = bf16 ? reinterpret_cast<const char*>(d_in16.get()) : reinterpret_cast<const char*>(d_in.get());
     const auto args_at = [&](int64_t b0, int n_batch, int n_steps, int8_t* state, char* y) {
-      const char* base = in + b0 * steps * row * elem;
-      kernels::SsdStateUpdateArgs a;
-      a.batch = n_batch;
-      a.heads = heads;
-      a.headdim = P;
-      a.groups = G;
-      a.dstate = N;
-      a.steps = n_steps;
-      a.io_type = bf16 ? kernels::ElementType::kBF16 : kernels::ElementType::kF32;
-      a.x = base;
-      a.B = base + xw * elem;
-      a.C = base + (xw + gw) * elem;
-      a.dt = base + (xw + 2 * gw) * elem;
-      a.x_stride = a.bc_stride = a.dt_stride = row;
-      a.dt_bias = d_bias.get();
-      a.dt_max = 1e30f;
-      a.A = d_A.get();
-      a.D = d_D.get();
-      a.state = state + b0 * xw * N;
+      kernels::SsdStateUpdateArgs a =
+          interleaved_args({n_batch, heads, P, G, N, bf16}, in + b0 * steps * row * elem, row, n_steps, d_bias.get(),
+                           d_A.get(), d_D.get(), state + b0 * xw * N, y + b0 * steps * xw * elem, xw);
       a.state_type = kernels::ElementType::kS8;
       a.state_scales = d_scales.get();
       a.state_scale_index = per_n ? d_index.get() : nullptr;
       a.state_scale_inner = inner;
-      a.y = y + b0 * steps * xw * elem;
-      a.y_stride = xw;
       return a;
     };
     kernels::SsdStateUpdateArgs whole = args_at(0, batch, steps, d_long_state.get(), d_y_long.get());
