@@ -99,10 +99,25 @@ std::vector<float> dequantize(const QuantizedMatrix& q) {
 
 std::vector<uint8_t> pack_int4(const int8_t* values, int64_t count) {
   if (count < 0) fail("pack_int4: negative count {}", count);
-  std::vector<uint8_t> packed((count + 1) / 2, 0);
-  for (int64_t i = 0; i < count; ++i) {
-    if (values[i] < -8 || values[i] > 7) fail("pack_int4: value {} at index {} is outside [-8, 7]", values[i], i);
-    packed[i / 2] |= static_cast<uint8_t>((values[i] & 0x0F) << (4 * (i % 2)));
+  std::vector<uint8_t> packed((count + 1) / 2);
+  // Blocks of a fixed count without an early exit, so that the loop vectorises at -O2 (the engines
+  // of an export pack a layer's 27 M int4 weights each time one is made); a block with a value
+  // outside [-8, 7] is searched for it.
+  constexpr int64_t kBlock = 64;
+  const auto in_range = [](int8_t v) { return v >= -8 && v <= 7; };
+  int64_t i = 0;
+  for (; i + kBlock <= count; i += kBlock) {
+    unsigned ok = 1;
+    for (int64_t j = 0; j < kBlock; j += 2) {
+      const int8_t a = values[i + j], b = values[i + j + 1];
+      ok &= in_range(a) & in_range(b);
+      packed[(i + j) / 2] = static_cast<uint8_t>((a & 0x0F) | ((b & 0x0F) << 4));
+    }
+    if (!ok) break;
+  }
+  for (; i < count; ++i) {
+    if (!in_range(values[i])) fail("pack_int4: value {} at index {} is outside [-8, 7]", values[i], i);
+    packed[i / 2] = static_cast<uint8_t>(i % 2 ? packed[i / 2] | ((values[i] & 0x0F) << 4) : values[i] & 0x0F);
   }
   return packed;
 }

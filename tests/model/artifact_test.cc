@@ -1,11 +1,13 @@
 // The .ssdq artifact: round trips of quantized models of every kind (the same numbers out as in,
 // bit for bit), refusal of malformed and newer-version files with a clear message, and nothing
 // written (or overwritten) when writing or exporting fails.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -205,6 +207,27 @@ TEST_F(MalformedArtifact, BadTensors) {
         t["embedding"] = Tensor::own(DType::F16, t.at("embedding").shape, bytes);
       },
       "embedding has the non-finite value inf at 0");
+}
+
+// The model's checks scan in blocks: a non-finite weight or an int8 code out of range is named at
+// its index wherever it lies, in the first value, past the first blocks, or in the last value.
+TEST(Artifact, ValidationNamesABadValueAnywhereInAProjection) {
+  const QuantizedModel good = float_quantized_model(random_weights(synthetic_config(2), 21));
+  const int64_t n = static_cast<int64_t>(good.layers[0].in_proj.dense.size());
+  for (const int64_t at : {int64_t{0}, int64_t{200}, n - 1}) {
+    QuantizedModel model = good;
+    model.layers[0].in_proj.dense[at] = std::nanf("");
+    EXPECT_THAT([&] { validate_quantized_model(model, "m"); },
+                ::testing::ThrowsMessage<Error>(HasSubstr(fmt::format("layer 0 in_proj has the non-finite value nan at {}", at))));
+  }
+  const QuantizedModel w8 = exported({RecipeName::kHad, BitWidth::kW8A8, false});
+  const int64_t codes = static_cast<int64_t>(w8.layers[0].out_proj.quantized.values.size());
+  for (const int64_t at : {int64_t{130}, codes - 1}) {
+    QuantizedModel model = w8;
+    model.layers[0].out_proj.quantized.values[at] = -128;
+    EXPECT_THAT([&] { validate_quantized_model(model, "m"); },
+                ::testing::ThrowsMessage<Error>(HasSubstr(fmt::format("layer 0 out_proj: value -128 at {} is outside", at))));
+  }
 }
 
 TEST(Artifact, RejectsInt8WeightsOfMinus128AndNonArtifacts) {

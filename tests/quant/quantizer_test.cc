@@ -1,6 +1,7 @@
 // Symmetric RTN quantizers and int4 packing: exact values, round-trip bounds, clamping, layouts.
 #include "model/quantizer.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -156,6 +157,29 @@ TEST(Int4Packing, RejectsOutOfRangeValues) {
   const std::vector<int8_t> values = {0, 8};
   EXPECT_THAT([&] { pack_int4(values.data(), 2); },
               ::testing::ThrowsMessage<Error>(HasSubstr("value 8 at index 1 is outside [-8, 7]")));
+}
+
+// Long runs are packed in blocks: every length around the block size (64) and odd lengths give the
+// bytes of packing value by value, and a value out of range is named wherever it lies (in a whole
+// block, in the tail, past an earlier good block).
+TEST(Int4Packing, LongRunsAreTheBytesOfTheValues) {
+  std::mt19937 rng(4);
+  std::uniform_int_distribution<int> dist(-8, 7);
+  for (const int64_t count : {int64_t{63}, int64_t{64}, int64_t{65}, int64_t{127}, int64_t{128}, int64_t{1001}}) {
+    std::vector<int8_t> values(count);
+    for (int8_t& v : values) v = static_cast<int8_t>(dist(rng));
+    std::vector<uint8_t> expected((count + 1) / 2, 0);
+    for (int64_t i = 0; i < count; ++i) expected[i / 2] |= static_cast<uint8_t>((values[i] & 0x0F) << (4 * (i % 2)));
+    EXPECT_EQ(pack_int4(values.data(), count), expected) << count;
+    EXPECT_EQ(unpack_int4(expected.data(), count), values) << count;
+    for (const int64_t bad : {int64_t{0}, count / 2, count - 1}) {
+      std::vector<int8_t> wrong = values;
+      wrong[bad] = bad % 2 ? -9 : 8;
+      EXPECT_THAT([&] { pack_int4(wrong.data(), count); },
+                  ::testing::ThrowsMessage<Error>(HasSubstr(fmt::format("at index {} is outside [-8, 7]", bad))))
+          << count;
+    }
+  }
 }
 
 }  // namespace
