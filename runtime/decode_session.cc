@@ -120,7 +120,12 @@ int64_t DecodeSession::verify(const int32_t* tokens, int64_t K, float* logits, c
     pending_k_ = K;
     return K;
   }
-  while (static_cast<int64_t>(before_token_.size()) < K) before_token_.push_back(backend_.new_state(batch_));
+  lazy_verify_ = static_cast<bool>(continues);
+  if (lazy_verify_) {
+    settled_count_.assign(batch_, -1);
+  } else {
+    while (static_cast<int64_t>(before_token_.size()) < K) before_token_.push_back(backend_.new_state(batch_));
+  }
   pending_k_ = step_tokens(*state_, tokens, K, logits, /*keep_states=*/true, continues);
   return pending_k_;
 }
@@ -130,8 +135,9 @@ int64_t DecodeSession::step_tokens(InferenceState& rows, const int32_t* tokens, 
   const int64_t V = backend_.config().vocab_size;
   column_.resize(batch_);
   if (logits) step_logits_.resize(batch_ * V);
+  std::vector<int64_t> settled;
   for (int64_t k = 0; k < K; ++k) {
-    if (keep_states) before_token_[k]->copy_all(rows);
+    if (keep_states && !continues) before_token_[k]->copy_all(rows);
     for (int64_t b = 0; b < batch_; ++b) column_[b] = tokens[b * K + k];
     ForwardOutputs out;
     out.logits = logits ? step_logits_.data() : nullptr;
@@ -139,7 +145,18 @@ int64_t DecodeSession::step_tokens(InferenceState& rows, const int32_t* tokens, 
     if (logits)
       for (int64_t b = 0; b < batch_; ++b)
         std::memcpy(logits + (b * K + k) * V, step_logits_.data() + b * V, V * sizeof(float));
-    if (continues && !continues(k)) return k + 1;
+    if (!continues) continue;
+    settled.clear();
+    const bool go_on = continues(k, settled) && k + 1 < K;
+    if (!go_on) return k + 1;
+    if (keep_states && !settled.empty()) {  // their state now is their final one: kept aside
+      if (!settled_) settled_ = backend_.new_state(batch_);
+      for (int64_t r : settled) {
+        if (r < 0 || r >= batch_) fail("verify: settled row {} is outside 0..{}", r, batch_ - 1);
+        settled_count_[r] = k + 1;
+      }
+      settled_->copy_rows(rows, settled, settled);
+    }
   }
   return K;
 }
@@ -184,6 +201,20 @@ void DecodeSession::accept(const std::vector<int64_t>& counts) {
       state_->copy_rows(*before_token_[0], rows, rows);
     if (std::any_of(replay.begin(), replay.end(), [](int64_t n) { return n > 0; }))
       backend_.replay_window(*state_, replay);
+    pending_k_ = 0;
+    return;
+  }
+  if (lazy_verify_) {
+    // Rows settled before the last position take the state kept when they settled.
+    std::vector<int64_t> rows;
+    for (int64_t b = 0; b < batch_; ++b) {
+      if (counts[b] == pending_k_) continue;
+      if (settled_count_[b] != counts[b])
+        fail("accept: sequence {} keeps {} tokens, but its verify settled it at {} (no other state was kept)", b,
+             counts[b], settled_count_[b] < 0 ? pending_k_ : settled_count_[b]);
+      rows.push_back(b);
+    }
+    if (!rows.empty()) state_->copy_rows(*settled_, rows, rows);
     pending_k_ = 0;
     return;
   }

@@ -62,9 +62,12 @@ class DecodeSession {
   // One token per sequence (tokens [batch]); logits [batch, vocab] when set.
   void step(const int32_t* tokens, float* logits);
   // Called after each position k of a verify run token by token (the last one too), position k's
-  // logits written: whether to go on to position k + 1 (the caller's acceptance decided a position
-  // at a time, so a draft rejected early costs no steps past it).
-  using VerifyContinues = std::function<bool(int64_t k)>;
+  // logits written: whether to go on to position k + 1, and in `settled` (empty on entry) the rows
+  // whose kept tokens end with token k. The caller decides acceptance a position at a time, so a
+  // draft rejected early costs no steps past it, and no state is copied before each token: a
+  // settled row's state is kept as it is at its position (only if the verify goes on past it), and
+  // accept() must give that row the count k + 1.
+  using VerifyContinues = std::function<bool(int64_t k, std::vector<int64_t>& settled)>;
   // K tokens per sequence (tokens [batch, K] row-major); logits [batch, K, vocab]: position k's
   // logits are those after token k. Returns the positions verified: K, or fewer where `continues`
   // (if set) stopped a token-by-token verify (a window, runs_window(), always verifies all K; it
@@ -82,8 +85,9 @@ class DecodeSession {
   // kJoint: steps the pending tokens into state_ (rows without any are not stepped).
   void settle();
   // K tokens per sequence (tokens [batch, K]) stepped one position at a time on `rows`, logits
-  // [batch, K, vocab] when set; keep_states: the state before token k kept in before_token_[k].
-  // Stops after the position `continues` (if set) says not to go on from; returns the positions stepped.
+  // [batch, K, vocab] when set; keep_states: the state before token k kept in before_token_[k] (or,
+  // with `continues`, the settled rows' states in settled_). Stops after the position `continues`
+  // (if set) says not to go on from; returns the positions stepped.
   int64_t step_tokens(InferenceState& rows, const int32_t* tokens, int64_t K, float* logits, bool keep_states,
                       const VerifyContinues& continues = {});
   // One position of state_: tokens[b] < 0 is a no-op for sequence b, whose state is kept as it was.
@@ -96,6 +100,11 @@ class DecodeSession {
   std::unique_ptr<InferenceState> state_;
   std::unique_ptr<InferenceState> prompt_state_;              // batch 1: one sequence's prefill
   std::vector<std::unique_ptr<InferenceState>> before_token_;  // stepped verify: state before token k
+  // A stepped verify with VerifyContinues: rows settled before its last position, their state then
+  // (settled_) and their count (settled_count_[row], -1 for the other rows).
+  std::unique_ptr<InferenceState> settled_;
+  std::vector<int64_t> settled_count_;
+  bool lazy_verify_ = false;
   int64_t pending_k_ = 0;  // positions verified by a verify not yet accepted
   // window_: before_token_[0] is the snapshot taken before the window.
   std::vector<int32_t> column_;

@@ -260,7 +260,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
     // Position j's logits follow window token j: the model's choice there, for every sequence still
     // accepting (whose j is this position). Returns whether any sequence may accept position j + 1.
     int64_t considered = 0;
-    auto consider = [&](int64_t j) {
+    auto consider = [&](int64_t j, std::vector<int64_t>& settled) {
       considered = j + 1;
       bool any_open = false;
       for (int64_t b = 0; b < B; ++b) {
@@ -297,6 +297,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
           }
         }
         any_open = any_open || a.open;
+        if (!a.open) settled.push_back(b * M + a.row);  // its kept tokens end here
       }
       return any_open;
     };
@@ -304,7 +305,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
     // a window has every position's logits at once, read here in the same order.
     const int64_t verified = session.verify(window.data(), W, window_logits.data(),
                                             session.runs_window() ? DecodeSession::VerifyContinues{} : consider);
-    while (considered < verified && consider(considered)) {
+    for (std::vector<int64_t> settled; considered < verified && consider(considered, settled); settled.clear()) {
     }
     std::vector<int64_t> keep(B * M, verified);
     first_rows.clear();

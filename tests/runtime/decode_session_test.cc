@@ -145,9 +145,11 @@ TEST(DecodeSession, JointRoundsAreThePlainDecodeOfTheKeptTokens) {
 }
 
 // A token-by-token verify told after position 1 not to go on steps two of its four positions
-// (the caller is asked after each, the last too): their logits are plain decoding's, verify returns
-// 2, accept takes counts up to 2 and not 3, and the kept states are plain decoding's; for kExact and
-// kJoint, two rounds so that Joint Attainment's pending tokens are the stopped verify's.
+// (the caller is asked after each, the last too), sequence 1 settled after position 0 and sequence
+// 0 after position 1: their logits are plain decoding's, verify returns 2, accept takes the settled
+// counts (not 3, nor another count for a settled row: no other state was kept), and the kept
+// states are plain decoding's; for kExact and kJoint, two rounds so that Joint Attainment's
+// pending tokens are the stopped verify's.
 TEST(DecodeSession, VerifyStopsWhereTheCallerSays) {
   const CpuBackend backend(random_weights(synthetic_config(2), 3));
   const int64_t V = backend.config().vocab_size, B = 2, K = 4;
@@ -162,10 +164,13 @@ TEST(DecodeSession, VerifyStopsWhereTheCallerSays) {
       const std::vector<int32_t> tokens = random_tokens(B * K, V, 90 + round);
       std::vector<float> verified(B * K * V, 0.f), expected(V);
       std::vector<int64_t> asked;
-      const int64_t positions = session.verify(tokens.data(), K, verified.data(), [&](int64_t k) {
-        asked.push_back(k);
-        return k < 1;
-      });
+      const int64_t positions =
+          session.verify(tokens.data(), K, verified.data(), [&](int64_t k, std::vector<int64_t>& settled) {
+            EXPECT_TRUE(settled.empty());
+            asked.push_back(k);
+            settled.push_back(k == 0 ? 1 : 0);
+            return k < 1;
+          });
       EXPECT_EQ(positions, 2);
       EXPECT_EQ(asked, (std::vector<int64_t>{0, 1}));
       for (int64_t b = 0; b < B; ++b) {
@@ -177,7 +182,10 @@ TEST(DecodeSession, VerifyStopsWhereTheCallerSays) {
           EXPECT_TRUE(same_bits(expected.data(), &verified[(b * K + k) * V], V)) << "sequence " << b << ", position " << k;
         }
       }
-      if (round == 0) EXPECT_THROW(session.accept({3, 0}), Error);
+      if (round == 0) {
+        EXPECT_THROW(session.accept({3, 1}), Error);
+        if (mode == VerifyMode::kExact) EXPECT_THROW(session.accept({2, 0}), Error);
+      }
       session.accept(counts);
       for (int64_t b = 0; b < B; ++b) kept[b].insert(kept[b].end(), tokens.begin() + b * K, tokens.begin() + b * K + counts[b]);
     }
