@@ -183,7 +183,7 @@ QuantizedLayer float_quantized_layer(LayerWeights&& w) {
   return q;
 }
 
-QuantizedModel float_quantized_model(const ModelWeights& w) {
+QuantizedModel float_quantized_model(const ModelWeights& w, const ParallelFor& parallel) {
   QuantizedModel q;
   q.config = w.config;
   const int64_t V = w.config.vocab_size, D = w.config.d_model;
@@ -196,7 +196,9 @@ QuantizedModel float_quantized_model(const ModelWeights& w) {
     q.lm_head.cols = D;
     q.lm_head.dense = w.lm_head;
   }
-  for (const LayerWeights& layer : w.layers) q.layers.push_back(float_quantized_layer(layer));
+  const int64_t L = static_cast<int64_t>(w.layers.size());
+  q.layers.resize(L);
+  run_items(parallel, L, [&](int64_t l) { q.layers[l] = float_quantized_layer(w.layers[l]); });
   return q;
 }
 

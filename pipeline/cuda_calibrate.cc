@@ -8,6 +8,7 @@
 #include "pipeline/cuda_stats_observer.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/cuda_resources.h"
+#include "runtime/parallel.h"
 
 namespace ssdq {
 
@@ -20,7 +21,7 @@ CalibrationStats collect_statistics_cuda(const ModelWeights& weights, const std:
                                          const CudaCalibration& gpu) {
   if (samples <= 0 || seqlen <= 1 || static_cast<int64_t>(tokens.size()) != samples * seqlen)
     fail("internal: {} calibration tokens for {} samples of {}", tokens.size(), samples, seqlen);
-  auto model = std::make_shared<const QuantizedModel>(float_quantized_model(weights));
+  auto model = std::make_shared<const QuantizedModel>(float_quantized_model(weights, parallel_for));
   CudaBackendOptions cuda;
   cuda.device = gpu.device;
   cuda.use_graphs = false;

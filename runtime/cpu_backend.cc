@@ -46,7 +46,7 @@ CpuBackend::CpuBackend(std::shared_ptr<const QuantizedModel> model) : model_(std
 }
 
 CpuBackend::CpuBackend(const ModelWeights& weights)
-    : CpuBackend(std::make_shared<const QuantizedModel>(float_quantized_model(weights))) {}
+    : CpuBackend(std::make_shared<const QuantizedModel>(float_quantized_model(weights, parallel_for))) {}
 
 std::unique_ptr<InferenceState> CpuBackend::new_state(int64_t batch) const {
   if (batch <= 0) fail("batch size must be positive, got {}", batch);
