@@ -30,6 +30,40 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 class SsdStateUpdate : public ::testing::TestWithParam<Case> {};
 
+// A launch over rows laid out [x (heads · P) | B (G · N) | C (G · N) | dt (heads)] of `elem`-byte
+// values from `base`, one row every `stride` values, the head parameters given.
+struct InterleavedShape {
+  int batch, heads, headdim, groups, dstate;
+  bool bf16;
+};
+kernels::SsdStateUpdateArgs interleaved_args(const InterleavedShape& s, const char* base, int64_t stride, int steps,
+                                             const float* dt_bias, const float* A, const float* D, void* state, void* y,
+                                             int64_t y_stride) {
+  const int64_t xw = int64_t(s.heads) * s.headdim, gw = int64_t(s.groups) * s.dstate;
+  const size_t elem = s.bf16 ? 2 : 4;
+  kernels::SsdStateUpdateArgs a;
+  a.batch = s.batch;
+  a.heads = s.heads;
+  a.headdim = s.headdim;
+  a.groups = s.groups;
+  a.dstate = s.dstate;
+  a.steps = steps;
+  a.io_type = s.bf16 ? kernels::ElementType::kBF16 : kernels::ElementType::kF32;
+  a.x = base;
+  a.B = base + xw * elem;
+  a.C = base + (xw + gw) * elem;
+  a.dt = base + (xw + 2 * gw) * elem;
+  a.x_stride = a.bc_stride = a.dt_stride = stride;
+  a.dt_bias = dt_bias;
+  a.dt_max = 1e30f;
+  a.A = A;
+  a.D = D;
+  a.state = state;
+  a.y = y;
+  a.y_stride = y_stride;
+  return a;
+}
+
 TEST_P(SsdStateUpdate, MatchesCpuReference) {
   testing::require_device();
   const Case c = GetParam();
@@ -69,28 +103,10 @@ TEST_P(SsdStateUpdate, MatchesCpuReference) {
   for (size_t i = 0; i < inputs.size(); ++i) inputs_bf16[i] = float_to_bf16(inputs[i]);
   testing::DeviceBuffer<uint16_t> d_in_bf16(inputs_bf16), d_y_bf16(std::vector<uint16_t>(y_cpu.size()));
   const char* base = c.bf16 ? reinterpret_cast<const char*>(d_in_bf16.get()) : reinterpret_cast<const char*>(d_in_f32.get());
-  const size_t elem = c.bf16 ? 2 : 4;
-  kernels::SsdStateUpdateArgs args;
-  args.batch = c.batch;
-  args.heads = c.heads;
-  args.headdim = c.headdim;
-  args.groups = c.groups;
-  args.dstate = c.dstate;
-  args.steps = c.steps;
-  args.io_type = c.bf16 ? kernels::ElementType::kBF16 : kernels::ElementType::kF32;
-  args.x = base;
-  args.B = base + xw * elem;
-  args.C = base + (xw + gw) * elem;
-  args.dt = base + (xw + 2 * gw) * elem;
-  args.x_stride = args.bc_stride = args.dt_stride = row;
-  args.dt_bias = c.dt_bias ? d_bias.get() : nullptr;
-  args.dt_min = 0.f;
-  args.dt_max = 1e30f;
-  args.A = d_A.get();
-  args.D = d_D.get();
-  args.state = d_state.get();
-  args.y = c.bf16 ? static_cast<void*>(d_y_bf16.get()) : static_cast<void*>(d_y_f32.get());
-  args.y_stride = xw;
+  kernels::SsdStateUpdateArgs args = interleaved_args(
+      {c.batch, c.heads, c.headdim, c.groups, c.dstate, c.bf16}, base, row, c.steps, c.dt_bias ? d_bias.get() : nullptr,
+      d_A.get(), d_D.get(), d_state.get(),
+      c.bf16 ? static_cast<void*>(d_y_bf16.get()) : static_cast<void*>(d_y_f32.get()), xw);
   args.state_fp16_values = c.fp16_state;
   ASSERT_TRUE(kernels::ssd_state_update_supported(args));
   ASSERT_EQ(kernels::launch_ssd_state_update(args, nullptr), cudaSuccess);
@@ -134,40 +150,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SsdStateUpdate,
                                            Case{12, 40, 36, 4, 64, 130, true, true},
                                            Case{12, 40, 64, 2, 256, 100, false, false, true}),
                          case_name);
-
-// A launch over rows laid out [x (heads · P) | B (G · N) | C (G · N) | dt (heads)] of `elem`-byte
-// values from `base`, one row every `stride` values, the head parameters given.
-struct InterleavedShape {
-  int batch, heads, headdim, groups, dstate;
-  bool bf16;
-};
-kernels::SsdStateUpdateArgs interleaved_args(const InterleavedShape& s, const char* base, int64_t stride, int steps,
-                                             const float* dt_bias, const float* A, const float* D, void* state, void* y,
-                                             int64_t y_stride) {
-  const int64_t xw = int64_t(s.heads) * s.headdim, gw = int64_t(s.groups) * s.dstate;
-  const size_t elem = s.bf16 ? 2 : 4;
-  kernels::SsdStateUpdateArgs a;
-  a.batch = s.batch;
-  a.heads = s.heads;
-  a.headdim = s.headdim;
-  a.groups = s.groups;
-  a.dstate = s.dstate;
-  a.steps = steps;
-  a.io_type = s.bf16 ? kernels::ElementType::kBF16 : kernels::ElementType::kF32;
-  a.x = base;
-  a.B = base + xw * elem;
-  a.C = base + (xw + gw) * elem;
-  a.dt = base + (xw + 2 * gw) * elem;
-  a.x_stride = a.bc_stride = a.dt_stride = stride;
-  a.dt_bias = dt_bias;
-  a.dt_max = 1e30f;
-  a.A = A;
-  a.D = D;
-  a.state = state;
-  a.y = y;
-  a.y_stride = y_stride;
-  return a;
-}
 
 // A long launch (the prefill of the fp32 engine: many tokens, a grid that fills the GPU, taken by
 // the kernel that steps 8 rows a warp) stores the bits that the same tokens give as single-token
