@@ -251,7 +251,8 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_long_
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int n = lane + 32 * i;
-      s[r][i] = r < rows ? dequantize_state_value(a, state[int64_t(r) * a.dstate + n], first_channel + r, n) : 0.f;
+      s[r][i] = r < rows ? dequantize_state_code(state[int64_t(r) * a.dstate + n], state_scale<S>(a, first_channel + r, n))
+                         : 0.f;
     }
 
   const int64_t token0 = static_cast<int64_t>(slice.seq) * a.steps;
@@ -302,7 +303,7 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_long_
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int n = lane + 32 * i;
-      if (r < rows) state[int64_t(r) * a.dstate + n] = store_state_value<S>(a, s[r][i], first_channel + r, n);
+      if (r < rows) state[int64_t(r) * a.dstate + n] = stored_state_value<S>(a, s[r][i], state_scale<S>(a, first_channel + r, n));
     }
 }
 

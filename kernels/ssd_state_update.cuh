@@ -78,22 +78,16 @@ __device__ inline S stored_state_value(const SsdStateUpdateArgs& a, float value,
     return a.state_fp16_values ? round_to_fp16(value) : value;
   }
 }
-// The scale of state value (channel, n): one a channel (inner 1) or one a value.
+// The scale of state value (channel, n) of an int8 state: one a channel (inner 1) or one a value;
+// 0 (unused) for an fp32 state.
+template <typename S>
 __device__ inline float state_scale(const SsdStateUpdateArgs& a, int channel, int n) {
-  const float* scales = state_scale_row(a, channel);
-  return a.state_scale_inner == 1 ? scales[0] : scales[n];
-}
-template <typename S>
-__device__ inline float dequantize_state_value(const SsdStateUpdateArgs& a, S stored, int channel, int n) {
   if constexpr (std::is_same_v<S, int8_t>) {
-    return dequantize_state_code(stored, state_scale(a, channel, n));
+    const float* scales = state_scale_row(a, channel);
+    return a.state_scale_inner == 1 ? scales[0] : scales[n];
   } else {
-    return stored;
+    return 0.f;
   }
-}
-template <typename S>
-__device__ inline S store_state_value(const SsdStateUpdateArgs& a, float value, int channel, int n) {
-  return stored_state_value<S>(a, value, std::is_same_v<S, int8_t> ? state_scale(a, channel, n) : 0.f);
 }
 
 // Fetches into L2 the state rows a warp takes after its first (rows first + kStateUpdateWarps, …
@@ -125,7 +119,7 @@ struct StateRow {
     for (int i = 0; i < kPerLane; ++i) stored[i] = row[lane + 32 * i];
     if constexpr (std::is_same_v<S, int8_t>) {
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i) scale[i] = state_scale(a, slice.head * a.headdim + p, lane + 32 * i);
+      for (int i = 0; i < kPerLane; ++i) scale[i] = state_scale<S>(a, slice.head * a.headdim + p, lane + 32 * i);
     }
   }
 

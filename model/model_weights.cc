@@ -96,4 +96,22 @@ ModelWeights random_weights_threaded(const Mamba2Config& c, uint64_t seed) {
   return w;
 }
 
+ModelWeights copy_weights(const ModelWeights& fp, const ParallelFor& parallel) {
+  ModelWeights w;
+  w.config = fp.config;
+  w.norm_f = fp.norm_f;
+  const int64_t L = static_cast<int64_t>(fp.layers.size());
+  w.layers.resize(L);
+  run_items(parallel, L + 2, [&](int64_t i) {
+    if (i < L) {
+      w.layers[i] = fp.layers[i];
+    } else if (i == L) {
+      w.embedding = fp.embedding;
+    } else {
+      w.lm_head = fp.lm_head;
+    }
+  });
+  return w;
+}
+
 }  // namespace ssdq

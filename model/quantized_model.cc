@@ -184,21 +184,23 @@ QuantizedLayer float_quantized_layer(LayerWeights&& w) {
 }
 
 QuantizedModel float_quantized_model(const ModelWeights& w, const ParallelFor& parallel) {
+  return float_quantized_model(copy_weights(w, parallel));
+}
+
+QuantizedModel float_quantized_model(ModelWeights&& w) {
   QuantizedModel q;
   q.config = w.config;
   const int64_t V = w.config.vocab_size, D = w.config.d_model;
   q.embedding.rows = V;
   q.embedding.cols = D;
-  q.embedding.dense = w.embedding;
-  q.norm_f = w.norm_f;
+  q.embedding.dense = std::move(w.embedding);
+  q.norm_f = std::move(w.norm_f);
   if (!w.lm_head.empty()) {
     q.lm_head.rows = V;
     q.lm_head.cols = D;
-    q.lm_head.dense = w.lm_head;
+    q.lm_head.dense = std::move(w.lm_head);
   }
-  const int64_t L = static_cast<int64_t>(w.layers.size());
-  q.layers.resize(L);
-  run_items(parallel, L, [&](int64_t l) { q.layers[l] = float_quantized_layer(w.layers[l]); });
+  for (LayerWeights& layer : w.layers) q.layers.push_back(float_quantized_layer(std::move(layer)));
   return q;
 }
 

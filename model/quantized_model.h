@@ -13,7 +13,6 @@
 #include "formats/config.h"
 #include "model/quantizer.h"
 #include "model/model_weights.h"
-#include "quant/parallel_items.h"
 
 namespace ssdq {
 
@@ -113,10 +112,10 @@ struct QuantizedModel {
 // lm_head when it is a vocab-parallel rank's slice (0: the vocabulary).
 void validate_quantized_model(const QuantizedModel& model, const std::string& label, int64_t head_rows = 0);
 
-// The FP32 model as a QuantizedModel with every format fp32 (runs as the FP reference); its
-// layers copied over `parallel` when set (a 2.7b model's 10.8 GB copied on one thread is bound by
-// the new storage's page faults).
+// The FP32 model as a QuantizedModel with every format fp32 (runs as the FP reference), from a
+// copy made over `parallel` (copy_weights), or with the model's tensors moved in.
 QuantizedModel float_quantized_model(const ModelWeights& weights, const ParallelFor& parallel = {});
+QuantizedModel float_quantized_model(ModelWeights&& weights);
 QuantizedLayer float_quantized_layer(const LayerWeights& layer);
 QuantizedLayer float_quantized_layer(LayerWeights&& layer);  // the same, the layer's tensors moved in
 

@@ -189,30 +189,6 @@ void assign_activation_formats(QuantizedLayer& q, const LayerStats& s, const Rec
     if (o.keeps_float(name)) *act = (act == &q.x_scaled || act == &q.cb) ? ActQuant::float32() : fp16;
 }
 
-namespace {
-
-// A copy of the model, its tensors copied on every core: one thread's copy of 2.7b's 10.8 GB is
-// bound by the page faults of the new storage (~1 GB/s on this repository's machine).
-ModelWeights copy_weights(const ModelWeights& fp) {
-  ModelWeights w;
-  w.config = fp.config;
-  w.norm_f = fp.norm_f;
-  const int64_t L = static_cast<int64_t>(fp.layers.size());
-  w.layers.resize(L);
-  parallel_for(L + 2, [&](int64_t i) {
-    if (i < L) {
-      w.layers[i] = fp.layers[i];
-    } else if (i == L) {
-      w.embedding = fp.embedding;
-    } else {
-      w.lm_head = fp.lm_head;
-    }
-  });
-  return w;
-}
-
-}  // namespace
-
 QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& calib, const ExportOptions& options) {
   const Mamba2Config& c = fp.config;
   const RecipeOptions o = options.recipe.resolved(c.heads_per_group(), c.headdim);
@@ -236,7 +212,7 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
   const auto prepare_start = std::chrono::steady_clock::now();
 
   // Function-preserving transforms (docs/QUANTIZATION.md, "Recipes").
-  ModelWeights w = copy_weights(fp);
+  ModelWeights w = copy_weights(fp, parallel_for);
   std::vector<SortClusterResult> clusters(L);
   std::vector<float> signs;
   if (o.uses_transforms()) {

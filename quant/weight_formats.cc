@@ -34,7 +34,6 @@ WeightMatrix float32_weight(const std::vector<float>& w, int64_t rows, int64_t c
 }
 
 WeightMatrix float16_weight(const std::vector<float>& w, int64_t rows, int64_t cols, const ParallelFor& parallel) {
-  if (static_cast<int64_t>(w.size()) != rows * cols) fail("internal: weight of {} values for [{}, {}]", w.size(), rows, cols);
   std::vector<float> rounded(w.size());
   constexpr int64_t kBlock = int64_t{1} << 20;  // values an item: the embedding of 2.7b is ~120 items
   run_items(parallel, (static_cast<int64_t>(w.size()) + kBlock - 1) / kBlock, [&](int64_t b) {

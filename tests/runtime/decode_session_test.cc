@@ -184,7 +184,9 @@ TEST(DecodeSession, VerifyStopsWhereTheCallerSays) {
       }
       if (round == 0) {
         EXPECT_THROW(session.accept({3, 1}), Error);
-        if (mode == VerifyMode::kExact) EXPECT_THROW(session.accept({2, 0}), Error);
+        if (mode == VerifyMode::kExact) {
+          EXPECT_THROW(session.accept({2, 0}), Error);
+        }
       }
       session.accept(counts);
       for (int64_t b = 0; b < B; ++b) kept[b].insert(kept[b].end(), tokens.begin() + b * K, tokens.begin() + b * K + counts[b]);
