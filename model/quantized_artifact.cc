@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 #include "formats/artifact.h"
@@ -49,6 +50,7 @@ constexpr PointRef kPoints[] = {
 
 class Writer {
  public:
+  explicit Writer(ParallelFor parallel = {}) : parallel_(std::move(parallel)) {}
   void floats(const std::string& name, const std::vector<float>& v, Shape shape) {
     tensors[name] = Tensor::from_f32(std::move(shape), v);
   }
@@ -58,9 +60,16 @@ class Writer {
         floats(name, w.dense, {w.rows, w.cols});
         return;
       case WeightMatrix::Kind::kFloat16: {
-        std::vector<uint16_t> half(w.dense.size());
-        for (size_t i = 0; i < half.size(); ++i) half[i] = float_to_half(w.dense[i]);
-        tensors[name] = tensor_of(DType::F16, {w.rows, w.cols}, half.data(), half.size());
+        // Straight into the tensor's bytes, in blocks over `parallel_` (an embedding of 1e9 values).
+        std::vector<uint8_t> bytes(w.dense.size() * 2);
+        const int64_t count = static_cast<int64_t>(w.dense.size()), blocks = (count + kBlock - 1) / kBlock;
+        run_items(parallel_, blocks, [&](int64_t b) {
+          for (int64_t i = b * kBlock; i < std::min(count, (b + 1) * kBlock); ++i) {
+            const uint16_t h = float_to_half(w.dense[i]);
+            std::memcpy(bytes.data() + 2 * i, &h, 2);
+          }
+        });
+        tensors[name] = Tensor::own(DType::F16, {w.rows, w.cols}, std::move(bytes));
         return;
       }
       case WeightMatrix::Kind::kQuantized: {
@@ -87,6 +96,10 @@ class Writer {
     return format_name(a.format);
   }
   TensorMap tensors;
+
+ private:
+  static constexpr int64_t kBlock = int64_t{1} << 20;
+  ParallelFor parallel_;
 };
 
 class Reader {
@@ -176,34 +189,44 @@ std::string tokenizer_metadata(const std::string& bytes, const std::string& sha2
   return json{{"sha256", sha256}, {"json", bytes}}.dump();
 }
 
-void write_quantized_artifact(const std::string& path, const QuantizedModel& model, const ArtifactDescription& d) {
+void write_quantized_artifact(const std::string& path, const QuantizedModel& model, const ArtifactDescription& d,
+                              const ParallelFor& parallel) {
   validate_quantized_model(model, path);
-  Writer w;
+  Writer w(parallel);
   w.weight("embedding", model.embedding);
   w.floats("norm_f", model.norm_f, {model.config.d_model});
   if (!model.lm_head.empty()) w.weight("lm_head", model.lm_head);
   const Mamba2Config& c = model.config;
-  json layers = json::array();
-  for (size_t l = 0; l < model.layers.size(); ++l) {
+  // The layers' tensors (int4 packing, copies) made a layer an item, then gathered in layer order.
+  const int64_t L = static_cast<int64_t>(model.layers.size());
+  std::vector<Writer> layer_writers(L);
+  std::vector<json> entries(L);
+  run_items(parallel, L, [&](int64_t l) {
+    Writer& lw = layer_writers[l];
     const QuantizedLayer& q = model.layers[l];
     const std::string p = fmt::format("layers.{}.", l);
-    w.floats(p + "norm", q.norm, {c.d_model});
-    w.weight(p + "in_proj", q.in_proj);
-    w.floats(p + "conv_weight", q.conv_weight, {c.conv_dim(), c.d_conv});
-    w.floats(p + "conv_bias", q.conv_bias, {c.conv_dim()});
-    w.floats(p + "dt_bias", q.dt_bias, {c.nheads()});
-    w.floats(p + "A", q.A, {c.nheads()});
-    w.floats(p + "D", q.D, {c.nheads()});
-    w.floats(p + "gated_norm", q.gated_norm, {c.d_inner()});
-    w.weight(p + "out_proj", q.out_proj);
-    if (!q.out_bias.empty()) w.floats(p + "out_bias", q.out_bias, {c.d_model});
+    lw.floats(p + "norm", q.norm, {c.d_model});
+    lw.weight(p + "in_proj", q.in_proj);
+    lw.floats(p + "conv_weight", q.conv_weight, {c.conv_dim(), c.d_conv});
+    lw.floats(p + "conv_bias", q.conv_bias, {c.conv_dim()});
+    lw.floats(p + "dt_bias", q.dt_bias, {c.nheads()});
+    lw.floats(p + "A", q.A, {c.nheads()});
+    lw.floats(p + "D", q.D, {c.nheads()});
+    lw.floats(p + "gated_norm", q.gated_norm, {c.d_inner()});
+    lw.weight(p + "out_proj", q.out_proj);
+    if (!q.out_bias.empty()) lw.floats(p + "out_bias", q.out_bias, {c.d_model});
     json points = json::object();
-    for (const PointRef& point : kPoints) points[point.name] = w.act(p + "act." + point.name, q.*point.member);
+    for (const PointRef& point : kPoints) points[point.name] = lw.act(p + "act." + point.name, q.*point.member);
     json entry = {{"ssd_mode", q.ssd_mode == SsdMode::kSsdi8 ? "ssdi8" : "float"},
                   {"online_hadamard", q.online_hadamard},
                   {"points", points}};
     if (q.hadamard_blocks != 1) entry["hadamard_blocks"] = q.hadamard_blocks;
-    layers.push_back(std::move(entry));
+    entries[l] = std::move(entry);
+  });
+  json layers = json::array();
+  for (int64_t l = 0; l < L; ++l) {
+    w.tensors.merge(layer_writers[l].tensors);
+    layers.push_back(std::move(entries[l]));
   }
   // Block-diagonal rotations are new in format 2.0: a file with them is 2.0, so that an older reader
   // (which would rotate over all channels) refuses it; a file without them stays 1.0.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "model/quantized_model.h"
+#include "quant/parallel_items.h"
 
 namespace ssdq {
 
@@ -17,8 +18,10 @@ struct ArtifactDescription {
   std::string tokenizer;    // {"sha256": ..., "json": <tokenizer.json text>} or {"sha256", "sentencepiece_base64"}
 };
 
-// Atomic: on any failure nothing is left at `path`.
-void write_quantized_artifact(const std::string& path, const QuantizedModel& model, const ArtifactDescription& description);
+// Atomic: on any failure nothing is left at `path`. `parallel` runs the tensors' conversions
+// (fp16 rounding, int4 packing) a layer or block an item; the file is the same either way.
+void write_quantized_artifact(const std::string& path, const QuantizedModel& model, const ArtifactDescription& description,
+                              const ParallelFor& parallel = {});
 
 struct LoadedArtifact {
   std::shared_ptr<const QuantizedModel> model;

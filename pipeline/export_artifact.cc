@@ -14,6 +14,7 @@
 #include "formats/file_io.h"
 #include "model/model_loader.h"
 #include "model/quantized_artifact.h"
+#include "runtime/parallel.h"
 
 namespace ssdq {
 
@@ -89,14 +90,24 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
   // the export waits for a write only when the next one is due, or before the artifact. A failed
   // write fails the export there; an export that fails first still waits for the write (the
   // future's destructor), so the partial file is never left half written by this process.
+  // The writes share one copy of the finished part, which each write extends by the layers finished
+  // since the last (the embedding, gigabytes for an 8B model, is copied once, not once a write).
   std::future<void> checkpoint;
+  auto done = std::make_shared<QuantizedModel>();
   auto last_write = std::chrono::steady_clock::now();
   resolved.on_layer_done = [&](const QuantizedModel& so_far) {
+    if (options.on_layer_done) options.on_layer_done(so_far);
     if (static_cast<int64_t>(so_far.layers.size()) >= c.n_layer) return;  // the artifact itself comes next
     const auto now = std::chrono::steady_clock::now();
     if (std::chrono::duration<double>(now - last_write).count() < request.checkpoint_seconds) return;
-    if (checkpoint.valid()) checkpoint.get();  // rethrows the last write's error
-    auto done = std::make_shared<QuantizedModel>(so_far);
+    if (checkpoint.valid()) checkpoint.get();  // rethrows the last write's error; `done` is ours again
+    if (done->layers.empty()) {
+      done->config = so_far.config;
+      done->embedding = so_far.embedding;
+      done->lm_head = so_far.lm_head;
+      done->norm_f = so_far.norm_f;
+    }
+    done->layers.insert(done->layers.end(), so_far.layers.begin() + done->layers.size(), so_far.layers.end());
     done->config.n_layer = static_cast<int64_t>(done->layers.size());
     checkpoint = std::async(std::launch::async,
                             [done, &partial, &description] { write_quantized_artifact(partial, *done, description); });
@@ -112,7 +123,7 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
   }
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const auto write_start = std::chrono::steady_clock::now();
-  write_quantized_artifact(request.out_path, quantized, description);
+  write_quantized_artifact(request.out_path, quantized, description, parallel_for);
   summary.write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - write_start).count();
   std::remove(partial.c_str());
   struct stat st {};

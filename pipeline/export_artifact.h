@@ -45,7 +45,8 @@ std::string partial_export_path(const std::string& out_path);
 // same inputs (model, calibration file, recipe and options, tokenizer) finding that file resumes
 // after its last layer, with the result of an uninterrupted run. The file is rewritten at most
 // every request.checkpoint_seconds. A partial file of other inputs is
-// replaced. `note` hears what was resumed or ignored, before the work starts.
+// replaced. `note` hears what was resumed or ignored, before the work starts. options.on_layer_done,
+// when set, hears each finished layer before the partial file's write.
 ExportSummary export_artifact(const ExportRequest& request, const ExportOptions& options,
                               const std::function<void(const std::string&)>& note = {});
 

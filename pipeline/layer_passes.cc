@@ -40,7 +40,7 @@ class CpuLayerPasses : public LayerPasses {
     });
   }
 
-  void observe_layer(const std::string& stage, int64_t l, const QuantizedLayer& layer, bool internals,
+  void observe_layer(const std::string& stage, int64_t l, QuantizedLayer& layer, bool internals,
                      CalibrationStats& stats, InputGram* in_gram) override {
     run(
         stage,
@@ -57,7 +57,7 @@ class CpuLayerPasses : public LayerPasses {
         });
   }
 
-  void observe_out_proj_input(const std::string& stage, int64_t l, const QuantizedLayer& layer,
+  void observe_out_proj_input(const std::string& stage, int64_t l, QuantizedLayer& layer,
                               InputGram& gram) override {
     run(
         stage,
@@ -70,7 +70,7 @@ class CpuLayerPasses : public LayerPasses {
         [&](PassSlot& slot) { gram.merge(*slot.out_proj_gram); });
   }
 
-  void advance(const std::string& stage, int64_t l, const QuantizedLayer& layer, ChannelStats* output) override {
+  void advance(const std::string& stage, int64_t l, QuantizedLayer& layer, ChannelStats* output) override {
     run(
         stage,
         [&] {

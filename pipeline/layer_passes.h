@@ -22,21 +22,23 @@ namespace ssdq {
 // Told after each sample (or batch of samples) of a pass; `stage` names the layer and pass.
 using PassProgress = std::function<void(const std::string& stage, int64_t done, int64_t total)>;
 
+// Each pass borrows `layer` for the call (a GPU's moves it into the engine's one-layer model rather
+// than copying a layer's fp32 projections, gigabytes at 8B) and gives it back unchanged.
 class LayerPasses {
  public:
   virtual ~LayerPasses() = default;
   // Pass A: layer l (in fp32) over every stream, the streams left as they are: the statistics of
   // its points into stats.layers[l] (SSDi8's internals with `internals`), and, when `in_gram` is
   // given, in_proj's input Gram (of the layer's dimension d_model, empty) summed into it.
-  virtual void observe_layer(const std::string& stage, int64_t l, const QuantizedLayer& layer, bool internals,
+  virtual void observe_layer(const std::string& stage, int64_t l, QuantizedLayer& layer, bool internals,
                              CalibrationStats& stats, InputGram* in_gram) = 0;
   // Pass B: out_proj's input Gram (d_inner, empty) of the layer with its in_proj and activations
   // quantized, the streams left as they are.
-  virtual void observe_out_proj_input(const std::string& stage, int64_t l, const QuantizedLayer& layer,
+  virtual void observe_out_proj_input(const std::string& stage, int64_t l, QuantizedLayer& layer,
                                       InputGram& gram) = 0;
   // Pass C: the streams advanced through the layer (which has no out_proj bias); with `output`
   // (d_model channels, sums tracked), out_proj's output folded into it.
-  virtual void advance(const std::string& stage, int64_t l, const QuantizedLayer& layer, ChannelStats* output) = 0;
+  virtual void advance(const std::string& stage, int64_t l, QuantizedLayer& layer, ChannelStats* output) = 0;
   // bias[i] added to every row of every stream (SSDi8's mean correction); nothing for an empty one.
   virtual void add_bias(const std::vector<float>& bias) = 0;
   // Seconds the passes so far spent preparing to run (a GPU's: making each pass's engine).

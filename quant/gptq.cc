@@ -150,7 +150,8 @@ PreparedGptq prepare_gptq(const float* weight, int64_t rows, int64_t cols, std::
       for (int64_t r = slice * kGptqSliceRows; r < std::min(rows, (slice + 1) * kGptqSliceRows); ++r) body(r);
     });
   };
-  PreparedGptq p{std::move(hessian), std::vector<float>(weight, weight + rows * cols), std::vector<int64_t>(cols)};
+  PreparedGptq p{std::move(hessian), std::vector<float>(rows * cols), std::vector<int64_t>(cols)};
+  over_rows([&](int64_t r) { std::copy_n(weight + r * cols, cols, p.w.data() + r * cols); });
   std::vector<int64_t> dead;
   for (int64_t j = 0; j < cols; ++j)
     if (p.h[j * cols + j] == 0) {
@@ -238,9 +239,18 @@ void row_pass_elsewhere(PreparedGptq& p, const float* u, int64_t rows, int64_t c
 QuantizedMatrix gptq_quantize(const float* weight, int64_t rows, int64_t cols, std::vector<double> hessian,
                               const GptqOptions& o) {
   check_options(o, rows, cols, hessian.size());
-  check_finite(weight, rows, cols, "gptq weight");
-  for (size_t i = 0; i < hessian.size(); ++i)
-    if (!std::isfinite(hessian[i])) fail("gptq: Hessian entry ({}, {}) is {}", i / cols, i % cols, hessian[i]);
+  // The checks a slice of rows an item (gigabytes at 8B); a failing slice's error is raised.
+  run_items(o.parallel_for, (rows + kGptqSliceRows - 1) / kGptqSliceRows, [&](int64_t slice) {
+    for (int64_t r = slice * kGptqSliceRows; r < std::min(rows, (slice + 1) * kGptqSliceRows); ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        if (!std::isfinite(weight[r * cols + c]))
+          fail("quantize: gptq weight has a non-finite value {} at row {}, column {}", weight[r * cols + c], r, c);
+  });
+  run_items(o.parallel_for, (cols + kGptqSliceRows - 1) / kGptqSliceRows, [&](int64_t slice) {
+    const size_t end = static_cast<size_t>(std::min(cols, (slice + 1) * kGptqSliceRows) * cols);
+    for (size_t i = static_cast<size_t>(slice * kGptqSliceRows * cols); i < end; ++i)
+      if (!std::isfinite(hessian[i])) fail("gptq: Hessian entry ({}, {}) is {}", i / cols, i % cols, hessian[i]);
+  });
 
   const bool grouped = o.group_size > 0 && o.group_size < cols;
   const int64_t group_size = grouped ? o.group_size : cols;

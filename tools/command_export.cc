@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 
 #include "pipeline/cuda_calibrate.h"
@@ -57,7 +58,18 @@ void run_export(ExportFlags& flags) {
 
   std::unique_ptr<ProgressBar> progress;
   std::string current_stage;
+  // Each layer's line (below) counts from its first pass's first progress; the first layer's from the
+  // first progress at all, after loading and placing the samples.
+  ExportTimes layer_start_times;
+  auto layer_start = std::chrono::steady_clock::now();
+  bool layers_started = false;
+  ExportTimes times;
   flags.options.on_progress = [&](const std::string& stage, int64_t done, int64_t total) {
+    if (!layers_started) {
+      layers_started = true;
+      layer_start = std::chrono::steady_clock::now();
+      layer_start_times = times;
+    }
     if (stage != current_stage) {
       if (progress) progress->finish();
       progress = std::make_unique<ProgressBar>(stage, total, "samples", !flags.quiet);
@@ -66,8 +78,28 @@ void run_export(ExportFlags& flags) {
     progress->update(done);
   };
   size_t device_bytes = 0, gptq_bytes = 0;  // the passes' peak; GPTQ's buffers, held beside the samples' streams
-  ExportTimes times;
   flags.options.times = &times;
+  // A line a layer with where its time went, so a long export shows its per-layer cost as it runs.
+  flags.options.on_layer_done = [&](const QuantizedModel& so_far) {
+    if (flags.quiet) return;
+    if (progress) progress->finish();
+    progress.reset();
+    current_stage.clear();
+    const auto now = std::chrono::steady_clock::now();
+    const double wall = std::chrono::duration<double>(now - layer_start).count();
+    const ExportTimes& a = layer_start_times;
+    const double passes = times.passes() - a.passes(), hessians = times.hessians - a.hessians,
+                 weights = times.weights - a.weights;
+    fmt::print("layer {}/{} in {:.2f} s: passes {:.2f} s (A {:.2f}, B {:.2f}, C {:.2f}), Hessians {:.2f} s, quantizing "
+               "{:.2f} s (GPTQ's factor {:.2f} s, row pass {:.2f} s), the rest {:.2f} s\n",
+               so_far.layers.size(), so_far.config.n_layer, wall, passes, times.observe - a.observe,
+               times.out_proj_gram - a.out_proj_gram, times.advance - a.advance, hessians, weights,
+               times.gptq_factor - a.gptq_factor, times.gptq_rows - a.gptq_rows,
+               std::max(0.0, wall - passes - hessians - weights));
+    std::fflush(stdout);
+    layer_start_times = times;
+    layer_start = now;
+  };
   if (device.cuda) {
     select_cuda_device(device.index);  // an absent or too old device is refused before any work
     // The layer passes, and the FP forward of a subset of the samples, on one device.

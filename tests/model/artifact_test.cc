@@ -295,7 +295,11 @@ TEST(Artifact, InterruptedExportResumesWithTheSameBytes) {
   std::remove(partial_export_path(out).c_str());
   std::vector<std::string> notes;
   const auto keep = [&](const std::string& note) { notes.push_back(note); };
-  export_artifact({kTinyModel, calib_path, "", whole}, options, keep);
+  ExportOptions heard = options;  // the caller hears each finished layer, the model so far
+  size_t layers_heard = 0;
+  heard.on_layer_done = [&](const QuantizedModel& so_far) { EXPECT_EQ(so_far.layers.size(), ++layers_heard); };
+  export_artifact({kTinyModel, calib_path, "", whole}, heard, keep);
+  EXPECT_EQ(layers_heard, 4u);
   EXPECT_TRUE(notes.empty());
   EXPECT_FALSE(file_exists(partial_export_path(whole)));
 
