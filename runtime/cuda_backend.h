@@ -103,7 +103,8 @@ class CudaBackend : public Backend {
   // An artifact's layer `layer` alone over `batch` sequences of `length` tokens, each from a zero
   // state: the residual rows at `in` (device, fp32 [batch · length, d_model]) go through the block,
   // and the residual after it (out_proj's output and bias added) is written to `out` (device; may
-  // be `in`; null: not kept). The observer, if any, watches it. Returns when the device is done.
+  // be `in`; null: not kept, and out_proj itself not run unless the observer watches its output).
+  // The observer, if any, watches it. Returns when the device is done.
   // The export's layer-by-layer passes run this (pipeline/cuda_layer_passes.h).
   void forward_layer(int64_t layer, const float* in, float* out, int64_t batch, int64_t length) const;
 

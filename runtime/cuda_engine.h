@@ -421,8 +421,10 @@ struct CudaBackend::Impl : CudaEngineCore {
 
   // `ssd_tables`: the SSDi8 scan's ChunkCumsum, run on the second stream right after dt is written.
   void enqueue_split_in_proj(const DeviceLayer& d, int64_t m, const kernels::Ssdi8ChunkScanArgs* ssd_tables) const;
+  // `stop_at_out_proj`: the layer up to out_proj's input (formatted and observed), without out_proj
+  // itself or the residual's update (forward_layer when nothing reads its output).
   void enqueue_layer(const DeviceLayer& d, const LayerPlan& p, int64_t batch, int64_t length,
-                     CudaState& state, int64_t l, const DeviceLayer* previous) const;
+                     CudaState& state, int64_t l, const DeviceLayer* previous, bool stop_at_out_proj = false) const;
 
   // The gated RMSNorm of y by silu(z), written as out_proj reads it (LayerPlan::GatedOut): an
   // artifact's through kernels/hadamard_quant (with the online rotation, if any), the FP model's

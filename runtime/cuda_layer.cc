@@ -232,7 +232,7 @@ void CudaBackend::Impl::enqueue_split_in_proj(const DeviceLayer& d, int64_t m, c
 }
 
 void CudaBackend::Impl::enqueue_layer(const DeviceLayer& d, const LayerPlan& p, int64_t batch, int64_t length,
-                   CudaState& state, int64_t l, const DeviceLayer* previous) const {
+                   CudaState& state, int64_t l, const DeviceLayer* previous, bool stop_at_out_proj) const {
   const Mamba2Config& c = config;
   const int64_t M = batch * length, D = c.d_model, E = c.d_inner(), in_dim = c.d_in_proj(), conv_dim = c.conv_dim();
   const int64_t H = c.nheads(), P = c.headdim, G = c.ngroups, N = c.d_state, GN = G * N;
@@ -324,6 +324,7 @@ void CudaBackend::Impl::enqueue_layer(const DeviceLayer& d, const LayerPlan& p, 
   observe(l, ActivationPoint::kSsdY, work.y, M, E, E);
   enqueue_gated_norm(d, p, M, l);
   if (p.gated_out == LayerPlan::GatedOut::kFp32ThenFormat) observe(l, ActivationPoint::kOutProjIn, work.gated, M, E, E);
+  if (stop_at_out_proj) return;
   kernels::L2Prefetch next_weights[kernels::kL2PrefetchRanges];
   if (p.prefetch_next_in_proj) next_in_proj_prefetch(layers[l + 1], next_weights);
   const float* bias = d.out_bias.bytes() ? d.out_bias.at<float>(0) : nullptr;

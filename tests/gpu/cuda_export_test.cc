@@ -305,8 +305,9 @@ void expect_same_maxima(const CalibrationStats& gpu, const CalibrationStats& cpu
     const ChannelStats& c = cpu.layers[l].points[p];
     ASSERT_EQ(g.channels(), c.channels()) << stat_point_name(static_cast<StatPoint>(p));
     EXPECT_EQ(g.rows(), c.rows()) << stat_point_name(static_cast<StatPoint>(p));
-    if (c.channels() > 0)
+    if (c.channels() > 0) {
       EXPECT_LE(relative_difference(g.absmax(), c.absmax()), tolerance) << stat_point_name(static_cast<StatPoint>(p));
+    }
   }
 }
 

@@ -98,16 +98,19 @@ void expect_verify_accept_is_plain_decode(const Backend& backend, const std::str
     std::vector<int64_t> rows;
     for (int64_t b = 0; b < B; ++b)
       if (counts[b] == n) rows.push_back(b);
-    if (tolerance == 0)
-      for (int64_t b : rows)
+    if (tolerance == 0) {
+      for (int64_t b : rows) {
         EXPECT_EQ(accepted[b], row_bytes(plain.state(), b)) << name << ": state after accept(" << n << ")";
+      }
+    }
     plain.step(next.data(), logits.data());
     for (int64_t b : rows) {
-      if (tolerance == 0)
+      if (tolerance == 0) {
         EXPECT_EQ(std::memcmp(&logits[b * V], &after[b * V], V * 4), 0) << name << ": sequence " << b << ", next step";
-      else
+      } else {
         EXPECT_LE(relative_difference(&after[b * V], &logits[b * V], V), tolerance)
             << name << ": sequence " << b << ", next step after accept(" << n << ")";
+      }
     }
   }
 }

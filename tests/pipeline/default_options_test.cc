@@ -158,9 +158,11 @@ TEST(AutoMixedPrecision, ChoosesTheLayersWhoseFp16ActivationsHelpMost) {
   for (const LayerSensitivity& s : seen.layers) {
     EXPECT_GT(s.kl, 0);
     const bool chosen = std::count(seen.w4a16_layers.begin(), seen.w4a16_layers.end(), s.layer) > 0;
-    for (const LayerSensitivity& other : seen.layers)
-      if (chosen && !std::count(seen.w4a16_layers.begin(), seen.w4a16_layers.end(), other.layer))
+    for (const LayerSensitivity& other : seen.layers) {
+      if (chosen && !std::count(seen.w4a16_layers.begin(), seen.w4a16_layers.end(), other.layer)) {
         EXPECT_LE(s.kl, other.kl) << "layer " << s.layer << " chosen over " << other.layer;
+      }
+    }
   }
   const QuantizedModel m = quantize_model(w, calib, resolved);
   for (int64_t l = 0; l < c.n_layer; ++l) {
