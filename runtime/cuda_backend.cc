@@ -122,7 +122,8 @@ void CudaBackend::forward_layer(int64_t layer, const float* in, float* out, int6
   cuda_ok(cudaMemcpyAsync(m.work.residual, in, M * D * 4, cudaMemcpyDeviceToDevice, m.stream), "forward_layer input");
   const DeviceLayer& d = m.layers[layer];
   // Without `out` and without an observer of out_proj's output, nothing reads what out_proj makes
-  // (the export's passes A and B): the layer stops at out_proj's input.
+  // (the export's pass B; pass A's statistics include out_proj's output): the layer stops at
+  // out_proj's input.
   const bool output_read = out || (m.options.observer && m.options.observer->watches(ActivationPoint::kOutProjOut));
   m.enqueue_layer(d, p, batch, length, state, layer, nullptr, /*stop_at_out_proj=*/!output_read);
   if (output_read && !p.out_proj.residual_add && p.all_reduce.empty()) {

@@ -134,9 +134,9 @@ int64_t DecodeSession::step_tokens(InferenceState& rows, const int32_t* tokens, 
                                    bool keep_states, const VerifyContinues& continues) {
   const int64_t V = backend_.config().vocab_size;
   column_.resize(batch_);
-  // One row's logits of position k are already in place at logits + k·V; several rows' are
-  // [batch, V] a step, staged and spread to [batch, K, V] (a copy of V floats a row, which at one
-  // row would cost ~6 % of a small model's CUDA step).
+  // One row's logits of position k go straight to logits + k·V; several rows' are [batch, V] a
+  // step, staged and spread to [batch, K, V] (a copy of V floats a row: ~20 µs at V = 50,288,
+  // against a 0.33 ms CUDA step of the bundled model).
   const bool staged = logits && batch_ > 1;
   if (staged) step_logits_.resize(batch_ * V);
   std::vector<int64_t> settled;
