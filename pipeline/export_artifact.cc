@@ -121,6 +121,7 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
     checkpoint.get();
     summary.checkpoint_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
   }
+  done.reset();  // the partial file's copy is not needed while the artifact is written
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const auto write_start = std::chrono::steady_clock::now();
   write_quantized_artifact(request.out_path, quantized, description, parallel_for);
