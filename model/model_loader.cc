@@ -68,7 +68,7 @@ LoadedModel load_model(const std::string& model_dir) {
   model.dir = model_dir;
   if (model_dir.rfind(kSyntheticPrefix, 0) == 0) {
     model.weights_path = model_dir;
-    model.weights = std::make_shared<const ModelWeights>(
+    model.weights = std::make_shared<ModelWeights>(
         random_weights_threaded(synthetic_config(model_dir.substr(sizeof(kSyntheticPrefix) - 1)), 0));
     Sha256 hash;
     hash.update(model_dir.data(), model_dir.size());
@@ -77,7 +77,7 @@ LoadedModel load_model(const std::string& model_dir) {
   }
   Checkpoint checkpoint = load_checkpoint(model_dir);
   model.weights_path = checkpoint.weights_path;
-  model.weights = std::make_shared<const ModelWeights>(load_fp32_weights(checkpoint));
+  model.weights = std::make_shared<ModelWeights>(load_fp32_weights(checkpoint));
   model.weights_sha256 = file_sha256_hex(model.weights_path);
   return model;
 }

@@ -25,7 +25,8 @@ TokenizerSource find_tokenizer(const std::string& model_dir, const std::string& 
 
 struct LoadedModel {
   std::string dir, weights_path;
-  std::shared_ptr<const ModelWeights> weights;
+  // The loader's own model: a caller that is its last user may move the tensors out (export does).
+  std::shared_ptr<ModelWeights> weights;
   std::string weights_sha256;  // of the weights file; of the name for a synthetic model
 };
 

@@ -23,7 +23,7 @@ std::string partial_export_path(const std::string& out_path) { return out_path +
 ExportSummary export_artifact(const ExportRequest& request, const ExportOptions& options,
                               const std::function<void(const std::string&)>& note) {
   const auto load_start = std::chrono::steady_clock::now();
-  const LoadedModel model = load_model(request.model_dir);
+  LoadedModel model = load_model(request.model_dir);
   const CalibrationFile calib = read_calibration_file(request.calibration_path);
   const std::string& weights_hash = model.weights_sha256;
   if (weights_hash != calib.provenance.weights_sha256)
@@ -57,7 +57,7 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
   if (!request.forward.empty()) calibration["export_forward"] = request.forward;
   for (const DataFileRecord& f : calib.provenance.data_files)
     calibration["provenance"]["data_files"].push_back({{"path", f.path}, {"sha256", f.sha256}, {"bytes", f.bytes}});
-  const Mamba2Config& c = model.weights->config;
+  const Mamba2Config c = model.weights->config;
   RecipeOptions recorded = resolved.recipe.resolved(c.heads_per_group(), c.headdim);
   recorded.auto_w4a16_layers = options.recipe.auto_w4a16_layers;  // the layers above were chosen by measurement
   const ArtifactDescription description{recorded.to_json(), calibration.dump(),
@@ -115,7 +115,11 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
     summary.checkpoint_seconds += std::chrono::duration<double>(last_write - now).count();
   };
 
-  const QuantizedModel quantized = quantize_model(*model.weights, calib, resolved);
+  // The loaded model is not needed after this: the export transforms its tensors in place.
+  const QuantizedModel quantized = model.weights.use_count() == 1
+                                       ? quantize_model(std::move(*model.weights), calib, resolved)
+                                       : quantize_model(*model.weights, calib, resolved);
+  model.weights.reset();
   if (checkpoint.valid()) {
     const auto wait_start = std::chrono::steady_clock::now();
     checkpoint.get();

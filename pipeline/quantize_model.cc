@@ -190,7 +190,15 @@ void assign_activation_formats(QuantizedLayer& q, const LayerStats& s, const Rec
 }
 
 QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& calib, const ExportOptions& options) {
-  const Mamba2Config& c = fp.config;
+  const auto start = std::chrono::steady_clock::now();
+  ModelWeights copy = copy_weights(fp, parallel_for);
+  if (options.times)
+    options.times->prepare += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return quantize_model(std::move(copy), calib, options);
+}
+
+QuantizedModel quantize_model(ModelWeights&& fp, const CalibrationFile& calib, const ExportOptions& options) {
+  const Mamba2Config c = fp.config;
   const RecipeOptions o = options.recipe.resolved(c.heads_per_group(), c.headdim);
   if (o.auto_w4a16_layers != 0)
     fail("internal: --w4a16-layers auto:K is resolved by choose_w4a16_layers before quantize_model");
@@ -209,10 +217,27 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
     if (options.times)
       options.times->*part += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  const auto prepare_start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> tokens(calib.tokens.begin(), calib.tokens.begin() + S * T);
+  const bool internals = o.recipe == RecipeName::kQuamba2 || o.recipe == RecipeName::kSsdi8;
+  const double eta = o.mean_correction_eta();
+  // μ_fp over the same samples as μ_q: the calibration file's means cover all of its samples, so a
+  // subset (--calib-samples) gets its own FP forward.
+  std::vector<std::vector<float>> fp_means(L);
+  if (eta > 0) {
+    const bool subset = S < calib.provenance.samples;
+    CalibrationStats subset_stats;
+    if (subset) {
+      CollectOptions collect;
+      collect.ssd_internals = false;
+      subset_stats = (options.collect ? options.collect : collect_statistics)(fp, tokens, S, T, collect);
+    }
+    for (int64_t l = 0; l < L; ++l)
+      fp_means[l] = (subset ? subset_stats : calib.stats).layers[l].at(StatPoint::kOutProjOut).mean();
+  }
 
-  // Function-preserving transforms (docs/QUANTIZATION.md, "Recipes").
-  ModelWeights w = copy_weights(fp, parallel_for);
+  // Function-preserving transforms (docs/QUANTIZATION.md, "Recipes"), in the export's own model.
+  const auto prepare_start = std::chrono::steady_clock::now();
+  ModelWeights w = std::move(fp);
   std::vector<SortClusterResult> clusters(L);
   std::vector<float> signs;
   if (o.uses_transforms()) {
@@ -267,28 +292,11 @@ QuantizedModel quantize_model(const ModelWeights& fp, const CalibrationFile& cal
   // Sequential passes over the calibration samples' residual streams, each entering the current layer.
   if (options.times)
     options.times->prepare += std::chrono::duration<double>(std::chrono::steady_clock::now() - prepare_start).count();
-  const std::vector<int32_t> tokens(calib.tokens.begin(), calib.tokens.begin() + S * T);
   std::unique_ptr<LayerPasses> passes;
   timed(&ExportTimes::streams, [&] {
     passes = (options.layer_passes ? options.layer_passes : cpu_layer_passes)(c, m.embedding, tokens, S, T,
                                                                               options.on_progress);
   });
-  const bool internals = o.recipe == RecipeName::kQuamba2 || o.recipe == RecipeName::kSsdi8;
-  const double eta = o.mean_correction_eta();
-  // μ_fp over the same samples as μ_q: the calibration file's means cover all of its samples, so a
-  // subset (--calib-samples) gets its own FP forward.
-  std::vector<std::vector<float>> fp_means(L);
-  if (eta > 0) {
-    const bool subset = S < calib.provenance.samples;
-    CalibrationStats subset_stats;
-    if (subset) {
-      CollectOptions collect;
-      collect.ssd_internals = false;
-      subset_stats = (options.collect ? options.collect : collect_statistics)(fp, tokens, S, T, collect);
-    }
-    for (int64_t l = 0; l < L; ++l)
-      fp_means[l] = (subset ? subset_stats : calib.stats).layers[l].at(StatPoint::kOutProjOut).mean();
-  }
   if (static_cast<int64_t>(options.done_layers.size()) >= L)
     fail("internal: resuming an export with {} of {} layers done", options.done_layers.size(), L);
   for (int64_t l = 0; l < L; ++l) {

@@ -74,8 +74,11 @@ struct ExportOptions {
 };
 
 // Fails when the calibration file was made for a different model shape, or on invalid options.
+// The transforms work in a copy of `weights` (made over the cores), or, given the model to keep,
+// in its own tensors (no second fp32 model in host memory: 32 GB at 8B).
 QuantizedModel quantize_model(const ModelWeights& weights, const CalibrationFile& calibration,
                               const ExportOptions& options);
+QuantizedModel quantize_model(ModelWeights&& weights, const CalibrationFile& calibration, const ExportOptions& options);
 
 // A layer's activations all in fp16 (a W4A16 layer of a mixed-precision model: no int8 SSD).
 void use_fp16_activations(QuantizedLayer& layer);
