@@ -163,6 +163,21 @@ TEST(Export, IsTheSameForAnyThreadCount) {
   }
 }
 
+// Given the model to keep, the export transforms its tensors in place and makes the model the copy
+// would: with a calibration subset too, whose FP forward must see the weights before the transforms.
+TEST(Export, InPlaceIsTheSameAsFromACopy) {
+  const ModelWeights w = random_weights(synthetic_config(2), 8);
+  const CalibrationFile calib = calibration_in_memory(w, 3, 64, 5);
+  for (RecipeName recipe : {RecipeName::kQuamba2, RecipeName::kSsdi8}) {
+    ExportOptions o = synthetic_model_options(recipe, BitWidth::kW4A8);
+    o.max_samples = 2;
+    ModelWeights kept = w;
+    const QuantizedModel from_copy = quantize_model(w, calib, o);
+    const QuantizedModel in_place = quantize_model(std::move(kept), calib, o);
+    expect_same_model(from_copy, in_place);
+  }
+}
+
 TEST(Export, RefusesContradictoryOptionsAndOtherModels) {
   const ModelWeights w = random_weights(synthetic_config(2), 8);
   const CalibrationFile calib = calibration_in_memory(w, 1, 40, 5);
