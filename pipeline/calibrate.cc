@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <memory>
+#include <utility>
 
 #include "pipeline/ordered_parallel.h"
 #include "formats/digest.h"
@@ -11,6 +12,7 @@
 #include "formats/token_data.h"
 #include "runtime/cpu_backend.h"
 #include "model/model_loader.h"
+#include "model/quantized_model.h"
 
 namespace ssdq {
 
@@ -31,15 +33,16 @@ std::vector<int32_t> sample_calibration_tokens(const std::vector<std::string>& d
   return tokens;
 }
 
-CalibrationStats collect_statistics(const ModelWeights& weights, const std::vector<int32_t>& tokens, int64_t samples,
+CalibrationStats collect_statistics(ModelWeights weights, const std::vector<int32_t>& tokens, int64_t samples,
                                     int64_t seqlen, const CollectOptions& options) {
   if (samples <= 0 || seqlen <= 1 || static_cast<int64_t>(tokens.size()) != samples * seqlen)
     fail("internal: {} calibration tokens for {} samples of {}", tokens.size(), samples, seqlen);
-  const CpuBackend backend(weights);
-  CalibrationStats total = CalibrationStats::empty_for(weights.config);
+  const Mamba2Config config = weights.config;
+  const CpuBackend backend(std::make_shared<const QuantizedModel>(float_quantized_model(std::move(weights))));
+  CalibrationStats total = CalibrationStats::empty_for(config);
   using Slot = std::unique_ptr<StatsObserver>;
   ordered_parallel_fold<Slot>(
-      samples, [&] { return std::make_unique<StatsObserver>(weights.config, options.ssd_internals); },
+      samples, [&] { return std::make_unique<StatsObserver>(config, options.ssd_internals); },
       [&](int64_t sample, Slot& observer) {
         auto state = backend.new_state(1);
         static_cast<CpuState&>(*state).set_observer(observer.get());
@@ -55,7 +58,7 @@ CalibrationStats collect_statistics(const ModelWeights& weights, const std::vect
 
 CalibrationFile run_calibration(const CalibrationRequest& request, const CollectOptions& options,
                                 const StatisticsCollector& collect, const std::string& forward) {
-  const LoadedModel model = load_model(request.model_dir);
+  LoadedModel model = load_model(request.model_dir);
   const TokenizerSource tokenizer_source =
       find_tokenizer(request.model_dir, request.tokenizer_path, model.weights->config.vocab_size);
   const Tokenizer tokenizer = Tokenizer::from_bytes(tokenizer_source.bytes, tokenizer_source.label);
@@ -77,7 +80,9 @@ CalibrationFile run_calibration(const CalibrationRequest& request, const Collect
     p.data_files.push_back({path, file_sha256_hex(path), static_cast<int64_t>(MappedFile::open(path)->size())});
   file.tokens = sample_calibration_tokens(request.data_files, tokenizer, p.separator, p.samples, p.seqlen, p.seed);
   const auto start = std::chrono::steady_clock::now();
-  file.stats = collect(*model.weights, file.tokens, p.samples, p.seqlen, options);
+  // The loaded model is not needed after this: its tensors become the engine's.
+  file.stats = collect(std::move(*model.weights), file.tokens, p.samples, p.seqlen, options);
+  model.weights.reset();
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return file;
 }

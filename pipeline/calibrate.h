@@ -26,8 +26,10 @@ struct CollectOptions {
 };
 
 // Statistics of the forward of every window (each from a zero state), samples spread over the
-// cores; the result is bit-identical for any thread count. tokens: [samples, seqlen].
-CalibrationStats collect_statistics(const ModelWeights& weights, const std::vector<int32_t>& tokens, int64_t samples,
+// cores; the result is bit-identical for any thread count. tokens: [samples, seqlen]. The
+// collectors take the model's tensors (its fp32 engine is made from them, not from a copy): a
+// caller that keeps its model passes a copy (copy_weights over the cores).
+CalibrationStats collect_statistics(ModelWeights weights, const std::vector<int32_t>& tokens, int64_t samples,
                                     int64_t seqlen, const CollectOptions& options = {});
 
 // `ssdq calibrate`: the whole run from a model folder and data files to the statistics file's
@@ -43,7 +45,7 @@ struct CalibrationRequest {
 // What runs the forwards: collect_statistics (the CPU), or collect_statistics_cuda
 // (pipeline/cuda_calibrate.h) bound to a device.
 // `forward` is recorded in the provenance (CalibrationProvenance::forward).
-using StatisticsCollector = std::function<CalibrationStats(const ModelWeights&, const std::vector<int32_t>& tokens,
+using StatisticsCollector = std::function<CalibrationStats(ModelWeights weights, const std::vector<int32_t>& tokens,
                                                            int64_t samples, int64_t seqlen, const CollectOptions&)>;
 CalibrationFile run_calibration(const CalibrationRequest& request, const CollectOptions& options,
                                 const StatisticsCollector& collect = collect_statistics,

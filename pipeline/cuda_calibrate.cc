@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
 
 #include "formats/error.h"
 #include "model/quantized_model.h"
 #include "pipeline/cuda_stats_observer.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/cuda_resources.h"
-#include "runtime/parallel.h"
 
 namespace ssdq {
 
@@ -16,12 +16,13 @@ std::string CudaCalibration::describe() const {
   return "cuda:" + std::to_string(device) + (tf32_gemms ? " fp32, TF32 GEMMs" : " fp32");
 }
 
-CalibrationStats collect_statistics_cuda(const ModelWeights& weights, const std::vector<int32_t>& tokens,
+CalibrationStats collect_statistics_cuda(ModelWeights weights, const std::vector<int32_t>& tokens,
                                          int64_t samples, int64_t seqlen, const CollectOptions& options,
                                          const CudaCalibration& gpu) {
   if (samples <= 0 || seqlen <= 1 || static_cast<int64_t>(tokens.size()) != samples * seqlen)
     fail("internal: {} calibration tokens for {} samples of {}", tokens.size(), samples, seqlen);
-  auto model = std::make_shared<const QuantizedModel>(float_quantized_model(weights, parallel_for));
+  const Mamba2Config config = weights.config;
+  auto model = std::make_shared<const QuantizedModel>(float_quantized_model(std::move(weights)));
   CudaBackendOptions cuda;
   cuda.device = gpu.device;
   cuda.use_graphs = false;
@@ -29,7 +30,7 @@ CalibrationStats collect_statistics_cuda(const ModelWeights& weights, const std:
   cuda.tf32_gemms = gpu.tf32_gemms;
   // The device is selected (and checked: present, new enough) before the statistics go on it.
   select_cuda_device(gpu.device);
-  CudaStatsObserver observer(weights.config, options.ssd_internals);
+  CudaStatsObserver observer(config, options.ssd_internals);
   cuda.observer = &observer;
   const CudaBackend backend(model, cuda);
   const int64_t batch = std::clamp<int64_t>(kCudaCalibrationRows / seqlen, 1, samples);

@@ -22,7 +22,7 @@ struct CudaCalibration {
   std::function<void(size_t bytes)> on_device_memory;
   std::string describe() const;  // the provenance's "forward": "cuda:0 fp32" or "cuda:0 fp32, TF32 GEMMs"
 };
-CalibrationStats collect_statistics_cuda(const ModelWeights& weights, const std::vector<int32_t>& tokens,
+CalibrationStats collect_statistics_cuda(ModelWeights weights, const std::vector<int32_t>& tokens,
                                          int64_t samples, int64_t seqlen, const CollectOptions& options,
                                          const CudaCalibration& cuda);
 inline constexpr int64_t kCudaCalibrationRows = 32768;

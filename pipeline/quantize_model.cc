@@ -229,7 +229,8 @@ QuantizedModel quantize_model(ModelWeights&& fp, const CalibrationFile& calib, c
     if (subset) {
       CollectOptions collect;
       collect.ssd_internals = false;
-      subset_stats = (options.collect ? options.collect : collect_statistics)(fp, tokens, S, T, collect);
+      subset_stats =
+          (options.collect ? options.collect : collect_statistics)(copy_weights(fp, parallel_for), tokens, S, T, collect);
     }
     for (int64_t l = 0; l < L; ++l)
       fp_means[l] = (subset ? subset_stats : calib.stats).layers[l].at(StatPoint::kOutProjOut).mean();

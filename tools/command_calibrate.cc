@@ -44,8 +44,10 @@ void run_calibrate(CalibrateFlags& flags) {
   size_t device_bytes = 0;
   gpu.on_device_memory = [&](size_t bytes) { device_bytes = bytes; };
   if (device.cuda)
-    collect = [&](const ModelWeights& weights, const std::vector<int32_t>& tokens, int64_t samples, int64_t seqlen,
-                  const CollectOptions& o) { return collect_statistics_cuda(weights, tokens, samples, seqlen, o, gpu); };
+    collect = [&](ModelWeights weights, const std::vector<int32_t>& tokens, int64_t samples, int64_t seqlen,
+                  const CollectOptions& o) {
+      return collect_statistics_cuda(std::move(weights), tokens, samples, seqlen, o, gpu);
+    };
   const CalibrationFile file = run_calibration(flags.request, options, collect, device.cuda ? gpu.describe() : "cpu fp32");
   progress.finish();
   write_calibration_file(flags.out, file);

@@ -114,9 +114,9 @@ void run_export(ExportFlags& flags) {
           times.gptq_rows += call.row_pass_seconds;
           gptq_bytes = std::max(gptq_bytes, call.buffer_bytes);
         });
-    flags.options.collect = [gpu](const ModelWeights& weights, const std::vector<int32_t>& tokens, int64_t samples,
+    flags.options.collect = [gpu](ModelWeights weights, const std::vector<int32_t>& tokens, int64_t samples,
                                   int64_t seqlen, const CollectOptions& o) {
-      return collect_statistics_cuda(weights, tokens, samples, seqlen, o, gpu);
+      return collect_statistics_cuda(std::move(weights), tokens, samples, seqlen, o, gpu);
     };
     flags.request.forward = gpu.describe();
   }
