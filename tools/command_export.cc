@@ -264,7 +264,7 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores, or SSDQ_THREADS)")
       ->capture_default_str()
       ->check(whole_number(0));
-  cmd->add_flag("--quiet", flags->quiet, "No progress bars");
+  cmd->add_flag("--quiet", flags->quiet, "No progress bars, and no line per finished layer with its time split");
   cmd->callback([flags] {
     flags->request.model_dir = model_or_synthetic("export", flags->request.model_dir, flags->synthetic);
     run_export(*flags);
