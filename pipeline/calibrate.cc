@@ -12,7 +12,6 @@
 #include "formats/token_data.h"
 #include "runtime/cpu_backend.h"
 #include "model/model_loader.h"
-#include "model/quantized_model.h"
 
 namespace ssdq {
 
@@ -38,7 +37,7 @@ CalibrationStats collect_statistics(ModelWeights weights, const std::vector<int3
   if (samples <= 0 || seqlen <= 1 || static_cast<int64_t>(tokens.size()) != samples * seqlen)
     fail("internal: {} calibration tokens for {} samples of {}", tokens.size(), samples, seqlen);
   const Mamba2Config config = weights.config;
-  const CpuBackend backend(std::make_shared<const QuantizedModel>(float_quantized_model(std::move(weights))));
+  const CpuBackend backend(std::move(weights));
   CalibrationStats total = CalibrationStats::empty_for(config);
   using Slot = std::unique_ptr<StatsObserver>;
   ordered_parallel_fold<Slot>(

@@ -116,9 +116,7 @@ ExportSummary export_artifact(const ExportRequest& request, const ExportOptions&
   };
 
   // The loaded model is not needed after this: the export transforms its tensors in place.
-  const QuantizedModel quantized = model.weights.use_count() == 1
-                                       ? quantize_model(std::move(*model.weights), calib, resolved)
-                                       : quantize_model(*model.weights, calib, resolved);
+  const QuantizedModel quantized = quantize_model(std::move(*model.weights), calib, resolved);
   model.weights.reset();
   if (checkpoint.valid()) {
     const auto wait_start = std::chrono::steady_clock::now();

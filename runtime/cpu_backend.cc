@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "formats/error.h"
 #include "runtime/cpu_block.h"
@@ -47,6 +48,9 @@ CpuBackend::CpuBackend(std::shared_ptr<const QuantizedModel> model) : model_(std
 
 CpuBackend::CpuBackend(const ModelWeights& weights)
     : CpuBackend(std::make_shared<const QuantizedModel>(float_quantized_model(weights, parallel_for))) {}
+
+CpuBackend::CpuBackend(ModelWeights&& weights)
+    : CpuBackend(std::make_shared<const QuantizedModel>(float_quantized_model(std::move(weights)))) {}
 
 std::unique_ptr<InferenceState> CpuBackend::new_state(int64_t batch) const {
   if (batch <= 0) fail("batch size must be positive, got {}", batch);

@@ -47,6 +47,7 @@ class CpuBackend : public Backend {
   explicit CpuBackend(std::shared_ptr<const QuantizedModel> model);
   // The FP32 model: its all-fp32 QuantizedModel (float_quantized_model).
   explicit CpuBackend(const ModelWeights& weights);
+  explicit CpuBackend(ModelWeights&& weights);  // the same, the model's tensors moved in
   explicit CpuBackend(const std::shared_ptr<const ModelWeights>& weights) : CpuBackend(*weights) {}
 
   std::string name() const override { return "cpu"; }
