@@ -1,4 +1,4 @@
-// Projections for decode (m ≤ 4 rows): out[m, n] (+)= x[m, k] · w[n, k]ᵀ with bf16 weights streamed
+// Projections for decode (m ≤ kGemvMaxRows rows): out[m, n] (+)= x[m, k] · w[n, k]ᵀ with bf16 weights streamed
 // once with 16-byte loads, fp32 accumulation, and the normalisation that precedes each projection
 // fused into the prologue, so a decode layer needs no separate norm kernels:
 //   kBf16:         x given (bf16)
@@ -39,9 +39,21 @@ struct GemvArgs {
   // kGatedRmsNorm under tensor parallelism's folded norm (kernels/tp_all_reduce.h): x = bf16(g ·
   // weight) left unnormalised, and sum_squares[r · groups + group] = Σ g² of the group here.
   float* sum_squares = nullptr;
+  // kRmsNorm / kGatedRmsNorm at 2 rows or more of 16 KB or more of input: room [m, k] where one
+  // launch builds each row's normalised input once (the prologue's own code, so the same bits)
+  // before the GEMV reads them; null: every block of the GEMV builds all m rows, which at 8 rows of
+  // a 5,120-wide gated norm costs more than the weights (docs/kernels/gemm.md). Must not overlap
+  // x, y, z or residual.
+  __nv_bfloat16* staged = nullptr;
 };
 
-constexpr int kGemvMaxRows = 4;
+// Each row's sums run in the same order whatever m is, so a row's output does not depend on the
+// rows beside it: a verify window of up to 8 rows gives each row a decode step's bits.
+constexpr int kGemvMaxRows = 8;
+// The m input rows are staged in shared memory as bf16: at most this many bytes of them.
+constexpr int kGemvMaxInputBytes = 128 * 1024;
+// The shapes the kernel takes (m rows of k inputs into n columns), whatever the pointers.
+bool gemv_shape_supported(int m, int n, int k);
 bool gemv_supported(const GemvArgs& args);
 cudaError_t launch_gemv(const GemvArgs& args, cudaStream_t stream);
 

@@ -77,6 +77,9 @@ kernels::GemvArgs CudaBackend::Impl::bf16_gemv_args(const DeviceLinear& L, int64
   g.accumulate = output == GemvOutput::kResidualAdd;
   g.eps = static_cast<float>(c.norm_eps);
   g.norm_weight = norm_weight;
+  // A window's rows (more than 4) have their norms built once into x16, free while a prologue
+  // builds the input (the normalised rows go nowhere else).
+  if (prologue != GemvPrologue::kNone) g.staged = reinterpret_cast<bf16*>(work.x16);
   if (prologue == GemvPrologue::kRmsNorm) {
     g.input = kernels::GemvInput::kRmsNorm;
     g.residual = work.residual;

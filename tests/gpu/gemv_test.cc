@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "runtime/cpu_ops.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -84,7 +86,80 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Gemv,
                                            Case{4, 333, 520, kernels::GemvInput::kBf16, 1},
                                            Case{1, 2560, 5120, kernels::GemvInput::kGatedRmsNorm, 1},
                                            Case{3, 4096, 8192, kernels::GemvInput::kGatedRmsNorm, 8},
-                                           Case{2, 256, 512, kernels::GemvInput::kGatedRmsNorm, 4}));
+                                           Case{2, 256, 512, kernels::GemvInput::kGatedRmsNorm, 4},
+                                           Case{5, 1288, 256, kernels::GemvInput::kRmsNorm, 1},
+                                           Case{7, 2560, 5120, kernels::GemvInput::kGatedRmsNorm, 1},
+                                           Case{8, 333, 520, kernels::GemvInput::kBf16, 1}));
+
+// A row's output does not depend on the rows launched beside it (what makes a verify window of up
+// to kGemvMaxRows rows give each row a decode step's bits): m rows at once against each row alone,
+// bit for bit, in every input mode, with the norms in every block's prologue or built once into
+// GemvArgs::staged; at a small k (one block a column group) and a large one (one wave of blocks).
+TEST(GemvRows, EachRowGetsTheBitsItGetsAlone) {
+  testing::require_device();
+  for (const int k : {256, 2048}) {
+    const int m = kernels::kGemvMaxRows, n = 1000, groups = 2;
+    std::mt19937 rng(5);
+    auto w = testing::bf16_rounded(testing::random_vector(size_t(n) * k, -1.f, 1.f, rng));
+    auto norm_w = testing::random_vector(k, 0.5f, 1.5f, rng);
+    auto residual = testing::random_vector(size_t(m) * k, -3.f, 3.f, rng);
+    auto y = testing::bf16_rounded(testing::random_vector(size_t(m) * k, -2.f, 2.f, rng));
+    auto z = testing::bf16_rounded(testing::random_vector(size_t(m) * k, -3.f, 3.f, rng));
+    testing::DeviceBuffer<uint16_t> d_w(testing::to_bf16(w)), d_y(testing::to_bf16(y)), d_z(testing::to_bf16(z));
+    testing::DeviceBuffer<float> d_res(residual), d_norm(norm_w), d_all(std::vector<float>(size_t(m) * n)),
+        d_one{std::vector<float>(n)};
+    testing::DeviceBuffer<uint16_t> d_staged{std::vector<uint16_t>(size_t(m) * k)};
+    for (const bool staged : {false, true})
+      for (kernels::GemvInput input :
+           {kernels::GemvInput::kBf16, kernels::GemvInput::kRmsNorm, kernels::GemvInput::kGatedRmsNorm}) {
+        kernels::GemvArgs a;
+        a.m = m;
+        a.n = n;
+        a.k = k;
+        a.input = input;
+        a.x = testing::as_bf16(d_y);
+        a.ldx = k;
+        a.residual = d_res.get();
+        a.y = testing::as_bf16(d_y);
+        a.z = testing::as_bf16(d_z);
+        a.z_stride = k;
+        a.group_size = k / groups;
+        a.norm_weight = d_norm.get();
+        a.w = testing::as_bf16(d_w);
+        a.ldout = n;
+        a.out_type = kernels::ElementType::kF32;
+        a.out = d_all.get();
+        a.staged = staged ? testing::as_bf16(d_staged) : nullptr;
+        ASSERT_EQ(kernels::launch_gemv(a, nullptr), cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<float> all = d_all.to_host();
+        for (int r = 0; r < m; ++r) {
+          kernels::GemvArgs one = a;
+          one.m = 1;
+          one.x = a.x + int64_t(r) * k;
+          one.residual = a.residual + int64_t(r) * k;
+          one.y = a.y + int64_t(r) * k;
+          one.z = a.z + int64_t(r) * k;
+          one.out = d_one.get();
+          one.staged = nullptr;
+          ASSERT_EQ(kernels::launch_gemv(one, nullptr), cudaSuccess);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          const std::vector<float> alone = d_one.to_host();
+          EXPECT_EQ(std::memcmp(alone.data(), all.data() + int64_t(r) * n, n * sizeof(float)), 0)
+              << "input mode " << static_cast<int>(input) << ", row " << r << " of " << m << ", k " << k
+              << (staged ? ", inputs staged" : "");
+        }
+      }
+  }
+}
+
+TEST(GemvRows, InputRowsBeyondTheSharedStageAreRefused) {
+  EXPECT_TRUE(kernels::gemv_shape_supported(kernels::kGemvMaxRows, 2560, 8192));
+  EXPECT_FALSE(kernels::gemv_shape_supported(kernels::kGemvMaxRows + 1, 2560, 256));
+  EXPECT_FALSE(kernels::gemv_shape_supported(kernels::kGemvMaxRows, 2560, 16384));
+  EXPECT_TRUE(kernels::gemv_shape_supported(4, 2560, 16384));
+  EXPECT_FALSE(kernels::gemv_shape_supported(1, 2560, 260));
+}
 
 }  // namespace
 }  // namespace ssdq
