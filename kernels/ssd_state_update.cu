@@ -42,8 +42,29 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kerne
   allow_next_grid();
   const int steps = a.seq_steps ? a.seq_steps[slice.seq] : a.steps;
   if (steps <= 0) return;
+  // One token's inputs of row p: raw dt, x and this lane's B and C values.
+  struct TokenInputs {
+    float dt_raw, x, b[kPerLane], c[kPerLane];
+  };
+  auto fetch = [&](int j, int p, TokenInputs& in) {
+    const int64_t token = static_cast<int64_t>(slice.seq) * a.steps + j;
+    in.dt_raw = to_float(dt_base[token * a.dt_stride]);
+    in.x = to_float(x_base[token * a.x_stride + p]);
+    const T* b = b_base + token * a.bc_stride;
+    const T* c = c_base + token * a.bc_stride;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      in.b[i] = to_float(b[lane + 32 * i]);
+      in.c[i] = to_float(c[lane + 32 * i]);
+    }
+  };
   for (int p = first; p < slice.row_end; p += kStateUpdateWarps) {
     if (!kBeforeWait || p != first) row.load(a, slice, p, lane);
+    TokenInputs now, next;
+    // Latency-bound grids (kBeforeWait) load token j + 1's inputs while token j steps, so that the
+    // tokens of a verify window do not each wait for a round trip to memory; a grid of many waves
+    // keeps the registers. The values, and so the bits, are the same either way.
+    if (kBeforeWait) fetch(0, p, now);
     row.dequantize();
     for (int j = 0; j < steps; ++j) {
       if (a.round_every_step && j > 0) row.round_as_stored(a);
@@ -57,13 +78,15 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kerne
         if (lane == 16) prefetch_l1(x_base + ahead * a.x_stride + p, sizeof(T), 0);
         if (lane == 17) prefetch_l1(dt_base + ahead * a.dt_stride, sizeof(T), 0);
       }
-      const float dt = head.dt(a, to_float(dt_base[token * a.dt_stride]));
-      const float xp = to_float(x_base[token * a.x_stride + p]);
-      const T* b = b_base + token * a.bc_stride;
-      const T* c = c_base + token * a.bc_stride;
-      const float y = row.advance(head, dt, xp, [&](int i) { return to_float(b[lane + 32 * i]); },
-                                  [&](int i) { return to_float(c[lane + 32 * i]); });
+      if (!kBeforeWait) {
+        fetch(j, p, now);
+      } else if (j + 1 < steps) {
+        fetch(j + 1, p, next);
+      }
+      const float dt = head.dt(a, now.dt_raw);
+      const float y = row.advance(head, dt, now.x, [&](int i) { return now.b[i]; }, [&](int i) { return now.c[i]; });
       if (lane == 0) y_base[token * a.y_stride + p] = from_float<T>(y);
+      if (kBeforeWait && j + 1 < steps) now = next;
     }
     row.store(a, lane);
   }
