@@ -6,9 +6,11 @@
 #   tools/bench_generate.sh SSDQ OUTDIR [generate flags ...]   (e.g. --model examples/mamba2-tiny --device cuda)
 #
 # SPECULATE (default "--speculate ngram --draft 6") holds the speculative run's own flags, e.g.
-# SPECULATE="--speculate ngram --draft 6 --drafts 2". The plain run of a prompt always comes first:
-# SPECULATE="--speculate off" (plain against plain) measures what that order alone does. The last
-# lines give each set's speed relative to plain decoding (plain TPOT / speculative TPOT).
+# SPECULATE="--speculate ngram --draft 6 --drafts 2". The plain run of a prompt comes first, or,
+# with ALTERNATE=1, second for every even prompt, so that what the order alone does (the second run
+# of a prompt tends to be faster) cancels in the means; SPECULATE="--speculate off" (plain against
+# plain) measures it. The last lines give each set's speed relative to plain decoding (plain TPOT /
+# speculative TPOT).
 set -uo pipefail
 [ $# -ge 2 ] || { sed -n '2,9p' "$0" >&2; exit 2; }
 ssdq=$1 out=$2
@@ -18,7 +20,9 @@ for set in tldr wikitext humaneval; do
   n=$(wc -l <"examples/prompts/$set.jsonl")
   for ((i = 1; i <= n; i++)); do
     sed -n "${i}p" "examples/prompts/$set.jsonl" >"$out/$set.$i.jsonl"
-    for mode in plain spec; do
+    modes="plain spec"
+    [ "${ALTERNATE:-0}" = 1 ] && ((i % 2 == 0)) && modes="spec plain"
+    for mode in $modes; do
       extra=(); [ $mode = spec ] && read -r -a extra <<<"${SPECULATE:---speculate ngram --draft 6}"
       "$ssdq" generate "$@" --prompt-file "$out/$set.$i.jsonl" --max-new-tokens 128 "${extra[@]}" \
         --json "$out/$set.$i.$mode.json" >"$out/$set.$i.$mode.txt" 2>"$out/$set.$i.$mode.err" ||

@@ -2,13 +2,16 @@
 # What one call on a GPU machine runs (from the repository root, with .carry/gpu-bin.tar.xz made
 # by tools/package_gpu_run.sh): GPU tests, the kernel benchmark, eval-ppl on the GPU and the
 # benchmarks of docs/BENCHMARKS.md. Logs go to $OUT (or /tmp/gpu-out). Steps: tests, kernels,
-# eval, bench, ssd (default: all).
+# eval, bench, ssd (default: all); also bench8b, stages, profile, and for speculative decoding
+# (docs/GENERATION.md) verify (windows against steps as greedy generate runs them) and generate
+# (the prompt sets, plain against speculative, in alternating order).
 set -uo pipefail
 out=${OUT:-/tmp/gpu-out}
 mkdir -p "$out"
 steps=${*:-tests kernels eval bench ssd}
 rm -rf /tmp/gpu-bin && tar -xJf .carry/gpu-bin.tar.xz -C /tmp
 bin=/tmp/gpu-bin
+export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # libsentencepiece travels beside ssdq
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$out/device.txt"
 for step in $steps; do
   echo "=== $step"
@@ -24,6 +27,12 @@ for step in $steps; do
                --json "$out/bench-8b.json" 2>&1 | tee "$out/bench-8b.log" ;;
     ssd) timeout 90 "$bin/ssdq" bench --module ssd --synthetic mamba2-2.7b --json "$out/ssd-2.7b.json" 2>&1 |
            tee "$out/ssd-2.7b.log" ;;
+    verify) for model in "--model examples/mamba2-tiny" "--synthetic mamba2-2.7b" "--synthetic mamba2-8b-like"; do
+              timeout 200 "$bin/ssdq" bench $model --device cuda --batch 1,2,4 --prompt 16 --gen 40 --repeats 1 \
+                --verify 2,3,4,5,7,8 --accept 0.73 --as-generate 2>&1 | tee -a "$out/verify.log"
+            done ;;
+    generate) ALTERNATE=1 timeout 400 tools/bench_generate.sh "$bin/ssdq" /tmp/generate-runs --model examples/mamba2-tiny \
+                --device cuda 2>&1 | tee "$out/generate.log" | tail -4 ;;
     stages) timeout 120 "$bin/ssd_stage_bench" 2>&1 | tee "$out/ssd-stages.log" | tail -60 ;;
     profile) nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null || true)
              if [ -z "$nsys" ]; then echo "no nsys on this machine"; continue; fi

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Builds the ssdq binary, the GPU tests and the kernel benchmark (-c opt) and packs them,
+# Builds the ssdq binary, the GPU tests and the kernel benchmark (-c opt, sm_90a) and packs them,
 # stripped, into .carry/gpu-bin.tar.xz for a GPU machine that has no Bazel. There, from the
 # repository root: `tar -xJf .carry/gpu-bin.tar.xz -C /tmp && tools/run_gpu_tests.sh /tmp/gpu-bin`
 # (ssdq itself: `LD_LIBRARY_PATH=/tmp/gpu-bin /tmp/gpu-bin/ssdq ...`).
 # With arguments, packs only the binaries named (e.g. `ssdq`), for a lighter carry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bazel build -c opt //tools:ssdq //tests/gpu:all
-bin=$(bazel info -c opt bazel-bin 2>/dev/null)
+# Hopper machine code alone (--config=sm90a): the GPU machines are H100s / H200s, and a call carries
+# the repository and these binaries within 64 MiB.
+bazel build -c opt --config=sm90a //tools:ssdq //tests/gpu:all
+bin=$(bazel info -c opt --config=sm90a bazel-bin 2>/dev/null)
 rm -rf .carry/gpu-bin && mkdir -p .carry/gpu-bin
 cp "$bin"/tools/ssdq .carry/gpu-bin/
 for f in "$bin"/tests/gpu/*; do

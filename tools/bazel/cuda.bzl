@@ -2,7 +2,8 @@
 
 Includes and defines come from the deps' CcInfo, so a .cu file can include the same
 headers as the C++ code. Machine code for sm_90a (Hopper fast paths) and sm_80 (Ampere,
-the portable baseline), plus compute_80 PTX for anything newer.
+the portable baseline), plus compute_80 PTX for anything newer; `--define=cuda_gencodes=sm_90a`
+(`--config=sm90a`) builds Hopper machine code alone, for binaries carried to an H100 / H200.
 """
 
 NVCC = "/usr/local/cuda/bin/nvcc"
@@ -13,6 +14,11 @@ CUDA_GENCODES = [
     "-gencode=arch=compute_80,code=compute_80",
 ]
 
+# --define=cuda_gencodes=NAME: the machine code of one target only.
+CUDA_GENCODES_BY_NAME = {
+    "sm_90a": ["-gencode=arch=compute_90a,code=sm_90a"],
+}
+
 def _cuda_objects_impl(ctx):
     cc = cc_common.merge_cc_infos(cc_infos = [d[CcInfo] for d in ctx.attr.deps]).compilation_context
     outs = []
@@ -21,7 +27,10 @@ def _cuda_objects_impl(ctx):
         args = ctx.actions.args()
         args.add_all(["-c", src.path, "-o", out.path])
         args.add_all(["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-Xcompiler", "-fPIC", "-lineinfo"])
-        args.add_all(ctx.attr.gencodes or CUDA_GENCODES)
+        chosen = ctx.var.get("cuda_gencodes", "")
+        if chosen and chosen not in CUDA_GENCODES_BY_NAME:
+            fail("--define=cuda_gencodes=%s: known are %s" % (chosen, ", ".join(CUDA_GENCODES_BY_NAME.keys())))
+        args.add_all(ctx.attr.gencodes or CUDA_GENCODES_BY_NAME.get(chosen, CUDA_GENCODES))
         args.add_all(ctx.attr.copts)
         args.add("-I.")
         args.add("-I" + ctx.bin_dir.path)
