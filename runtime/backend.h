@@ -105,6 +105,10 @@ class Backend {
   // Speculative verification in one call (DecodeSession::verify / accept, Activation Replay).
   // Whether forward_window runs here for this model; false: the session verifies token by token.
   virtual bool runs_window() const { return false; }
+  // Whether forward_window of `length` tokens of `batch` sequences gives, bit for bit, the logits
+  // and the state that `length` single steps give (every row of the window computed as a step
+  // computes it alone); the session then verifies exactly with one window instead of token by token.
+  virtual bool exact_window(int64_t /*batch*/, int64_t /*length*/) const { return false; }
   // forward over a window of `length` tokens of each sequence, with the recurrence stepped token by
   // token and the state rounded after each as a single step stores it, keeping in `state` what
   // replay_window needs (every layer's in_proj and conv outputs of the window).

@@ -78,7 +78,7 @@ std::vector<ModelBenchRow> bench_model(const Backend& backend, const ModelBenchO
 
 std::vector<VerifyBenchRow> bench_verify(const Backend& backend, const std::vector<int64_t>& batches,
                                          const std::vector<int64_t>& windows, int64_t iterations, uint64_t seed,
-                                         double acceptance) {
+                                         double acceptance, bool as_greedy_generate) {
   if (iterations < 1) fail("verify timing: iterations must be at least 1");
   if (!(acceptance >= 0 && acceptance <= 1)) fail("verify timing: the acceptance rate must be in 0..1, got {}", acceptance);
   const int64_t vocab = backend.config().vocab_size, prompt_length = 64;
@@ -90,33 +90,33 @@ std::vector<VerifyBenchRow> bench_verify(const Backend& backend, const std::vect
       for (auto& v : t) v = static_cast<int32_t>(rng() % vocab);
       return t;
     };
-    DecodeSession session(backend, batch, VerifyMode::kWindow);
+    DecodeSession session(backend, batch, as_greedy_generate ? VerifyMode::kExact : VerifyMode::kWindow);
     for (int64_t b = 0; b < batch; ++b) session.prefill(b, random_tokens(prompt_length).data(), prompt_length, nullptr);
     const std::vector<int32_t> column = random_tokens(batch);
-    std::vector<float> logits;
+    OutputBuffers outputs(vocab, /*argmax_only=*/as_greedy_generate);
     auto timed = [&](int warmups, const std::function<void()>& once) {
       for (int w = 0; w < warmups; ++w) once();
       const double start = now_ms();
       for (int64_t i = 0; i < iterations; ++i) once();
       return (now_ms() - start) / iterations;
     };
-    logits.resize(batch * vocab);
-    const double step_ms = timed(2, [&] { session.step(column.data(), logits.data()); });
+    const TokenOutputs step_outputs = outputs.room(batch);
+    const double step_ms = timed(2, [&] { session.step(column.data(), step_outputs); });
     for (const int64_t window : windows) {
       if (window < 1) fail("verify timing: windows must be at least 1 token, got {}", window);
       const std::vector<int32_t> tokens = random_tokens(batch * window);
-      logits.resize(batch * window * vocab);
+      const TokenOutputs window_outputs = outputs.room(batch * window);
       VerifyBenchRow row;
       row.batch = batch;
       row.window = window;
       row.step_ms = step_ms;
       const std::vector<int64_t> whole(batch, window), half(batch, window / 2);
       row.verify_ms = timed(3, [&] {
-        session.verify(tokens.data(), window, logits.data());
+        session.verify(tokens.data(), window, window_outputs);
         session.accept(whole);
       });
       row.verify_replay_ms = timed(3, [&] {
-        session.verify(tokens.data(), window, logits.data());
+        session.verify(tokens.data(), window, window_outputs);
         session.accept(half);
       });
       if (acceptance > 0) {
@@ -132,7 +132,7 @@ std::vector<VerifyBenchRow> bench_verify(const Backend& backend, const std::vect
             kept += keep[b];
           }
           ++calls;
-          session.verify(tokens.data(), window, logits.data());
+          session.verify(tokens.data(), window, window_outputs);
           session.accept(keep);
         });
         row.tokens_per_window = static_cast<double>(kept) / (calls * batch);

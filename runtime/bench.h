@@ -43,9 +43,12 @@ struct VerifyBenchRow {
   double step_ms = 0, verify_ms = 0, verify_replay_ms = 0;
   double tokens_per_window = 0, window_ms = 0;  // the simulation (0 without one)
 };
+// `as_greedy_generate`: the session verifies as greedy `generate` does by default (VerifyMode::kExact:
+// one window where the backend's window gives single steps' bits, Backend::exact_window, token by
+// token elsewhere) and every call copies back each position's argmax alone, not its logits.
 std::vector<VerifyBenchRow> bench_verify(const Backend& backend, const std::vector<int64_t>& batches,
                                          const std::vector<int64_t>& windows, int64_t iterations, uint64_t seed,
-                                         double acceptance = 0);
+                                         double acceptance = 0, bool as_greedy_generate = false);
 
 // FLOPs of one forward over `tokens` tokens: 2 × parameters × tokens plus the SSD's.
 double model_flops(const Mamba2Config& config, int64_t tokens);

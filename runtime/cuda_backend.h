@@ -59,9 +59,10 @@ struct CudaBackendOptions {
   // Watches every forward at the quantization points (runtime/cuda_observer.h); needs
   // fp32_float_math and an artifact without an out_proj bias.
   DeviceObserver* observer = nullptr;
-  // Decode steps of up to 4 rows give each row the logits it would get alone, bit for bit: the FP
-  // model's projections and head by the bf16 GEMV (one order of sums whatever the rows) and an
-  // artifact's norms in its GEMV's prologue, as at one row. Without it, 2–4 rows take cuBLASLt,
+  // Decode steps give each row the logits it would get alone, bit for bit: the FP model's
+  // projections and head up to 8 rows by the bf16 GEMV (one order of sums whatever the rows; a
+  // verify window of up to 8 rows then gives a step's bits, exact_window) and an artifact's norms
+  // up to 4 rows in its GEMV's prologue, as at one row. Without it, 2–8 rows take cuBLASLt,
   // faster on large models (docs/kernels/gemm.md) but rounding by the row count. `generate` sets it,
   // so a prompt's text does not depend on its batch or on --drafts' rows (docs/GENERATION.md).
   bool rows_alone = false;
@@ -94,6 +95,7 @@ class CudaBackend : public Backend {
   std::string device_name() const override;
   std::string describe_plan(int64_t batch, int64_t length) const override;
   bool runs_window() const override;
+  bool exact_window(int64_t batch, int64_t length) const override;
   void forward_window(const int32_t* tokens, int64_t length, InferenceState& state,
                       const ForwardOutputs& outputs) const override;
   void replay_window(InferenceState& state, const std::vector<int64_t>& steps) const override;

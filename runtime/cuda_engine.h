@@ -327,6 +327,7 @@ struct CudaBackend::Impl : CudaEngineCore {
   // Whether every layer's state takes its format inside the recurrence's kernel (int8 codes, fp16
   // values or fp32), so that a window's steps round it as single steps do.
   bool runs_window() const;
+  bool exact_window(int64_t batch, int64_t length) const;
   // The state's window buffers for `length` tokens a sequence (grown, never shrunk).
   void reserve_window(CudaState& state, int64_t length) const;
   // Replays the first state.window.steps[b] kept tokens of every sequence, layer by layer: the conv

@@ -15,6 +15,23 @@ bool CudaBackend::Impl::runs_window() const {
   return true;
 }
 
+bool CudaBackend::Impl::exact_window(int64_t batch, int64_t length) const {
+  // The FP model with rows_alone: up to the GEMV's rows every projection, norm and the head run the
+  // kernels of a single step, each row in the order of sums it has alone, the conv and the state
+  // update token by token as a step does. A tensor-parallel rank's all-reduce chooses its route by
+  // the message's size, and an artifact's window takes its integer GEMMs past 4 rows.
+  const int64_t M = batch * length;
+  if (!bf16_model || !options.rows_alone || options.communicator || M > kernels::kGemvMaxRows || !runs_window())
+    return false;
+  const auto fits = [&](const DeviceLinear& L) {
+    return kernels::gemv_shape_supported(static_cast<int>(M), static_cast<int>(L.n), static_cast<int>(L.k));
+  };
+  for (const DeviceLayer& d : layers)
+    if (!fits(d.in_proj) || !fits(d.out_proj)) return false;
+  return head_weights().second == ElementType::kBF16 &&
+         kernels::gemv_shape_supported(static_cast<int>(M), static_cast<int>(head_vocab()), static_cast<int>(config.d_model));
+}
+
 void CudaBackend::Impl::reserve_window(CudaState& state, int64_t length) const {
   CudaState::Window& w = state.window;
   if (length <= w.capacity) return;
@@ -62,6 +79,8 @@ void CudaBackend::Impl::enqueue_replay(CudaState& state) const {
 
 bool CudaBackend::runs_window() const { return impl_->runs_window(); }
 
+bool CudaBackend::exact_window(int64_t batch, int64_t length) const { return impl_->exact_window(batch, length); }
+
 void CudaBackend::forward_window(const int32_t* tokens, int64_t length, InferenceState& state,
                                  const ForwardOutputs& outputs) const {
   CudaState& s = cuda_state(state);
@@ -96,7 +115,8 @@ void CudaBackend::replay_window(InferenceState& state, const std::vector<int64_t
   } else {
     enqueue();
   }
-  cuda_ok(cudaStreamSynchronize(stream), "replay");
+  // No wait here: what follows runs on the same stream, and the pinned counts are written again
+  // only by the next replay, after a window that waits for the stream.
   w.length = 0;
 }
 

@@ -15,6 +15,10 @@ DecodeSession::DecodeSession(const Backend& backend, int64_t batch, VerifyMode m
       state_(backend.new_state(batch)),
       pending_tokens_(batch) {}
 
+bool DecodeSession::verifies_as_window(int64_t K) const {
+  return window_ || (!joint_ && backend_.exact_window(batch_, K));
+}
+
 InferenceState& DecodeSession::state() {
   require_accepted("state");
   settle();
@@ -72,17 +76,17 @@ void DecodeSession::require_accepted(const char* what) const {
          pending_k_);
 }
 
-int64_t DecodeSession::verify_joint(const int32_t* tokens, int64_t K, float* logits, const VerifyContinues& continues) {
+int64_t DecodeSession::verify_joint(const int32_t* tokens, int64_t K, TokenOutputs out, const VerifyContinues& continues) {
   settle();  // the pending positions, each sequence's left-padded with no-ops
   if (!joint_rows_) joint_rows_ = backend_.new_state(batch_);
   joint_rows_->copy_all(*state_);
   verified_.assign(tokens, tokens + batch_ * K);
   verified_stride_ = K;
-  pending_k_ = step_tokens(*joint_rows_, tokens, K, logits, /*keep_states=*/false, continues);
+  pending_k_ = step_tokens(*joint_rows_, tokens, K, out, /*keep_states=*/false, continues);
   return pending_k_;
 }
 
-void DecodeSession::prefill(int64_t seq, const int32_t* tokens, int64_t length, float* last_logits) {
+void DecodeSession::prefill(int64_t seq, const int32_t* tokens, int64_t length, TokenOutputs last) {
   if (seq < 0 || seq >= batch_) fail("prefill: sequence {} is outside 0..{}", seq, batch_ - 1);
   if (length <= 0) fail("prefill: sequence {} has an empty prompt", seq);
   pending_k_ = 0;
@@ -90,33 +94,37 @@ void DecodeSession::prefill(int64_t seq, const int32_t* tokens, int64_t length, 
   if (!prompt_state_) prompt_state_ = backend_.new_state(1);
   prompt_state_->reset();
   ForwardOutputs out;
-  out.logits = last_logits;
+  out.logits = last.logits;
+  out.argmax = last.argmax;
   out.last_position_only = true;
   backend_.forward(tokens, length, *prompt_state_, out);
   state_->copy_rows(*prompt_state_, {0}, {seq});
 }
 
-void DecodeSession::step(const int32_t* tokens, float* logits) {
+void DecodeSession::step(const int32_t* tokens, TokenOutputs out) {
   require_accepted("step");
   pending_k_ = 0;
   settle();
-  ForwardOutputs out;
-  out.logits = logits;
-  backend_.forward(tokens, 1, *state_, out);
+  ForwardOutputs forward;
+  forward.logits = out.logits;
+  forward.argmax = out.argmax;
+  backend_.forward(tokens, 1, *state_, forward);
 }
 
-int64_t DecodeSession::verify(const int32_t* tokens, int64_t K, float* logits, const VerifyContinues& continues) {
+int64_t DecodeSession::verify(const int32_t* tokens, int64_t K, TokenOutputs out, const VerifyContinues& continues) {
   if (K <= 0) fail("verify: K must be at least 1, got {}", K);
   if (joint_) {
     require_accepted("verify");
-    return verify_joint(tokens, K, logits, continues);
+    return verify_joint(tokens, K, out, continues);
   }
-  if (window_) {
+  window_verify_ = verifies_as_window(K);
+  if (window_verify_) {
     if (before_token_.empty()) before_token_.push_back(backend_.new_state(batch_));
     before_token_[0]->copy_all(*state_);
-    ForwardOutputs out;
-    out.logits = logits;
-    backend_.forward_window(tokens, K, *state_, out);
+    ForwardOutputs forward;
+    forward.logits = out.logits;
+    forward.argmax = out.argmax;
+    backend_.forward_window(tokens, K, *state_, forward);
     pending_k_ = K;
     return K;
   }
@@ -126,29 +134,33 @@ int64_t DecodeSession::verify(const int32_t* tokens, int64_t K, float* logits, c
   } else {
     while (static_cast<int64_t>(before_token_.size()) < K) before_token_.push_back(backend_.new_state(batch_));
   }
-  pending_k_ = step_tokens(*state_, tokens, K, logits, /*keep_states=*/true, continues);
+  pending_k_ = step_tokens(*state_, tokens, K, out, /*keep_states=*/true, continues);
   return pending_k_;
 }
 
-int64_t DecodeSession::step_tokens(InferenceState& rows, const int32_t* tokens, int64_t K, float* logits,
+int64_t DecodeSession::step_tokens(InferenceState& rows, const int32_t* tokens, int64_t K, TokenOutputs out,
                                    bool keep_states, const VerifyContinues& continues) {
   const int64_t V = backend_.config().vocab_size;
   column_.resize(batch_);
-  // One row's logits of position k go straight to logits + k·V; several rows' are [batch, V] a
-  // step, staged and spread to [batch, K, V] (a copy of V floats a row: ~20 µs at V = 50,288,
-  // against a 0.33 ms CUDA step of the bundled model).
-  const bool staged = logits && batch_ > 1;
-  if (staged) step_logits_.resize(batch_ * V);
+  // One row's outputs of position k go straight to logits + k·V (argmax + k); several rows' are
+  // [batch, V] a step, staged and spread to [batch, K, V] (a copy of V floats a row: ~20 µs at
+  // V = 50,288, against a 0.33 ms CUDA step of the bundled model).
+  const bool staged = batch_ > 1;
+  if (staged && out.logits) step_logits_.resize(batch_ * V);
+  if (staged && out.argmax) step_argmax_.resize(batch_);
   std::vector<int64_t> settled;
   for (int64_t k = 0; k < K; ++k) {
     if (keep_states && !continues) before_token_[k]->copy_all(rows);
     for (int64_t b = 0; b < batch_; ++b) column_[b] = tokens[b * K + k];
-    ForwardOutputs out;
-    out.logits = staged ? step_logits_.data() : logits ? logits + k * V : nullptr;
-    backend_.forward(column_.data(), 1, rows, out);
+    ForwardOutputs forward;
+    if (out.logits) forward.logits = staged ? step_logits_.data() : out.logits + k * V;
+    if (out.argmax) forward.argmax = staged ? step_argmax_.data() : out.argmax + k;
+    backend_.forward(column_.data(), 1, rows, forward);
     if (staged)
-      for (int64_t b = 0; b < batch_; ++b)
-        std::memcpy(logits + (b * K + k) * V, step_logits_.data() + b * V, V * sizeof(float));
+      for (int64_t b = 0; b < batch_; ++b) {
+        if (out.logits) std::memcpy(out.logits + (b * K + k) * V, step_logits_.data() + b * V, V * sizeof(float));
+        if (out.argmax) out.argmax[b * K + k] = step_argmax_[b];
+      }
     if (!continues) continue;
     settled.clear();
     const bool go_on = continues(k, settled) && k + 1 < K;
@@ -191,7 +203,7 @@ void DecodeSession::accept(const std::vector<int64_t>& counts) {
     pending_k_ = 0;
     return;
   }
-  if (window_) {
+  if (window_verify_) {
     // Sequences that keep fewer than K tokens restart from the snapshot and replay their count.
     std::vector<int64_t> rows, replay(batch_, 0);
     for (int64_t b = 0; b < batch_; ++b)

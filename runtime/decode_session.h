@@ -9,7 +9,9 @@
 // - kExact (the default), and kWindow on a backend without windows (the CPU specification): K
 //   single-token steps, the same call a plain decode makes, keeping the state before each;
 //   accept(n) restores the state after token n. Bit for bit what n plain steps give
-//   (tests/runtime and tests/gpu decode_session_test.cc).
+//   (tests/runtime and tests/gpu decode_session_test.cc). Where the backend's window of that shape
+//   gives single steps' bits (Backend::exact_window: the CUDA engine's FP model with rows_alone, up
+//   to 8 rows), kExact verifies with that window as kWindow does: the same bits in one call.
 // - kWindow on a backend with a verify window (Backend::runs_window: the CUDA engine): the K tokens
 //   as one forward — the projections over K rows a sequence at once, the recurrence token by token
 //   with the state rounded after each as a step stores it — after one snapshot of the state;
@@ -43,11 +45,53 @@ namespace ssdq {
 
 enum class VerifyMode { kExact, kWindow, kJoint };
 
+// What a session's call writes for each position it computes: the logits [.., vocab], or only the
+// greedy choice (the argmax, ties to the lowest id), reduced where the backend runs, which is all
+// greedy decoding reads (on a GPU, 4 bytes a position come back instead of the vocabulary's floats).
+struct TokenOutputs {
+  TokenOutputs() = default;
+  TokenOutputs(float* logits) : logits(logits) {}  // NOLINT: a logits pointer is the common case
+  static TokenOutputs argmax_only(int32_t* argmax) {
+    TokenOutputs out;
+    out.argmax = argmax;
+    return out;
+  }
+  float* logits = nullptr;
+  int32_t* argmax = nullptr;
+};
+
+// Room for a call's outputs, kept between calls: each position's logits, or its argmax alone.
+class OutputBuffers {
+ public:
+  OutputBuffers(int64_t vocab, bool argmax_only) : vocab_(vocab), argmax_only_(argmax_only) {}
+  // Outputs for `positions` positions (the room of earlier calls reused).
+  TokenOutputs room(int64_t positions) {
+    if (argmax_only_) {
+      argmax_.resize(positions);
+      return TokenOutputs::argmax_only(argmax_.data());
+    }
+    logits_.resize(positions * vocab_);
+    return TokenOutputs(logits_.data());
+  }
+  bool argmax_only() const { return argmax_only_; }
+  const float* logits(int64_t position) const { return logits_.data() + position * vocab_; }
+  int32_t argmax(int64_t position) const { return argmax_[position]; }
+
+ private:
+  int64_t vocab_;
+  bool argmax_only_;
+  std::vector<float> logits_;
+  std::vector<int32_t> argmax_;
+};
+
 class DecodeSession {
  public:
   DecodeSession(const Backend& backend, int64_t batch, VerifyMode mode = VerifyMode::kExact);
   // Whether verify runs as one window (kWindow asked and the backend has one).
   bool runs_window() const { return window_; }
+  // Whether a verify of K tokens a sequence runs as one window: runs_window(), or under kExact a
+  // backend whose window of that shape gives single steps' bits (Backend::exact_window).
+  bool verifies_as_window(int64_t K) const;
 
   int64_t batch() const { return batch_; }
   const Backend& backend() const { return backend_; }
@@ -57,10 +101,11 @@ class DecodeSession {
   void copy_rows(const std::vector<int64_t>& src, const std::vector<int64_t>& dst);
 
   // Sequence `seq` starts from a zero state and reads `length` prompt tokens (the other
-  // sequences are untouched); its last position's logits go to last_logits [vocab] when set.
-  void prefill(int64_t seq, const int32_t* tokens, int64_t length, float* last_logits);
-  // One token per sequence (tokens [batch]); logits [batch, vocab] when set.
-  void step(const int32_t* tokens, float* logits);
+  // sequences are untouched); its last position's logits go to last [vocab] (or its argmax to
+  // last.argmax[0]) when set.
+  void prefill(int64_t seq, const int32_t* tokens, int64_t length, TokenOutputs last);
+  // One token per sequence (tokens [batch]); logits [batch, vocab] (argmax [batch]) when set.
+  void step(const int32_t* tokens, TokenOutputs out);
   // Called after each position k of a verify run token by token (the last one too), position k's
   // logits written: whether to go on to position k + 1, and in `settled` (empty on entry) the rows
   // whose kept tokens end with token k. The caller decides acceptance a position at a time, so a
@@ -68,27 +113,27 @@ class DecodeSession {
   // settled row's state is kept as it is at its position (only if the verify goes on past it), and
   // accept() must give that row the count k + 1.
   using VerifyContinues = std::function<bool(int64_t k, std::vector<int64_t>& settled)>;
-  // K tokens per sequence (tokens [batch, K] row-major); logits [batch, K, vocab]: position k's
-  // logits are those after token k. Returns the positions verified: K, or fewer where `continues`
-  // (if set) stopped a token-by-token verify (a window, runs_window(), always verifies all K; it
-  // calls nothing). The state advances by all of them; accept() decides what stays.
-  int64_t verify(const int32_t* tokens, int64_t K, float* logits, const VerifyContinues& continues = {});
+  // K tokens per sequence (tokens [batch, K] row-major); logits [batch, K, vocab] (argmax [batch, K]):
+  // position k's are those after token k. Returns the positions verified: K, or fewer where
+  // `continues` (if set) stopped a token-by-token verify (a window, verifies_as_window(K), always
+  // verifies all K; it calls nothing). The state advances by all of them; accept() decides what stays.
+  int64_t verify(const int32_t* tokens, int64_t K, TokenOutputs out, const VerifyContinues& continues = {});
   // After verify: sequence b keeps its first counts[b] tokens (0 … the positions verified), as if
   // only those had been stepped. Each verify is accepted at most once.
   void accept(const std::vector<int64_t>& counts);
 
  private:
   // kJoint: the pending tokens settled into state_, then the K tokens stepped on a copy of it.
-  int64_t verify_joint(const int32_t* tokens, int64_t K, float* logits, const VerifyContinues& continues);
+  int64_t verify_joint(const int32_t* tokens, int64_t K, TokenOutputs out, const VerifyContinues& continues);
   // kJoint: fails while a verify waits for its accept.
   void require_accepted(const char* what) const;
   // kJoint: steps the pending tokens into state_ (rows without any are not stepped).
   void settle();
   // K tokens per sequence (tokens [batch, K]) stepped one position at a time on `rows`, logits
-  // [batch, K, vocab] when set; keep_states: the state before token k kept in before_token_[k] (or,
+  // [batch, K, vocab] (argmax [batch, K]) when set; keep_states: the state before token k kept in before_token_[k] (or,
   // with `continues`, the settled rows' states in settled_). Stops after the position `continues`
   // (if set) says not to go on from; returns the positions stepped.
-  int64_t step_tokens(InferenceState& rows, const int32_t* tokens, int64_t K, float* logits, bool keep_states,
+  int64_t step_tokens(InferenceState& rows, const int32_t* tokens, int64_t K, TokenOutputs out, bool keep_states,
                       const VerifyContinues& continues = {});
   // One position of state_: tokens[b] < 0 is a no-op for sequence b, whose state is kept as it was.
   void step_with_no_ops(const std::vector<int32_t>& tokens);
@@ -105,10 +150,12 @@ class DecodeSession {
   std::unique_ptr<InferenceState> settled_;
   std::vector<int64_t> settled_count_;
   bool lazy_verify_ = false;
+  bool window_verify_ = false;  // the verify awaiting accept ran as one window
   int64_t pending_k_ = 0;  // positions verified by a verify not yet accepted
-  // window_: before_token_[0] is the snapshot taken before the window.
+  // A window verify: before_token_[0] is the snapshot taken before the window.
   std::vector<int32_t> column_;
   std::vector<float> step_logits_;
+  std::vector<int32_t> step_argmax_;
   // kJoint: each sequence's accepted tokens not yet in state_, the last verify's tokens, the rows
   // it stepped, and the rows a no-op keeps during a step.
   std::vector<std::vector<int32_t>> pending_tokens_;

@@ -100,6 +100,16 @@ class Generator {
     emit(b, p, visible_length(p.out.text));
   }
 
+  // Hands each sequence's new text to the callback in one piece: once per model call, so a window
+  // that yields several tokens is written (and a terminal flushed) once, not once a token.
+  void deliver() {
+    for (size_t b = 0; b < unsent_.size(); ++b)
+      if (!unsent_[b].empty()) {
+        on_text_(static_cast<int64_t>(b), unsent_[b]);
+        unsent_[b].clear();
+      }
+  }
+
  private:
   // Text that cannot change any more: whole characters, and not a tail that may begin a stop string.
   size_t visible_length(const std::string& text) const {
@@ -113,7 +123,10 @@ class Generator {
     return complete_utf8_prefix(std::string_view(text).substr(0, text.size() - held));
   }
   void emit(int64_t b, Progress& p, size_t upto) {
-    if (upto > p.emitted && on_text_) on_text_(b, p.out.text.substr(p.emitted, upto - p.emitted));
+    if (upto > p.emitted && on_text_) {
+      if (static_cast<int64_t>(unsent_.size()) <= b) unsent_.resize(b + 1);
+      unsent_[b] += p.out.text.substr(p.emitted, upto - p.emitted);
+    }
     p.emitted = std::max(p.emitted, upto);
   }
   void finish(int64_t b, Progress& p, const char* reason) {
@@ -125,6 +138,7 @@ class Generator {
   const Tokenizer& tokenizer_;
   const GenerateOptions& options_;
   const TextCallback& on_text_;
+  std::vector<std::string> unsent_;  // each sequence's text handed out since the last deliver()
 };
 
 }  // namespace
@@ -151,29 +165,35 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
     const double u = counter_uniform(options.sampling.seed, sequence_id(b), p.out.tokens.size());
     return choose_token(logits, V, options.sampling, u);
   };
+  // Greedy decoding reads only each position's argmax (ties to the lowest id, as choose_token),
+  // which the backend reduces where it runs: a GPU sends back 4 bytes a position, not V floats.
+  OutputBuffers outputs(V, /*argmax_only=*/options.sampling.temperature == 0);
+  // The model's choice for sequence b at output position i of the last call.
+  auto choose_at = [&](int64_t b, const Progress& p, int64_t i) {
+    return outputs.argmax_only() ? outputs.argmax(i) : choose(b, p, outputs.logits(i));
+  };
 
   Generator generator(tokenizer, options, on_text);
   const auto start = Clock::now();
   std::vector<Progress> seq(B);
   // Row b·M + m of the session is sequence b's m-th draft row; outside a window its rows are equal.
   DecodeSession session(backend, B * M, options.verify);
-  std::vector<float> logits(V);
   std::vector<int32_t> pending(B);  // the chosen token each sequence feeds next
   std::vector<int64_t> first_rows, other_rows;  // each sequence's row 0, and the rows copied from it
   for (int64_t b = 0; b < B; ++b) {
     seq[b].context = prompts[b];
     seq[b].draft_limit = options.max_draft;
-    session.prefill(b * M, prompts[b].data(), static_cast<int64_t>(prompts[b].size()), logits.data());
+    session.prefill(b * M, prompts[b].data(), static_cast<int64_t>(prompts[b].size()), outputs.room(1));
     for (int64_t m = 1; m < M; ++m) {
       first_rows.push_back(b * M);
       other_rows.push_back(b * M + m);
     }
-    pending[b] = choose(b, seq[b], logits.data());
+    pending[b] = choose_at(b, seq[b], 0);
     generator.append(b, seq[b], pending[b]);
   }
+  generator.deliver();
   if (M > 1) session.copy_rows(first_rows, other_rows);
   auto all_done = [&] { return std::all_of(seq.begin(), seq.end(), [](const Progress& p) { return p.done; }); };
-  std::vector<float> window_logits;
   std::vector<int32_t> row_tokens(B * M);
   SpeculationPayoff payoff(backend.on_device());
   auto tokens_so_far = [&] {
@@ -213,14 +233,14 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
       }
     if (K == 0) {  // nothing to verify: a plain step
       const auto step_start = Clock::now();
-      window_logits.resize(B * M * V);
       for (int64_t r = 0; r < B * M; ++r) row_tokens[r] = pending[r / M];
-      session.step(row_tokens.data(), window_logits.data());
+      session.step(row_tokens.data(), outputs.room(B * M));
       for (int64_t b = 0; b < B; ++b) {
         if (seq[b].done) continue;
-        pending[b] = choose(b, seq[b], window_logits.data() + b * M * V);
+        pending[b] = choose_at(b, seq[b], b * M);
         generator.append(b, seq[b], pending[b]);
       }
+      generator.deliver();
       payoff.record_step(ms_between(step_start, Clock::now()), tokens_so_far() - tokens_before);
       continue;
     }
@@ -240,7 +260,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
           window[(b * M + m) * W + j] =
               j == 0 || j > static_cast<int64_t>(draft.size()) ? pending[b] : draft[j - 1];
       }
-    window_logits.resize(B * M * W * V);
+    const TokenOutputs window_outputs = outputs.room(B * M * W);
     // Each sequence's acceptance, decided a position at a time as the logits come: `row` the draft
     // row it follows (rows whose drafts equal every choice so far have the same logits; the first
     // is read), `j` the drafts accepted, `open` while it may accept more.
@@ -268,20 +288,21 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
         if (!a.open) continue;
         Progress& p = seq[b];
         const Draft& d = drafts[b];
-        const float* at = window_logits.data() + ((b * M + a.row) * W + j) * V;
+        const int64_t at = (b * M + a.row) * W + j;  // this position's output
         a.j = j;
         a.open = false;
         if (j < static_cast<int64_t>(d.tokens.size()) && !d.distributions.empty()) {  // speculative sampling's rule
           const uint64_t t = p.out.tokens.size();
           const SpeculativeChoice c =
-              speculative_choice(token_distribution(at, V, options.sampling), d.distributions[j], d.tokens[j],
+              speculative_choice(token_distribution(outputs.logits(at), V, options.sampling),
+                                 d.distributions[j], d.tokens[j],
                                  counter_uniform(options.sampling.seed ^ kAcceptStream, sequence_id(b), t),
                                  counter_uniform(options.sampling.seed, sequence_id(b), t));
           pending[b] = c.token;
           generator.append(b, p, pending[b]);
           a.open = !p.done && c.accepted;
         } else {
-          pending[b] = choose(b, p, at);
+          pending[b] = choose_at(b, p, at);
           generator.append(b, p, pending[b]);
           if (!p.done) {
             int64_t next = -1;
@@ -303,8 +324,8 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
     };
     // Token by token, the session asks after each position and stops where every draft has failed;
     // a window has every position's logits at once, read here in the same order.
-    const int64_t verified = session.verify(window.data(), W, window_logits.data(),
-                                            session.runs_window() ? DecodeSession::VerifyContinues{} : consider);
+    const int64_t verified = session.verify(window.data(), W, window_outputs,
+                                            session.verifies_as_window(W) ? DecodeSession::VerifyContinues{} : consider);
     for (std::vector<int64_t> settled; considered < verified && consider(considered, settled); settled.clear()) {
     }
     std::vector<int64_t> keep(B * M, verified);
@@ -332,6 +353,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
     }
     session.accept(keep);
     if (!other_rows.empty()) session.copy_rows(first_rows, other_rows);
+    generator.deliver();
     payoff.record_window(W, ms_between(window_start, Clock::now()), tokens_so_far() - tokens_before);
   }
   for (Progress& p : seq) {

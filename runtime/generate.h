@@ -91,7 +91,8 @@ struct GeneratedText {
 };
 
 // Called as sequence `sequence`'s visible text grows by `piece` (whole UTF-8 characters, nothing
-// that might still turn out to begin a stop string).
+// that might still turn out to begin a stop string): once per model call that added to it, with
+// every token that call chose (one for a plain step, the accepted drafts too for a window).
 using TextCallback = std::function<void(int64_t sequence, const std::string& piece)>;
 
 std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tokenizer,

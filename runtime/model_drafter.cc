@@ -15,7 +15,8 @@ struct DraftSequence {
   std::unique_ptr<DecodeSession> session;
   std::unique_ptr<InferenceState> kept;
   size_t read = 0;              // context tokens the session's state has read
-  std::vector<float> logits;    // after the last token read
+  std::vector<float> logits;    // after the last token read (sampled drafts)
+  int32_t argmax = 0;           // after the last token read (greedy drafts)
 };
 
 class ModelDrafter {
@@ -36,22 +37,27 @@ class ModelDrafter {
       s.kept = draft_.new_state(1);
       s.logits.resize(V);
     }
+    // Greedy drafts read the argmax alone (reduced where the draft model runs); sampled ones the logits.
+    const bool sampled = sampling_.temperature > 0;
+    std::vector<float> logits;
+    int32_t argmax = 0;
+    const TokenOutputs last = sampled ? TokenOutputs(s.logits.data()) : TokenOutputs::argmax_only(&s.argmax);
     if (s.read == 0 || s.read > context.size()) {  // the first call (or a context that shrank): read it whole
-      s.session->prefill(0, context.data(), static_cast<int64_t>(context.size()), s.logits.data());
-    } else {
-      for (size_t i = s.read; i < context.size(); ++i) s.session->step(&context[i], s.logits.data());
+      s.session->prefill(0, context.data(), static_cast<int64_t>(context.size()), last);
+    } else {  // only the last token's outputs are read
+      for (size_t i = s.read; i < context.size(); ++i) s.session->step(&context[i], i + 1 == context.size() ? last : TokenOutputs{});
     }
     s.read = context.size();
     s.kept->copy_all(s.session->state());
     // Greedy drafts, or drafts sampled from the draft model's distribution (kept for the rule).
     Draft d;
-    const bool sampled = sampling_.temperature > 0;
-    std::vector<float> logits = s.logits;
+    if (sampled) logits = s.logits;
+    argmax = s.argmax;
     const int64_t count = std::min(max_draft_, max_tokens);
     for (int64_t k = 0; k < count; ++k) {
-      if (k > 0) s.session->step(&d.tokens.back(), logits.data());
+      if (k > 0) s.session->step(&d.tokens.back(), sampled ? TokenOutputs(logits.data()) : TokenOutputs::argmax_only(&argmax));
       if (!sampled) {
-        d.tokens.push_back(choose_token(logits.data(), V, sampling_, 0.0));
+        d.tokens.push_back(argmax);
         continue;
       }
       // One sort of the logits a token: the distribution, then a draw from it.

@@ -44,6 +44,7 @@ struct BenchFlags {
   bool show_plan = false;
   std::vector<int64_t> verify_windows;  // speculative verify windows to time against a step
   double acceptance = 0;                // with verify windows: speculation simulated at this rate
+  bool as_generate = false;             // verify windows as greedy generate runs them
   std::vector<int64_t> tp = {1};        // tensor-parallel sizes, each timed on its own model build
 };
 
@@ -104,21 +105,22 @@ std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec
   if (!flags.model.empty() && !model.weights) model.weights = load_model(flags.model).weights;
   if (!model.quantized && !flags.artifact.empty()) model.quantized = read_quantized_artifact(flags.artifact).model;
   if (!model.quantized && !flags.recipe.empty()) model.quantized = synthetic_quantized(flags);
-  CudaBackendOptions cuda_options;
-  cuda_options.device = device.index;
+  BackendPreferences preferences;
+  preferences.rows_alone = flags.as_generate;
+  CudaBackendOptions cuda_options = cuda_backend_options(device.index, preferences);
   if (tp > 1) {
     if (model.quantized) return std::make_unique<CudaTensorParallelBackend>(*model.quantized, tp, cuda_options);
     if (!flags.synthetic.empty())
       return std::make_unique<CudaTensorParallelBackend>(synthetic_config(flags.synthetic), flags.seed, tp, cuda_options);
     return std::make_unique<CudaTensorParallelBackend>(*model.weights, tp, cuda_options);
   }
-  if (!flags.artifact.empty()) return make_quantized_backend(flags.device, model.quantized);
+  if (!flags.artifact.empty()) return make_quantized_backend(flags.device, model.quantized, preferences);
   if (model.quantized) return std::make_unique<CudaBackend>(model.quantized, cuda_options);
   if (!flags.synthetic.empty()) {
     if (!device.cuda) fail("--synthetic needs --device cuda (random weights are made on the GPU)");
     return std::make_unique<CudaBackend>(synthetic_config(flags.synthetic), flags.seed, cuda_options);
   }
-  return make_backend(flags.device, model.weights);
+  return make_backend(flags.device, model.weights, preferences);
 }
 
 void run_ssd_module(const BenchFlags& flags, const DeviceSpec& device) {
@@ -205,15 +207,20 @@ json run_model_on(const BenchFlags& flags, const DeviceSpec& device, const Devic
   }
   json verify = json::array();
   if (!flags.verify_windows.empty()) {
-    fmt::print("verify windows ({}; logits of every position copied back, as generate uses them)\n",
-               backend->runs_window() ? "one multi-token call, Activation Replay on partial acceptance"
-                                      : "token by token on this backend");
+    if (flags.as_generate)
+      fmt::print("verify windows as greedy generate runs them (each row computed as alone; one call where that "
+                 "window gives a step's bits, else token by token; each position's argmax copied back)\n");
+    else
+      fmt::print("verify windows ({}; logits of every position copied back, as generate uses them when sampling)\n",
+                 backend->runs_window() ? "one multi-token call, Activation Replay on partial acceptance"
+                                        : "token by token on this backend");
     const bool simulated = flags.acceptance > 0;
     fmt::print("{:>5} {:>7} {:>9} {:>10} {:>8} {:>16} {:>8}{}\n", "batch", "window", "step ms", "verify ms", "÷ step",
                "verify+replay ms", "÷ step",
                simulated ? fmt::format(" {:>13} {:>10} {:>9}", "tokens/window", "window ms", "speed-up") : "");
     for (const VerifyBenchRow& r :
-         bench_verify(*backend, flags.batches, flags.verify_windows, flags.gen, flags.seed, flags.acceptance)) {
+         bench_verify(*backend, flags.batches, flags.verify_windows, flags.gen, flags.seed, flags.acceptance,
+                      flags.as_generate)) {
       const double speedup = simulated ? r.tokens_per_window * r.step_ms / r.window_ms : 0;
       fmt::print("{:>5} {:>7} {:>9.3f} {:>10.3f} {:>8.2f} {:>16.3f} {:>8.2f}{}\n", r.batch, r.window, r.step_ms,
                  r.verify_ms, r.verify_ms / r.step_ms, r.verify_replay_ms, r.verify_replay_ms / r.step_ms,
@@ -331,6 +338,8 @@ void run_bench(const BenchFlags& flags) {
     fail("bench: --recipe and --bits go together");
   if (flags.acceptance > 0 && flags.verify_windows.empty())
     fail("bench: --accept simulates speculation in the verify windows: give --verify too");
+  if (flags.as_generate && flags.verify_windows.empty())
+    fail("bench: --as-generate times the verify windows as generate runs them: give --verify too");
   if (flags.head_to_toe && (flags.recipe.empty() || flags.module != "model"))
     fail("bench: --head-to-toe quantizes a synthetic model's embedding and lm_head: give --recipe and --bits");
   for (const int64_t prompt : flags.prompts)  // refused before any timing, so nothing is half written
@@ -405,6 +414,10 @@ void add_bench_command(CLI::App& app) {
                   "probability (0 < p <= 1; random tokens, so the model's choices are not compared) and report the "
                   "tokens a window yields and the speed-up over plain steps")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--as-generate", flags->as_generate,
+                "With --verify: time steps and windows as greedy `generate` runs them: every row computed as it is "
+                "alone (a window of up to 8 rows of the FP model then gives single steps' bits in one call; larger "
+                "ones are verified token by token) and only each position's argmax copied back");
   cmd->add_flag("--show-plan", flags->show_plan,
                 "Print what each timed shape runs (prefill and decode of every batch size), layer by layer");
   cmd->callback([flags] { flags->model = flags->model.empty() ? "" : resolve_model_dir(flags->model), run_bench(*flags); });

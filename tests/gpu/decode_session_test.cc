@@ -23,6 +23,7 @@
 #include "runtime/cuda_backend.h"
 #include "runtime/decode_session.h"
 #include "tests/support/recipe_cases.h"
+#include "tests/support/session_checks.h"
 #include "tests/support/test_models.h"
 
 namespace ssdq {
@@ -55,11 +56,14 @@ double relative_difference(const float* a, const float* b, int64_t n) {
 }
 
 // `tolerance` 0: bit for bit; otherwise the largest relative difference of logits allowed (states
-// are then compared through the logits of the step after accept).
+// are then compared through the logits of the step after accept). `counts`: what each sequence
+// keeps of its K verified tokens (one sequence each).
 void expect_verify_accept_is_plain_decode(const Backend& backend, const std::string& name, VerifyMode mode,
-                                          double tolerance = 0) {
-  const int64_t V = backend.config().vocab_size, B = 3, K = 4;
-  const std::vector<int64_t> prompt_lengths = {70, 9, 1}, counts = {0, 2, 4};
+                                          double tolerance = 0, int64_t K = 4,
+                                          const std::vector<int64_t>& counts = {0, 2, 4}) {
+  const int64_t V = backend.config().vocab_size, B = static_cast<int64_t>(counts.size());
+  std::vector<int64_t> prompt_lengths;
+  for (int64_t b = 0; b < B; ++b) prompt_lengths.push_back(std::vector<int64_t>{70, 9, 1}[b % 3] + b / 3);
   std::vector<std::vector<int32_t>> prompts;
   for (int64_t b = 0; b < B; ++b) prompts.push_back(random_tokens(prompt_lengths[b], V, 10 + b));
   const std::vector<int32_t> first = random_tokens(B, V, 20), drafts = random_tokens(B * K, V, 21),
@@ -78,7 +82,10 @@ void expect_verify_accept_is_plain_decode(const Backend& backend, const std::str
   for (int64_t b = 0; b < B; ++b) accepted.push_back(row_bytes(session.state(), b));
   session.step(next.data(), after.data());
 
-  for (int64_t n : {0, 2, 4}) {
+  std::vector<int64_t> distinct(counts);
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  for (int64_t n : distinct) {
     DecodeSession plain(backend, B);
     start(plain);
     std::vector<float> logits(B * V);
@@ -204,6 +211,45 @@ TEST(CudaDecodeSession, WindowIsPlainDecodeToRoundingInBf16) {
   const CudaBackend backend(*load_model(kTinyModel).weights, CudaBackendOptions{});
   ASSERT_TRUE(backend.runs_window());
   expect_verify_accept_is_plain_decode(backend, "bf16 window", VerifyMode::kWindow, kWindowToleranceBf16);
+}
+
+// With rows_alone (generate's engine), a window of up to 8 rows runs every projection, norm and
+// the head through a single step's kernels, each row in its own order of sums: kExact then verifies
+// with that window (Backend::exact_window), and it is plain decoding bit for bit — logits of every
+// position, the state after accept (the replay included), the step after.
+TEST(CudaDecodeSession, ExactWindowIsPlainDecodeBitForBitInBf16) {
+  CudaBackendOptions rows_alone;
+  rows_alone.rows_alone = true;
+  const CudaBackend backend(*load_model(kTinyModel).weights, rows_alone);
+  ASSERT_TRUE(backend.exact_window(1, 8));
+  ASSERT_TRUE(backend.exact_window(2, 4));
+  EXPECT_FALSE(backend.exact_window(3, 4)) << "12 rows: past the GEMV's rows";
+  EXPECT_FALSE(CudaBackend(*load_model(kTinyModel).weights, CudaBackendOptions{}).exact_window(1, 4))
+      << "without rows_alone the window's rows take cuBLASLt";
+  DecodeSession session(backend, 2, VerifyMode::kExact);
+  EXPECT_TRUE(session.verifies_as_window(4));
+  EXPECT_FALSE(session.verifies_as_window(5));
+  expect_verify_accept_is_plain_decode(backend, "bf16 exact window, 2 x 4", VerifyMode::kExact, 0, 4, {1, 4});
+  expect_verify_accept_is_plain_decode(backend, "bf16 exact window, 2 x 4", VerifyMode::kExact, 0, 4, {0, 3});
+  for (const int64_t kept : {0, 2, 5, 7, 8})
+    expect_verify_accept_is_plain_decode(backend, "bf16 exact window, 1 x 8", VerifyMode::kExact, 0, 8, {kept});
+}
+
+// Greedy generation's outputs: each position's argmax, reduced on the device, is the argmax of
+// the logits the same calls copy back — through the exact window (1 × 4), the stepped verify
+// (3 × 4), kWindow, and an artifact.
+TEST(CudaDecodeSession, ArgmaxOutputsAreTheArgmaxOfTheLogits) {
+  CudaBackendOptions rows_alone;
+  rows_alone.rows_alone = true;
+  const CudaBackend bf16(*load_model(kTinyModel).weights, rows_alone);
+  expect_argmax_outputs_are_the_logits_argmax(bf16, VerifyMode::kExact, "bf16 exact window", 1, 4);
+  expect_argmax_outputs_are_the_logits_argmax(bf16, VerifyMode::kExact, "bf16 stepped", 3, 4);
+  expect_argmax_outputs_are_the_logits_argmax(bf16, VerifyMode::kWindow, "bf16 window", 3, 4);
+  const Mamba2Config c = synthetic_config(2);
+  const RecipeCase recipe_case = synthetic_recipe_cases().front();
+  const CudaBackend artifact(std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, recipe_case.options, 5)),
+                             rows_alone);
+  expect_argmax_outputs_are_the_logits_argmax(artifact, VerifyMode::kExact, recipe_case.name, 2, 3);
 }
 
 TEST(CudaDecodeSession, WindowIsPlainDecodeToRoundingForEveryRecipeAndBits) {

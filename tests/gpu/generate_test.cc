@@ -60,6 +60,28 @@ TEST(CudaGenerate, SeveralDraftsGiveTheTextOfThePromptAlone) {
     }
 }
 
+// generate's engine (rows_alone) verifies a window of up to 8 rows in one call, whose rows get a
+// step's bits (Backend::exact_window): one prompt at a time (windows of 5 rows), greedy and sampled,
+// the text of plain decoding, with every accepted length 0…K among the windows.
+TEST(CudaGenerate, ExactWindowsGiveThePlainText) {
+  CudaBackendOptions rows_alone;
+  rows_alone.rows_alone = true;
+  const CudaBackend bf16(*load_model(kTinyModel).weights, rows_alone);
+  ASSERT_TRUE(bf16.exact_window(1, 5));
+  const int64_t V = bf16.config().vocab_size;
+  std::vector<int64_t> histogram;
+  for (const auto& prompt : prompts_of(V)) {
+    const std::vector<int64_t> h =
+        expect_speculation_exact(bf16, {}, "bf16 exact window", 1, PlainReference::kItself, {prompt});
+    histogram.resize(h.size());
+    for (size_t j = 0; j < h.size(); ++j) histogram[j] += h[j];
+    GenerateOptions sampled;
+    sampled.sampling = {0.8, 50, 0.95, 3};
+    expect_speculation_exact(bf16, sampled, "bf16 exact window sampled", 1, PlainReference::kItself, {prompt});
+  }
+  for (size_t j = 0; j < histogram.size(); ++j) EXPECT_GT(histogram[j], 0) << "no window accepted " << j << " drafts";
+}
+
 TEST(CudaGenerate, SpeculativeIsPlainForEveryRecipeAndBits) {
   const Mamba2Config c = synthetic_config(2);
   for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {

@@ -16,6 +16,7 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/decode_session.h"
 #include "tests/support/recipe_cases.h"
+#include "tests/support/session_checks.h"
 #include "tests/support/test_models.h"
 
 namespace ssdq {
@@ -80,6 +81,16 @@ TEST(DecodeSession, VerifyAcceptIsPlainDecodeForTheFloatModel) {
   const CpuBackend backend(random_weights(synthetic_config(2), 3));
   expect_verify_accept_is_plain_decode(backend, "fp32", VerifyMode::kExact);
   expect_verify_accept_is_plain_decode(backend, "fp32 joint", VerifyMode::kJoint);
+}
+
+// Greedy generation asks for the argmax alone: it is the argmax of the logits the same calls give,
+// at one sequence (outputs written in place) and three (staged per step), verified both ways.
+TEST(DecodeSession, ArgmaxOutputsAreTheArgmaxOfTheLogits) {
+  const CpuBackend backend(random_weights(synthetic_config(2), 3));
+  for (const int64_t batch : {1, 3}) {
+    expect_argmax_outputs_are_the_logits_argmax(backend, VerifyMode::kExact, "fp32", batch, 4);
+    expect_argmax_outputs_are_the_logits_argmax(backend, VerifyMode::kJoint, "fp32 joint", batch, 4);
+  }
 }
 
 TEST(DecodeSession, VerifyAcceptIsPlainDecodeForEveryRecipeAndBits) {
