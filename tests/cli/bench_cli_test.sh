@@ -2,7 +2,8 @@
 # `ssdq bench` on the CPU with the bundled model: several prompt lengths in one invocation give a
 # table each under its own header and every (prompt, batch) row in the JSON; a bad length is
 # refused before any timing, with no JSON written; --show-plan prints what each shape runs;
-# --verify times verify windows against a step (a row each in the table and the JSON); a
+# --verify times verify windows against a step (a row each in the table and the JSON; --as-generate
+# as greedy generate runs them); a
 # numeric flag out of range names its range in words; --help shows the defaults (integers
 # formatted through iostreams: empty when the binary's static libstdc++ and libsentencepiece's
 # shared one were mixed, third_party/system.BUILD).
@@ -45,6 +46,12 @@ out=$("$ssdq" bench --device cpu --model "$model" --prompt 8 --gen 3 --repeats 1
 grep -qE '^ +1 +4 .* 4\.00 +[0-9.]+ +[0-9.]+×$' <<<"$out"  # every draft accepted: 4 tokens a window
 if "$ssdq" bench --device cpu --model "$model" --accept 0.5 2>"$TEST_TMPDIR/err"; then exit 1; fi
 grep -qF -- "--accept simulates speculation" "$TEST_TMPDIR/err"
+# --as-generate: the windows as greedy generate verifies them (each position's argmax alone).
+out=$("$ssdq" bench --device cpu --model "$model" --prompt 8 --gen 2 --repeats 1 --verify 3 --as-generate)
+grep -q "^verify windows as greedy generate runs them" <<<"$out"
+grep -qE '^ +1 +3 +[0-9.]+ +[0-9.]+ ' <<<"$out"
+if "$ssdq" bench --device cpu --model "$model" --as-generate 2>"$TEST_TMPDIR/err"; then exit 1; fi
+grep -qF -- "--as-generate times the verify windows" "$TEST_TMPDIR/err"
 if "$ssdq" bench --device cpu --model "$model" --verify 0 2>"$TEST_TMPDIR/err"; then exit 1; fi
 grep -qF -- "--verify" "$TEST_TMPDIR/err"
 
