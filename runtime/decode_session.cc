@@ -93,9 +93,7 @@ void DecodeSession::prefill(int64_t seq, const int32_t* tokens, int64_t length, 
   pending_tokens_[seq].clear();
   if (!prompt_state_) prompt_state_ = backend_.new_state(1);
   prompt_state_->reset();
-  ForwardOutputs out;
-  out.logits = last.logits;
-  out.argmax = last.argmax;
+  ForwardOutputs out = last.forward();
   out.last_position_only = true;
   backend_.forward(tokens, length, *prompt_state_, out);
   state_->copy_rows(*prompt_state_, {0}, {seq});
@@ -105,10 +103,7 @@ void DecodeSession::step(const int32_t* tokens, TokenOutputs out) {
   require_accepted("step");
   pending_k_ = 0;
   settle();
-  ForwardOutputs forward;
-  forward.logits = out.logits;
-  forward.argmax = out.argmax;
-  backend_.forward(tokens, 1, *state_, forward);
+  backend_.forward(tokens, 1, *state_, out.forward());
 }
 
 int64_t DecodeSession::verify(const int32_t* tokens, int64_t K, TokenOutputs out, const VerifyContinues& continues) {
@@ -121,10 +116,7 @@ int64_t DecodeSession::verify(const int32_t* tokens, int64_t K, TokenOutputs out
   if (window_verify_) {
     if (before_token_.empty()) before_token_.push_back(backend_.new_state(batch_));
     before_token_[0]->copy_all(*state_);
-    ForwardOutputs forward;
-    forward.logits = out.logits;
-    forward.argmax = out.argmax;
-    backend_.forward_window(tokens, K, *state_, forward);
+    backend_.forward_window(tokens, K, *state_, out.forward());
     pending_k_ = K;
     return K;
   }

@@ -58,6 +58,13 @@ struct TokenOutputs {
   }
   float* logits = nullptr;
   int32_t* argmax = nullptr;
+  // The backend's outputs asking for these (every position of the forward).
+  ForwardOutputs forward() const {
+    ForwardOutputs out;
+    out.logits = logits;
+    out.argmax = argmax;
+    return out;
+  }
 };
 
 // Room for a call's outputs, kept between calls: each position's logits, or its argmax alone.
