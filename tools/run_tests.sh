@@ -2,8 +2,9 @@
 # What CI runs (.ci/run). Stages, each counted in the last line:
 #   1. build everything (CUDA kernels and GPU tests included) and run every CPU test; GPU tests
 #      (tag "gpu") are built but not run here: tools/run_gpu_tests.sh runs them on a GPU machine;
-#   2. the CPU tests again under AddressSanitizer (+ LeakSanitizer) and under
-#      UndefinedBehaviorSanitizer (--config=asan, --config=ubsan; see SANITIZER_EXCLUDED below);
+#   2. the CPU tests again under AddressSanitizer (+ LeakSanitizer) and UndefinedBehaviorSanitizer
+#      together (--config=sanitizers: one instrumented build; see SANITIZER_EXCLUDED below); the
+#      CUDA objects are the first stage's (tools/bazel/cuda.bzl says why they can be);
 #   3. every libFuzzer target for $SSDQ_FUZZ_SECONDS (default 30) s on its corpus
 #      (fuzz/run_fuzzers.sh; a run passes when it found nothing).
 # Ends with the line "P passed, F failed": GoogleTest cases of all test runs (from their XML
@@ -69,10 +70,8 @@ if [[ " $stages " == *" tests "* ]]; then
   run_bazel_tests "CPU tests" --test_tag_filters=-gpu //... "$@"
 fi
 if [[ " $stages " == *" sanitizers "* ]]; then
-  for sanitizer in asan ubsan; do
-    run_bazel_tests "CPU tests under $sanitizer" --config="$sanitizer" --build_tests_only --test_tag_filters=-gpu \
-      -- //... "${SANITIZER_EXCLUDED[@]}"
-  done
+  run_bazel_tests "CPU tests under asan+ubsan" --config=sanitizers --build_tests_only --test_tag_filters=-gpu \
+    -- //... "${SANITIZER_EXCLUDED[@]}"
 fi
 if [[ " $stages " == *" fuzz "* ]]; then
   fuzz_log=$(mktemp)

@@ -69,17 +69,59 @@ _cuda_objects = rule(
     },
 )
 
+# nvcc's command line reads none of the C++ options that tell the sanitizer configurations apart
+# from the plain one (--copt, --linkopt, --platform_suffix), so the objects are built in one
+# configuration with those options fixed: `--config=asan|ubsan|sanitizers` then reuse the plain build's
+# objects instead of compiling every kernel again (nvcc is most of a cold build on two cores), and
+# nvcc's host code was never instrumented anyway. Any other suffix (--config=sm90a: other gencodes)
+# keeps a folder of its own. Only options that always change are set, because Bazel names the
+# folder after the options a transition changed: --linkopt, empty in the plain build, is left alone.
+_SUFFIXES_SHARING_NVCC_OBJECTS = ["", "asan", "ubsan", "sanitizers"]
+
+def _nvcc_configuration_impl(settings, attr):
+    suffix = settings["//command_line_option:platform_suffix"] or ""
+    return {
+        "//command_line_option:copt": [],
+        "//command_line_option:platform_suffix": "cuda" if suffix in _SUFFIXES_SHARING_NVCC_OBJECTS else "cuda-" + suffix,
+    }
+
+_nvcc_configuration = transition(
+    implementation = _nvcc_configuration_impl,
+    inputs = ["//command_line_option:platform_suffix"],
+    outputs = [
+        "//command_line_option:copt",
+        "//command_line_option:platform_suffix",
+    ],
+)
+
+def _objects_in_nvcc_configuration_impl(ctx):
+    return [DefaultInfo(files = depset(transitive = [t[DefaultInfo].files for t in ctx.attr.objects]))]
+
+_objects_in_nvcc_configuration = rule(
+    implementation = _objects_in_nvcc_configuration_impl,
+    attrs = {
+        "objects": attr.label_list(cfg = _nvcc_configuration),
+        "_allowlist_function_transition": attr.label(
+            default = "@bazel_tools//tools/allowlists/function_transition_allowlist",
+        ),
+    },
+)
+
 def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], gencodes = [], visibility = None, **kwargs):
     """A cc_library whose .cu sources are compiled by nvcc (cudart linked statically).
 
     gencodes: replaces CUDA_GENCODES (e.g. sm_90a alone for wgmma kernels)."""
     _cuda_objects(
-        name = name + "_objs",
+        name = name + "_nvcc",
         srcs = srcs,
         hdrs = hdrs,
         deps = deps + ["@cuda//:headers"],
         copts = copts,
         gencodes = gencodes,
+    )
+    _objects_in_nvcc_configuration(
+        name = name + "_objs",
+        objects = [":" + name + "_nvcc"],
     )
     native.cc_library(
         name = name,
