@@ -1,18 +1,18 @@
 #include "kernels/gemv.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/programmatic_launch.cuh"
-#include "kernels/row_stream.cuh"
+#include "kernels/tensor_core.cuh"
 
 namespace ssdq::kernels {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane (8 measured slower on an H200)
 
 // Input row r, as bf16, into `row` (shared or global memory), by the whole block of kThreads: the
 // one piece of code that builds a row, so that rows built by the GEMV's prologue and by
@@ -48,12 +48,6 @@ __device__ void build_input_row(const GemvArgs& a, int r, __nv_bfloat16* row, bo
   }
 }
 
-// Writes the m input rows, as bf16, into shared memory.
-__device__ void load_inputs(const GemvArgs& a, __nv_bfloat16* xs) {
-  for (int r = 0; r < a.m; ++r) build_input_row(a, r, xs + static_cast<int64_t>(r) * a.k, blockIdx.x == 0);
-  __syncthreads();
-}
-
 // GemvArgs::staged: row blockIdx.x's normalised input, built once into global memory.
 __global__ void __launch_bounds__(kThreads) gemv_inputs_kernel(GemvArgs a) {
   wait_for_previous_grid();
@@ -61,176 +55,159 @@ __global__ void __launch_bounds__(kThreads) gemv_inputs_kernel(GemvArgs a) {
   build_input_row(a, blockIdx.x, a.staged + static_cast<int64_t>(blockIdx.x) * a.k, true);
 }
 
-__device__ inline void accumulate8(const uint4& w, const uint4& x, float& acc) {
-  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
+// The sums: mma.sync.m16n8k16 tiles, the M ≤ 8 input rows as the rows of A (rows M..15 zero) and
+// 8 weight rows as the columns of B. A tensor core computes each output from its own row of A and
+// column of B, so a row's bits do not depend on the rows beside it, and every order below depends
+// on k alone: the same bits at 1 row as at 8, and at any split of the columns into tiles.
+//
+// Lane (g, q) = (lane / 4, lane % 4) loads 16 bytes of weight row g of the tile at k offset 8q of
+// its warp's 32-wide slice, and 16 bytes of input row g at the same offset. Lane (g, q)'s words of
+// A and B hold k slots 2q, 2q+1, 2q+8, 2q+9 of an mma; mapping those slots onto the lane's own
+// 8 consecutive k values (the first mma takes values 0..3, the second 4..7) lets both operands come
+// straight from 16-byte loads without shuffles: a sum over k does not care which slot holds which k,
+// and the mapping is fixed, so the bits are too.
+//
+// A block's 8 warps split k: warp w takes the 32 values at 256·j + 32·w of every step j, its chain
+// of mmas running over j in order; the 8 partial sums of an output are then added warp 0 first.
+constexpr int kSliceK = 32;
+constexpr int kBlockK = kWarps * kSliceK;
+// 16-byte weight loads a lane has in flight: kTiles tiles × kSteps steps.
+constexpr int kLoadsPerLane = 4;
+// Three blocks an SM (at most 85 registers a thread): with two, 2.7b's in_proj and out_proj grids
+// took two waves (docs/kernels/gemm.md).
+constexpr int kMinBlocksPerSm = 3;
+
+struct RowSlice {
+  const __nv_bfloat16* row;  // input row g of this lane, or null where g ≥ m
+  int k, warp, q;
+  __device__ int offset(int step) const { return step * kBlockK + warp * kSliceK + 8 * q; }
+};
+
+template <int kTiles, int kSteps>
+__device__ inline void load_weight_steps(const uint4* const (&rows)[kTiles], const RowSlice& s, int first, int steps,
+                                         uint4 (&w)[kSteps][kTiles]) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 wf = __bfloat1622float2(w2[i]);
-    const float2 xf = __bfloat1622float2(x2[i]);
-    acc = fmaf(wf.x, xf.x, acc);
-    acc = fmaf(wf.y, xf.y, acc);
+  for (int j = 0; j < kSteps; ++j) {
+    const int k = s.offset(first + j);
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+      w[j][t] = rows[t] && first + j < steps && k < s.k ? __ldg(rows[t] + k / 8) : make_uint4(0, 0, 0, 0);
   }
 }
 
-// Column `col` of the M rows staged in xs: lanes stream the weight row in 16-byte pieces, and each
-// row's sum runs in one order whatever M is and whichever warp takes the column.
-template <int M>
-__device__ inline void gemv_column(const GemvArgs& a, const __nv_bfloat16* xs, int col, int lane) {
-  const uint4* w = reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(col) * a.k);
-  const int pieces = a.k / 8;
-  float acc[M];
-#pragma unroll
-  for (int r = 0; r < M; ++r) acc[r] = 0.f;
-  stream_row_pieces<kUnroll>(w, pieces, lane, [&](int p, const uint4& wv) {
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      const uint4 xv = reinterpret_cast<const uint4*>(xs + static_cast<int64_t>(r) * a.k)[p];
-      accumulate8(wv, xv, acc[r]);
-    }
-  });
-#pragma unroll
-  for (int r = 0; r < M; ++r) {
-    float v = acc[r];
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    if (lane == 0) {
-      if (a.out_type == ElementType::kF32) {
-        float* out = static_cast<float*>(a.out) + r * a.ldout + col;
-        *out = a.accumulate ? *out + v : v;
-      } else {
-        static_cast<__nv_bfloat16*>(a.out)[r * a.ldout + col] = __float2bfloat16_rn(v);
-      }
-    }
-  }
-}
-
-// A warp per output column. A single row (the decode step) has a grid over all the columns, a
-// column a warp. Several rows whose inputs are wide (m·k bf16 of at least kWideInputBytes) have one
-// wave of blocks whose warps walk the columns two at a time, so the rows are staged once per block
-// rather than once per kWarps columns (at 8 rows of 2.7b's in_proj a grid over the columns would read 53 MB of
-// input rows from L2 beside 54 MB of weights), and their norms are built once a row beforehand
-// (GemvArgs::staged). Narrow rows (the bundled model, k = 256) stage again faster than a warp walks
-// its columns one after another.
-constexpr int64_t kWideInputBytes = 16 * 1024;
-inline bool wide_rows(int m, int k) { return m > 1 && static_cast<int64_t>(m) * k * 2 >= kWideInputBytes; }
-
-// Columns col and col + 1 (where it exists) of the M rows staged in xs, a lane's pieces of both
-// weight rows against each input piece converted once: half the shared-memory reads and
-// conversions a weight byte of gemv_column, and each column's sums in gemv_column's order (the
-// same fmaf chain over the same values), so the same bits.
-template <int M>
-__device__ inline void gemv_column_pair(const GemvArgs& a, const __nv_bfloat16* xs, int col, int lane) {
-  const bool second = col + 1 < a.n;
-  const uint4* w0 = reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(col) * a.k);
-  const uint4* w1 = second ? w0 + a.k / 8 : w0;
-  const int pieces = a.k / 8;
-  float acc0[M], acc1[M];
-#pragma unroll
-  for (int r = 0; r < M; ++r) acc0[r] = acc1[r] = 0.f;
-  for (int base = lane; base < pieces; base += 32 * kUnroll) {
-    uint4 v0[kUnroll], v1[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int p = base + 32 * u;
-      v0[u] = p >= pieces ? make_uint4(0, 0, 0, 0) : __ldg(w0 + p);
-      v1[u] = p >= pieces ? make_uint4(0, 0, 0, 0) : __ldg(w1 + p);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int p = base + 32 * u;
-      if (p >= pieces) break;
-      float2 f0[4], f1[4];
-      const __nv_bfloat162* h0 = reinterpret_cast<const __nv_bfloat162*>(&v0[u]);
-      const __nv_bfloat162* h1 = reinterpret_cast<const __nv_bfloat162*>(&v1[u]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        f0[i] = __bfloat1622float2(h0[i]);
-        f1[i] = __bfloat1622float2(h1[i]);
-      }
-#pragma unroll
-      for (int r = 0; r < M; ++r) {
-        const uint4 xv = reinterpret_cast<const uint4*>(xs + static_cast<int64_t>(r) * a.k)[p];
-        const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xv);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 xf = __bfloat1622float2(x2[i]);
-          acc0[r] = fmaf(f0[i].x, xf.x, acc0[r]);
-          acc0[r] = fmaf(f0[i].y, xf.y, acc0[r]);
-          acc1[r] = fmaf(f1[i].x, xf.x, acc1[r]);
-          acc1[r] = fmaf(f1[i].y, xf.y, acc1[r]);
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < M; ++r) {
-    float v = acc0[r], u = acc1[r];
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      v += __shfl_xor_sync(0xffffffffu, v, offset);
-      u += __shfl_xor_sync(0xffffffffu, u, offset);
-    }
-    if (lane == 0) {
-      for (int c = 0; c < (second ? 2 : 1); ++c) {
-        const float sum = c == 0 ? v : u;
-        if (a.out_type == ElementType::kF32) {
-          float* out = static_cast<float*>(a.out) + r * a.ldout + col + c;
-          *out = a.accumulate ? *out + sum : sum;
-        } else {
-          static_cast<__nv_bfloat16*>(a.out)[r * a.ldout + col + c] = __float2bfloat16_rn(sum);
-        }
-      }
-    }
-  }
-}
-
-// kColumns: 1, a column a warp at a time (gemv_column), or 2 (gemv_column_pair), for wide rows.
-template <int M, int kColumns>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
+// kTiles: tiles of 8 columns a warp computes at once (each input load serves all of them).
+template <int kTiles>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) gemv_kernel(GemvArgs a, bool rows_in_global, int64_t shared_row_stride) {
+  constexpr int kSteps = kLoadsPerLane / kTiles;
   extern __shared__ __align__(16) unsigned char shared[];
-  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(shared);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int first = (blockIdx.x * kWarps + warp) * kColumns, stride = gridDim.x * kWarps * kColumns;
-  if (first < a.n) prefetch_l2(a.w + static_cast<int64_t>(first) * a.k, a.k * 2ll * kColumns, lane);
+  __shared__ float partial[kWarps][kTiles][64];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int first_column = blockIdx.x * 8 * kTiles;
+  const int steps = (a.k + kBlockK - 1) / kBlockK;
+  const uint4* rows[kTiles];
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t) {
+    const int col = first_column + 8 * t + g;
+    rows[t] = col < a.n ? reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(col) * a.k) : nullptr;
+  }
+  RowSlice slice{nullptr, a.k, warp, q};
+  // The first weights are read before the previous kernel has finished: they do not depend on it.
+  uint4 w[kSteps][kTiles];
+  load_weight_steps<kTiles, kSteps>(rows, slice, 0, steps, w);
   wait_for_previous_grid();
   allow_next_grid();
-  load_inputs(a, xs);
-  for (int col = first; col < a.n; col += stride) {
-    if constexpr (kColumns == 2) {
-      gemv_column_pair<M>(a, xs, col, lane);
+  if (rows_in_global) {
+    if (g < a.m) slice.row = a.x + g * a.ldx;
+  } else {
+    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(shared);
+    for (int r = 0; r < a.m; ++r) build_input_row(a, r, xs + r * shared_row_stride, blockIdx.x == 0);
+    __syncthreads();
+    if (g < a.m) slice.row = xs + g * shared_row_stride;
+  }
+  float acc[kTiles][4];
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+  for (int step = 0; step < steps; step += kSteps) {
+    uint4 x[kSteps];
+#pragma unroll
+    for (int j = 0; j < kSteps; ++j) {
+      const int k = slice.offset(step + j);
+      x[j] = slice.row && step + j < steps && k < a.k ? *reinterpret_cast<const uint4*>(slice.row + k)
+                                                       : make_uint4(0, 0, 0, 0);
+    }
+    uint4 next[kSteps][kTiles];
+    if (step + kSteps < steps) load_weight_steps<kTiles, kSteps>(rows, slice, step + kSteps, steps, next);
+#pragma unroll
+    for (int j = 0; j < kSteps; ++j) {
+      if (step + j >= steps) break;  // the same for the whole warp: steps past k run no mma at all
+      const uint32_t low[4] = {x[j].x, 0u, x[j].y, 0u}, high[4] = {x[j].z, 0u, x[j].w, 0u};
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) {
+        mma_bf16_16816(acc[t], low, w[j][t].x, w[j][t].y);
+        mma_bf16_16816(acc[t], high, w[j][t].z, w[j][t].w);
+      }
+    }
+    if (step + kSteps < steps) {
+#pragma unroll
+      for (int j = 0; j < kSteps; ++j)
+#pragma unroll
+        for (int t = 0; t < kTiles; ++t) w[j][t] = next[j][t];
+    }
+  }
+  // Lane (g, q) holds row g, columns 2q and 2q + 1 of each tile (acc[t][0..1]); rows 8..15 are empty.
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t) {
+    partial[warp][t][2 * lane] = acc[t][0];
+    partial[warp][t][2 * lane + 1] = acc[t][1];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kTiles * 64; i += kThreads) {
+    const int t = i / 64, slot = i % 64, row = slot / 8, col = first_column + 8 * t + slot % 8;
+    if (row >= a.m || col >= a.n) continue;
+    float sum = partial[0][t][slot];
+#pragma unroll
+    for (int other = 1; other < kWarps; ++other) sum += partial[other][t][slot];
+    if (a.out_type == ElementType::kF32) {
+      float* out = static_cast<float*>(a.out) + row * a.ldout + col;
+      *out = a.accumulate ? *out + sum : sum;
     } else {
-      gemv_column<M>(a, xs, col, lane);
+      static_cast<__nv_bfloat16*>(a.out)[row * a.ldout + col] = __float2bfloat16_rn(sum);
     }
   }
 }
 
-// A grid over all the columns (kColumns 1), or one wave of blocks walking column pairs.
-template <int M, int kColumns>
-cudaError_t launch_kernel_rows(const GemvArgs& a, size_t shared, cudaStream_t stream) {
-  if (const cudaError_t status = allow_dynamic_shared(gemv_kernel<M, kColumns>, shared); status != cudaSuccess)
-    return status;
-  int64_t blocks = (a.n + kWarps - 1) / kWarps;
-  if (kColumns == 2) {
-    int per_sm = 0;
-    if (const cudaError_t status = resident_blocks_per_sm<gemv_kernel<M, kColumns>>(kThreads, shared, &per_sm);
-        status != cudaSuccess)
-      return status;
-    const int64_t wave = int64_t(per_sm > 0 ? per_sm : 1) * current_device_attribute(cudaDevAttrMultiProcessorCount);
-    blocks = std::max<int64_t>(1, std::min<int64_t>((a.n + 2 * kWarps - 1) / (2 * kWarps), wave));
-  }
-  return launch_kernel(gemv_kernel<M, kColumns>, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), shared},
-                       stream, a);
+// Rows of an input in shared memory are 64 bytes further apart than k, so that the two rows one
+// phase of a 16-byte load reads fall in different banks.
+constexpr int kSharedRowPad = 32;
+
+template <int kTiles>
+cudaError_t launch_tiles(const GemvArgs& a, bool rows_in_global, cudaStream_t stream) {
+  const int64_t stride = a.k + kSharedRowPad;
+  const size_t shared = rows_in_global ? 0 : static_cast<size_t>(a.m) * stride * sizeof(__nv_bfloat16);
+  if (const cudaError_t status = allow_dynamic_shared(gemv_kernel<kTiles>, shared); status != cudaSuccess) return status;
+  const int64_t blocks = (a.n + 8 * kTiles - 1) / (8 * kTiles);
+  return launch_kernel(gemv_kernel<kTiles>, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), shared},
+                       stream, a, rows_in_global, stride);
 }
 
-template <int M>
-cudaError_t launch_rows(const GemvArgs& a, cudaStream_t stream) {
-  const size_t shared = static_cast<size_t>(M) * a.k * sizeof(__nv_bfloat16);
-  if constexpr (M > 1) {
-    if (wide_rows(M, a.k)) return launch_kernel_rows<M, 2>(a, shared, stream);
-  }
-  return launch_kernel_rows<M, 1>(a, shared, stream);
+// Tiles a warp computes at once: two share each input load (measured faster than one or four on
+// 2.7b's and 8B-like's in_proj and 8B-like's out_proj, docs/kernels/gemm.md), unless the grid of
+// one-tile blocks spreads over the SMs much more evenly (each SM's share rounded up is what the
+// launch takes: 2.7b's out_proj, 320 blocks against 160). It depends on n alone, and a row's bits
+// on none of it.
+int tiles_per_warp(int n) {
+  const double sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
+  auto spread = [&](int tiles) {
+    const double per_sm = std::ceil((n + 8.0 * tiles - 1) / (8 * tiles)) / sms;
+    return per_sm / std::ceil(per_sm);
+  };
+  return spread(1) > spread(2) + 0.1 ? 1 : 2;
 }
+
+// Wide rows (m ≥ 2 and m·k bf16 of at least kWideInputBytes) with a norm have it built once a row
+// beforehand (GemvArgs::staged) rather than by every block.
+constexpr int64_t kWideInputBytes = 16 * 1024;
+inline bool wide_rows(int m, int k) { return m > 1 && static_cast<int64_t>(m) * k * 2 >= kWideInputBytes; }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -268,17 +245,10 @@ cudaError_t launch_gemv(const GemvArgs& given, cudaStream_t stream) {
     a.ldx = a.k;
     a.sum_squares = nullptr;
   }
-  switch (a.m) {
-    case 1: return launch_rows<1>(a, stream);
-    case 2: return launch_rows<2>(a, stream);
-    case 3: return launch_rows<3>(a, stream);
-    case 4: return launch_rows<4>(a, stream);
-    case 5: return launch_rows<5>(a, stream);
-    case 6: return launch_rows<6>(a, stream);
-    case 7: return launch_rows<7>(a, stream);
-    case 8: return launch_rows<8>(a, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  // Bf16 rows are read where they are when 16-byte loads can read them; otherwise, and for the
+  // norms, each block builds them in shared memory.
+  const bool rows_in_global = a.input == GemvInput::kBf16 && aligned16(a.x) && a.ldx % 8 == 0;
+  return tiles_per_warp(a.n) == 1 ? launch_tiles<1>(a, rows_in_global, stream) : launch_tiles<2>(a, rows_in_global, stream);
 }
 
 }  // namespace ssdq::kernels

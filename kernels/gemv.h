@@ -1,5 +1,5 @@
 // Projections for decode (m ≤ kGemvMaxRows rows): out[m, n] (+)= x[m, k] · w[n, k]ᵀ with bf16 weights streamed
-// once with 16-byte loads, fp32 accumulation, and the normalisation that precedes each projection
+// once with 16-byte loads into tensor-core tiles (fp32 accumulation), and the normalisation that precedes each projection
 // fused into the prologue, so a decode layer needs no separate norm kernels:
 //   kBf16:         x given (bf16)
 //   kRmsNorm:      x = bf16(rmsnorm(residual) · weight)            (before in_proj; residual fp32)
@@ -47,8 +47,8 @@ struct GemvArgs {
   __nv_bfloat16* staged = nullptr;
 };
 
-// Each row's sums run in the same order whatever m is, so a row's output does not depend on the
-// rows beside it: a verify window of up to 8 rows gives each row a decode step's bits.
+// Each row's sums run in the same order whatever m and n are, so a row's output does not depend on
+// the rows beside it: a verify window of up to 8 rows gives each row a decode step's bits.
 constexpr int kGemvMaxRows = 8;
 // The m input rows are staged in shared memory as bf16: at most this many bytes of them.
 constexpr int kGemvMaxInputBytes = 128 * 1024;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <utility>
 
 #include "runtime/cpu_ops.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -94,11 +95,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Gemv,
 // A row's output does not depend on the rows launched beside it (what makes a verify window of up
 // to kGemvMaxRows rows give each row a decode step's bits): m rows at once against each row alone,
 // bit for bit, in every input mode, with the norms in every block's prologue or built once into
-// GemvArgs::staged; at a small k (one block a column group) and a large one (one wave of blocks).
+// GemvArgs::staged; at a small k (one step of the block's 256-wide k split) and a large one, and
+// at a width the launch splits into one-tile blocks (1,000) and one it splits into two-tile blocks
+// (10,576, 2.7b's in_proj).
 TEST(GemvRows, EachRowGetsTheBitsItGetsAlone) {
   testing::require_device();
-  for (const int k : {256, 2048}) {
-    const int m = kernels::kGemvMaxRows, n = 1000, groups = 2;
+  for (const auto [k, n] : {std::pair{256, 1000}, std::pair{2048, 1000}, std::pair{2048, 10576}}) {
+    const int m = kernels::kGemvMaxRows, groups = 2;
     std::mt19937 rng(5);
     auto w = testing::bf16_rounded(testing::random_vector(size_t(n) * k, -1.f, 1.f, rng));
     auto norm_w = testing::random_vector(k, 0.5f, 1.5f, rng);
@@ -146,7 +149,7 @@ TEST(GemvRows, EachRowGetsTheBitsItGetsAlone) {
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           const std::vector<float> alone = d_one.to_host();
           EXPECT_EQ(std::memcmp(alone.data(), all.data() + int64_t(r) * n, n * sizeof(float)), 0)
-              << "input mode " << static_cast<int>(input) << ", row " << r << " of " << m << ", k " << k
+              << "input mode " << static_cast<int>(input) << ", row " << r << " of " << m << ", k " << k << ", n " << n
               << (staged ? ", inputs staged" : "");
         }
       }

@@ -234,11 +234,11 @@ void bench_gemm(int64_t m, int64_t n, int64_t k, double bandwidth, double* total
   cudaFree(workspace);
 }
 
-// The fused decode GEMVs of one mamba2-2.7b layer at batch m.
-void bench_gemv(int m, double bandwidth) {
+// The fused decode GEMVs of one layer at batch m: mamba2-2.7b (D 2560) or 8B-like (D 4096).
+void bench_gemv(int m, double bandwidth, int D) {
   std::mt19937 rng(4);
   using bf16 = __nv_bfloat16;
-  const int D = 2560, E = 5120, in_dim = 10576;
+  const int E = 2 * D, in_dim = D == 2560 ? 10576 : 2 * E + 2 * 8 * 128 + 128;
   bf16* w_in = reinterpret_cast<bf16*>(device_random(size_t(in_dim) * D / 2, -1, 1, rng));  // bf16 bytes from floats
   bf16* w_out = reinterpret_cast<bf16*>(device_random(size_t(D) * E / 2, -1, 1, rng));
   float* residual = device_random(size_t(m) * D, -1, 1, rng);
@@ -277,10 +277,13 @@ void bench_gemv(int m, double bandwidth) {
   o.staged = staged;
   const double out_us = time_us([&] { return kernels::launch_gemv(o, nullptr); });
   const double in_bytes = 2.0 * in_dim * D, out_bytes = 2.0 * D * E;
-  fmt::print("gemv+rmsnorm      m {} in_proj : {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n", m, in_us,
-             in_bytes / in_us / 1e3, 100 * in_bytes / in_us / 1e3 / bandwidth);
-  fmt::print("gemv+gated norm   m {} out_proj: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n", m, out_us,
-             out_bytes / out_us / 1e3, 100 * out_bytes / out_us / 1e3 / bandwidth);
+  fmt::print("gemv+rmsnorm      m {} in_proj  {:5d} × {:4d}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n", m,
+             in_dim, D, in_us, in_bytes / in_us / 1e3, 100 * in_bytes / in_us / 1e3 / bandwidth);
+  fmt::print("gemv+gated norm   m {} out_proj {:5d} × {:4d}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n", m,
+             D, E, out_us, out_bytes / out_us / 1e3, 100 * out_bytes / out_us / 1e3 / bandwidth);
+  for (void* p : {static_cast<void*>(w_in), static_cast<void*>(w_out), static_cast<void*>(residual),
+                  static_cast<void*>(norm), static_cast<void*>(zxbcdt), static_cast<void*>(y), static_cast<void*>(staged)})
+    cudaFree(p);
 }
 
 // The quantized decode projections of mamba2-2.7b (in_proj 10576 × 2560, out_proj 2560 × 5120):
@@ -928,7 +931,8 @@ int main(int argc, char** argv) {
   if (want("norm"))
     for (int rows : {1, 32, 2048, 16384}) ssdq::bench_add_rmsnorm(rows, 2560, bandwidth);
   if (want("gemv"))
-    for (int m : {1, 2, 4, 6, 8}) ssdq::bench_gemv(m, bandwidth);
+    for (int d_model : {2560, 4096})
+      for (int m : {1, 2, 4, 6, 8}) ssdq::bench_gemv(m, bandwidth, d_model);
   if (want("qgemv")) {
     for (int m : {1, 4, 8, 16}) ssdq::bench_qgemv(m, bandwidth);
     for (int m : {1, 4}) {  // mamba2-2.7b and 8B-like in_proj / out_proj
