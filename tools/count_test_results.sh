@@ -9,14 +9,15 @@ testlogs=$(bazel info -c opt "$@" bazel-testlogs 2>/dev/null)
 passed=0
 failed=0
 while read -r target verdict; do
-  xml="$testlogs/${target#//}"
-  xml="${xml/://}/test.xml"
+  dir="$testlogs/${target#//}"
+  dir="${dir/://}"
   cases=0
   failures=0
-  if [ -f "$xml" ]; then
-    cases=$(grep -c '<testcase ' "$xml" || true)
-    failures=$(grep -c '<failure ' "$xml" || true)
-  fi
+  # A sharded target (shard_count) has a report per shard: shard_I_of_N/test.xml.
+  while read -r xml; do
+    cases=$((cases + $(grep -c '<testcase ' "$xml" || true)))
+    failures=$((failures + $(grep -c '<failure ' "$xml" || true)))
+  done < <(if [ -f "$dir/test.xml" ]; then echo "$dir/test.xml"; else ls "$dir"/shard_*_of_*/test.xml 2>/dev/null; fi)
   if [ "$verdict" = PASSED ]; then
     passed=$((passed + (cases > 0 ? cases : 1)))
   else
