@@ -15,7 +15,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh || exit 1
 
-# All three stages took 66 min from a cold start on a shared 2-core machine (docs/FUZZING.md, "CI");
+# All three stages took 59 min on a fresh clone with a cold disk cache, 2 cores (2026-12-02: 17 + 35 + 7;
+# docs/FUZZING.md, "Sanitizers");
 # SSDQ_CI_STAGES=tests runs the first alone.
 stages=${SSDQ_CI_STAGES:-tests sanitizers fuzz}
 # The whole-file perplexity test runs the FP32 model over all of WikiText-2 (minutes in -c opt);
@@ -23,6 +24,10 @@ stages=${SSDQ_CI_STAGES:-tests sanitizers fuzz}
 # //tests/runtime:tiny_model_test. The CLI test only runs the ssdq binary, which under a sanitizer
 # config would recompile every CUDA kernel; its C++ is covered by //tests/formats:hub_cache_test.
 SANITIZER_EXCLUDED=(-//tests/runtime:tiny_model_full_ppl_test -//tests/cli:hub_cli_test)
+# Likewise the two 16,384-token perplexity cases of tiny_model_test: each took more than its 300 s
+# under ASan and UBSan together; the same evaluation code runs under them in the 512-token NLL case.
+# (A negative GoogleTest filter: other targets have no such suite.)
+SANITIZER_TEST_FILTER=--test_filter=-TinyModelPerplexity.*
 
 passed=0
 failed=0
@@ -71,7 +76,7 @@ if [[ " $stages " == *" tests "* ]]; then
 fi
 if [[ " $stages " == *" sanitizers "* ]]; then
   run_bazel_tests "CPU tests under asan+ubsan" --config=sanitizers --build_tests_only --test_tag_filters=-gpu \
-    -- //... "${SANITIZER_EXCLUDED[@]}"
+    "$SANITIZER_TEST_FILTER" -- //... "${SANITIZER_EXCLUDED[@]}"
 fi
 if [[ " $stages " == *" fuzz "* ]]; then
   fuzz_log=$(mktemp)
