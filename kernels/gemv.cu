@@ -1,8 +1,6 @@
 #include "kernels/gemv.h"
 
-#include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/programmatic_launch.cuh"
@@ -235,8 +233,8 @@ cudaError_t launch_gemv(const GemvArgs& given, cudaStream_t stream) {
   if (!gemv_supported(given)) return cudaErrorInvalidValue;
   GemvArgs a = given;
   if (a.staged && wide_rows(a.m, a.k) && a.input != GemvInput::kBf16) {
-    // The norms once a row (the prologue's code), then the GEMV over the bf16 rows: where the rows
-    // are wide enough for one wave of blocks, whose every block would otherwise build them all.
+    // The norms once a row (the prologue's code), then the GEMV over the bf16 rows, read where they
+    // are: wide rows that every block would otherwise build again.
     if (const cudaError_t status = launch_kernel(gemv_inputs_kernel, LaunchShape{dim3(a.m), dim3(kThreads), 0}, stream, a);
         status != cudaSuccess)
       return status;

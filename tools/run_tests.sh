@@ -21,8 +21,8 @@ tools/install_deps.sh || exit 1
 stages=${SSDQ_CI_STAGES:-tests sanitizers fuzz}
 # The whole-file perplexity test runs the FP32 model over all of WikiText-2 (minutes in -c opt);
 # under ASan it would take most of CI's time while exercising the same code as
-# //tests/runtime:tiny_model_test. The CLI test only runs the ssdq binary, which under a sanitizer
-# config would recompile every CUDA kernel; its C++ is covered by //tests/formats:hub_cache_test.
+# //tests/runtime:tiny_model_test. The hub CLI test only runs the ssdq binary against a local
+# server; its C++ is covered by //tests/formats:hub_cache_test.
 SANITIZER_EXCLUDED=(-//tests/runtime:tiny_model_full_ppl_test -//tests/cli:hub_cli_test)
 # Likewise the two 16,384-token perplexity cases of tiny_model_test: each took more than its 300 s
 # under ASan and UBSan together; the same evaluation code runs under them in the 512-token NLL case.

@@ -234,11 +234,11 @@ void bench_gemm(int64_t m, int64_t n, int64_t k, double bandwidth, double* total
   cudaFree(workspace);
 }
 
-// The fused decode GEMVs of one layer at batch m: mamba2-2.7b (D 2560) or 8B-like (D 4096).
-void bench_gemv(int m, double bandwidth, int D) {
+// The fused decode GEMVs of one layer at batch m: in_proj in_dim × D, out_proj D × 2D.
+void bench_gemv(int m, double bandwidth, int D, int in_dim) {
   std::mt19937 rng(4);
   using bf16 = __nv_bfloat16;
-  const int E = 2 * D, in_dim = D == 2560 ? 10576 : 2 * E + 2 * 8 * 128 + 128;
+  const int E = 2 * D;
   bf16* w_in = reinterpret_cast<bf16*>(device_random(size_t(in_dim) * D / 2, -1, 1, rng));  // bf16 bytes from floats
   bf16* w_out = reinterpret_cast<bf16*>(device_random(size_t(D) * E / 2, -1, 1, rng));
   float* residual = device_random(size_t(m) * D, -1, 1, rng);
@@ -931,8 +931,8 @@ int main(int argc, char** argv) {
   if (want("norm"))
     for (int rows : {1, 32, 2048, 16384}) ssdq::bench_add_rmsnorm(rows, 2560, bandwidth);
   if (want("gemv"))
-    for (int d_model : {2560, 4096})
-      for (int m : {1, 2, 4, 6, 8}) ssdq::bench_gemv(m, bandwidth, d_model);
+    for (const auto [d_model, in_dim] : {std::pair{2560, 10576}, std::pair{4096, 18560}})  // 2.7b, 8B-like
+      for (int m : {1, 2, 4, 6, 8}) ssdq::bench_gemv(m, bandwidth, d_model, in_dim);
   if (want("qgemv")) {
     for (int m : {1, 4, 8, 16}) ssdq::bench_qgemv(m, bandwidth);
     for (int m : {1, 4}) {  // mamba2-2.7b and 8B-like in_proj / out_proj
