@@ -25,5 +25,5 @@ while read -r target verdict; do
     failed=$((failed + failures))
     passed=$((passed + (cases > failures ? cases - failures : 0)))
   fi
-done < <(sed -nE 's#^(//[^ ]+)[[:space:]]+(\(cached\) )?(PASSED|FAILED|TIMEOUT|FLAKY|NO STATUS|FAILED TO BUILD|INCOMPLETE).*#\1 \3#p' "$log" | sed 's/NO STATUS/NO_STATUS/; s/FAILED TO BUILD/FAILED_TO_BUILD/')
+done < <(sed -nE 's#^(//[^ ]+)[[:space:]]+(\(([0-9]+/[0-9]+ )?cached\) )?(PASSED|FAILED|TIMEOUT|FLAKY|NO STATUS|FAILED TO BUILD|INCOMPLETE).*#\1 \4#p' "$log" | sed 's/NO STATUS/NO_STATUS/; s/FAILED TO BUILD/FAILED_TO_BUILD/')
 echo "$passed passed, $failed failed"
