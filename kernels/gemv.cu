@@ -12,45 +12,60 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-// Input row r, as bf16, into `row` (shared or global memory), by the whole block of kThreads: the
+// Group [g0, g0 + group_size) of the gated norm of input row r, as bf16, into `row` (shared or
+// global memory), by the whole block of kThreads. `write_sums`: this block writes the group's sum
+// of squares (GemvArgs::sum_squares) when asked for.
+__device__ void build_gated_group(const GemvArgs& a, int r, int g0, __nv_bfloat16* row, bool write_sums) {
+  const __nv_bfloat16* y = a.y + static_cast<int64_t>(r) * a.k;
+  const __nv_bfloat16* z = a.z + r * a.z_stride;
+  float sum = 0.f;
+  for (int i = threadIdx.x; i < a.group_size; i += kThreads) {
+    const float g = __bfloat162float(y[g0 + i]) * silu(__bfloat162float(z[g0 + i]));
+    sum += g * g;
+  }
+  const float total = block_sum<kThreads>(sum);
+  const float scale = a.sum_squares ? 1.f : rsqrtf(total / a.group_size + a.eps);
+  if (a.sum_squares && write_sums && threadIdx.x == 0) a.sum_squares[r * (a.k / a.group_size) + g0 / a.group_size] = total;
+  for (int i = threadIdx.x; i < a.group_size; i += kThreads) {
+    const float g = __bfloat162float(y[g0 + i]) * silu(__bfloat162float(z[g0 + i]));
+    row[g0 + i] = __float2bfloat16_rn(g * scale * a.norm_weight[g0 + i]);
+  }
+}
+
+// Norm group `group` of input row r (the RMSNorm has one, the whole row), by the whole block: the
 // one piece of code that builds a row, so that rows built by the GEMV's prologue and by
-// gemv_inputs_kernel have the same bits. `write_sums`: this block writes the row's sums of squares
-// (GemvArgs::sum_squares) when asked for.
-__device__ void build_input_row(const GemvArgs& a, int r, __nv_bfloat16* row, bool write_sums) {
-  if (a.input == GemvInput::kBf16) {
-    const __nv_bfloat16* src = a.x + r * a.ldx;
-    for (int i = threadIdx.x; i < a.k; i += kThreads) row[i] = src[i];
-  } else if (a.input == GemvInput::kRmsNorm) {
+// gemv_inputs_kernel have the same bits.
+__device__ void build_input_group(const GemvArgs& a, int r, int group, __nv_bfloat16* row, bool write_sums) {
+  if (a.input == GemvInput::kRmsNorm) {
     const float* src = a.residual + static_cast<int64_t>(r) * a.k;
     float sum = 0.f;
     for (int i = threadIdx.x; i < a.k; i += kThreads) sum += src[i] * src[i];
     const float scale = rsqrtf(block_sum<kThreads>(sum) / a.k + a.eps);
     for (int i = threadIdx.x; i < a.k; i += kThreads) row[i] = __float2bfloat16_rn(src[i] * scale * a.norm_weight[i]);
   } else {
-    const __nv_bfloat16* y = a.y + static_cast<int64_t>(r) * a.k;
-    const __nv_bfloat16* z = a.z + r * a.z_stride;
-    for (int g0 = 0; g0 < a.k; g0 += a.group_size) {
-      float sum = 0.f;
-      for (int i = threadIdx.x; i < a.group_size; i += kThreads) {
-        const float g = __bfloat162float(y[g0 + i]) * silu(__bfloat162float(z[g0 + i]));
-        sum += g * g;
-      }
-      const float total = block_sum<kThreads>(sum);
-      const float scale = a.sum_squares ? 1.f : rsqrtf(total / a.group_size + a.eps);
-      if (a.sum_squares && write_sums && threadIdx.x == 0) a.sum_squares[r * (a.k / a.group_size) + g0 / a.group_size] = total;
-      for (int i = threadIdx.x; i < a.group_size; i += kThreads) {
-        const float g = __bfloat162float(y[g0 + i]) * silu(__bfloat162float(z[g0 + i]));
-        row[g0 + i] = __float2bfloat16_rn(g * scale * a.norm_weight[g0 + i]);
-      }
-    }
+    build_gated_group(a, r, group * a.group_size, row, write_sums);
   }
 }
 
-// GemvArgs::staged: row blockIdx.x's normalised input, built once into global memory.
+int norm_groups(const GemvArgs& a) { return a.input == GemvInput::kGatedRmsNorm ? a.k / a.group_size : 1; }
+
+// Input row r, as bf16, by the whole block (the GEMV's prologue).
+__device__ void build_input_row(const GemvArgs& a, int r, __nv_bfloat16* row, bool write_sums) {
+  if (a.input == GemvInput::kBf16) {
+    const __nv_bfloat16* src = a.x + r * a.ldx;
+    for (int i = threadIdx.x; i < a.k; i += kThreads) row[i] = src[i];
+  } else if (a.input == GemvInput::kRmsNorm) {
+    build_input_group(a, r, 0, row, write_sums);
+  } else {
+    for (int g0 = 0; g0 < a.k; g0 += a.group_size) build_gated_group(a, r, g0, row, write_sums);
+  }
+}
+
+// GemvArgs::staged: norm group blockIdx.y of row blockIdx.x, built once into global memory.
 __global__ void __launch_bounds__(kThreads) gemv_inputs_kernel(GemvArgs a) {
   wait_for_previous_grid();
   allow_next_grid();
-  build_input_row(a, blockIdx.x, a.staged + static_cast<int64_t>(blockIdx.x) * a.k, true);
+  build_input_group(a, blockIdx.x, blockIdx.y, a.staged + static_cast<int64_t>(blockIdx.x) * a.k, true);
 }
 
 // The sums: mma.sync.m16n8k16 tiles, the M ≤ 8 input rows as the rows of A (rows M..15 zero) and
@@ -202,10 +217,12 @@ int tiles_per_warp(int n) {
   return spread(1) > spread(2) + 0.1 ? 1 : 2;
 }
 
-// Wide rows (m ≥ 2 and m·k bf16 of at least kWideInputBytes) with a norm have it built once a row
-// beforehand (GemvArgs::staged) rather than by every block.
-constexpr int64_t kWideInputBytes = 16 * 1024;
-inline bool wide_rows(int m, int k) { return m > 1 && static_cast<int64_t>(m) * k * 2 >= kWideInputBytes; }
+// Norms over m·k bf16 of at least kStagedInputBytes are built once a group beforehand
+// (GemvArgs::staged, one block a row and norm group) rather than by every block, whose prologue
+// otherwise delays its weight stream: 8B-like's out_proj at one row (8,192 wide) 59 → 26 µs;
+// below it (2.7b's one-row norms, 5–10 KB) both ways measured alike (docs/kernels/gemm.md).
+constexpr int64_t kStagedInputBytes = 16 * 1024;
+inline bool wide_rows(int m, int k) { return static_cast<int64_t>(m) * k * 2 >= kStagedInputBytes; }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -235,7 +252,8 @@ cudaError_t launch_gemv(const GemvArgs& given, cudaStream_t stream) {
   if (a.staged && wide_rows(a.m, a.k) && a.input != GemvInput::kBf16) {
     // The norms once a row (the prologue's code), then the GEMV over the bf16 rows, read where they
     // are: wide rows that every block would otherwise build again.
-    if (const cudaError_t status = launch_kernel(gemv_inputs_kernel, LaunchShape{dim3(a.m), dim3(kThreads), 0}, stream, a);
+    const LaunchShape shape{dim3(a.m, norm_groups(a)), dim3(kThreads), 0};
+    if (const cudaError_t status = launch_kernel(gemv_inputs_kernel, shape, stream, a);
         status != cudaSuccess)
       return status;
     a.input = GemvInput::kBf16;

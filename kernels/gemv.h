@@ -39,11 +39,11 @@ struct GemvArgs {
   // kGatedRmsNorm under tensor parallelism's folded norm (kernels/tp_all_reduce.h): x = bf16(g ·
   // weight) left unnormalised, and sum_squares[r · groups + group] = Σ g² of the group here.
   float* sum_squares = nullptr;
-  // kRmsNorm / kGatedRmsNorm at 2 rows or more of 16 KB or more of input: room [m, k] where one
-  // launch builds each row's normalised input once (the prologue's own code, so the same bits)
-  // before the GEMV reads them; null: every block of the GEMV builds all m rows, which at 8 rows of
-  // a 5,120-wide gated norm costs more than the weights (docs/kernels/gemm.md). Must not overlap
-  // x, y, z or residual.
+  // kRmsNorm / kGatedRmsNorm over 16 KB or more of input (m·k bf16): room [m, k] where one
+  // launch builds each row's normalised input once, a block a row and norm group (the prologue's
+  // own code, so the same bits), before the GEMV reads them; null: every block of the GEMV builds
+  // all m rows, which at 8 rows of a 5,120-wide gated norm, or at one row of an 8,192-wide one,
+  // costs more than the weights (docs/kernels/gemm.md). Must not overlap x, y, z or residual.
   __nv_bfloat16* staged = nullptr;
 };
 
