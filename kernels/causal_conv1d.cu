@@ -150,10 +150,27 @@ __device__ void conv_channel(const CausalConv1dArgs& a, int c, int b, int t0, in
 #pragma unroll
   for (int k = 0; k < W; ++k) w[k] = a.weight[c * W + k];
   const float bias = a.bias[c];
+  // The W-1 inputs before t = 0: the state's, or, after a replay (CausalConv1dArgs::replay_steps),
+  // the last W-1 of the state's followed by the replayed rows.
+  In before[W - 1];
+  const int replayed = a.replay_steps && t0 == 0 ? a.replay_steps[b] : 0;
+#pragma unroll
+  for (int k = 0; k < W - 1; ++k) before[k] = t0 == 0 ? state[k] : In{};  // later tiles read their own rows
+  if (replayed > 0) {
+    const Src* rows = static_cast<const Src*>(a.replay_in) + static_cast<int64_t>(b) * a.replay_steps[a.batch] * a.in_stride + c;
+    In next[W - 1];
+#pragma unroll
+    for (int k = 0; k < W - 1; ++k) {
+      const int i = replayed + k;  // position in (state ++ replayed rows)
+      next[k] = i < W - 1 ? state[i] : read_input<In, kPlan>(rows[static_cast<int64_t>(i - (W - 1)) * a.in_stride], in_format);
+    }
+#pragma unroll
+    for (int k = 0; k < W - 1; ++k) before[k] = next[k];
+  }
 #pragma unroll
   for (int k = 0; k < W - 1; ++k) {
     const int t = t0 - (W - 1) + k;
-    raw[k] = t >= 0 ? read_input<In, kPlan>(in[static_cast<int64_t>(t) * a.in_stride], in_format) : state[W - 1 + t];
+    raw[k] = t >= 0 ? read_input<In, kPlan>(in[static_cast<int64_t>(t) * a.in_stride], in_format) : before[W - 1 + t];
     window[k] = load_input(raw[k], in_scale);
   }
   Writer out(a, c, b, t0);
@@ -201,7 +218,12 @@ __device__ void conv_channel(const CausalConv1dArgs& a, int c, int b, int t0, in
   // thread writes the new one, once it has read the old (a tile that ends the sequence has them in
   // its window; others load them).
   if (t0 == 0) {
-    if (t_end == a.seqlen) {
+    if (!a.store_final) {
+      if (replayed > 0) {
+#pragma unroll
+        for (int k = 0; k < W - 1; ++k) state[k] = before[k];
+      }
+    } else if (t_end == a.seqlen) {
 #pragma unroll
       for (int k = 0; k < W - 1; ++k) state[k] = raw[k];
     } else {  // seqlen > tile ≥ 16 > W - 1
@@ -305,7 +327,8 @@ bool causal_conv1d_supported(const CausalConv1dArgs& a) {
                      (a.in_type == ElementType::kS8 && a.in_scales && !a.in_formats && !a.out_formats &&
                       (a.out_type == ElementType::kF16 || (a.out_type == ElementType::kS8 && a.out_scales)));
   const bool tile = a.tile_tokens == 0 || a.tile_tokens == 16 || a.tile_tokens == 32 || a.tile_tokens == kMaxTile;
-  return types && tile && a.batch > 0 && a.batch <= 65535 && a.seqlen > 0 && a.channels > 0 && a.width >= 2 &&
+  const bool replay = (!a.replay_steps || (a.replay_in && a.seqlen <= 16)) && (a.store_final || a.seqlen <= 16);
+  return types && tile && replay && a.batch > 0 && a.batch <= 65535 && a.seqlen > 0 && a.channels > 0 && a.width >= 2 &&
          a.width <= 8 && (a.seqlen + 15) / 16 <= 65535 && a.in && a.weight && a.bias && a.state && output_parts_supported(a);
 }
 

@@ -66,6 +66,15 @@ struct CausalConv1dArgs {
   static constexpr int kMaxParts = 3;
   CausalConv1dOutputPart parts[kMaxParts];
   int part_count = 0;
+  // A verify window that first takes in what the previous window kept (Activation Replay in the
+  // window's own launch; seqlen ≤ 16, one tile): sequence b's inputs before t = 0 are the state's
+  // followed by replay_steps[b] rows of replay_in (row b · replay_steps[batch] + j, in_stride
+  // apart, the input's type and formats).
+  const int32_t* replay_steps = nullptr;  // device [batch + 1]: the counts, then the rows a sequence
+  const void* replay_in = nullptr;
+  // false: the state ends holding the last W-1 inputs before t = 0 (after the replayed rows), not
+  // the window's: the next window takes in the rows of this one that are kept.
+  bool store_final = true;
 };
 
 bool causal_conv1d_supported(const CausalConv1dArgs& args);  // width 2..8

@@ -58,14 +58,44 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kerne
       in.c[i] = to_float(c[lane + 32 * i]);
     }
   };
+  // The previous window's kept tokens this sequence replays first (SsdStateUpdateArgs::replay_steps).
+  const int replayed = a.replay_steps ? a.replay_steps[slice.seq] : 0;
+  const int64_t replay_row0 = a.replay_steps ? static_cast<int64_t>(slice.seq) * a.replay_steps[a.batch] : 0;
   for (int p = first; p < slice.row_end; p += kStateUpdateWarps) {
     if (!kBeforeWait || p != first) row.load(a, slice, p, lane);
     TokenInputs now, next;
     // Latency-bound grids (kBeforeWait) load token j + 1's inputs while token j steps, so that the
     // tokens of a verify window do not each wait for a round trip to memory; a grid of many waves
     // keeps the registers. The values, and so the bits, are the same either way.
-    if (kBeforeWait) fetch(0, p, now);
     row.dequantize();
+    if (replayed > 0) {
+      // Token j + 1's inputs are loaded while token j steps, as in the window's loop below: the
+      // replayed tokens would otherwise each wait for a round trip to memory.
+      const T* rx = static_cast<const T*>(a.replay_x) + slice.head * a.headdim + p;
+      const T* rb = static_cast<const T*>(a.replay_B) + slice.group * a.dstate + lane;
+      const T* rdt = static_cast<const T*>(a.replay_dt) + slice.head;
+      struct ReplayInputs {
+        float dt_raw, x, b[kPerLane];
+      };
+      auto fetch_replay = [&](int j, ReplayInputs& in) {
+        const int64_t token = replay_row0 + j;
+        in.dt_raw = to_float(rdt[token * a.dt_stride]);
+        in.x = to_float(rx[token * a.x_stride]);
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) in.b[i] = to_float(rb[token * a.bc_stride + 32 * i]);
+      };
+      ReplayInputs cur, ahead;
+      fetch_replay(0, cur);
+      for (int j = 0; j < replayed; ++j) {
+        if (j > 0) row.round_as_stored(a);
+        if (j + 1 < replayed) fetch_replay(j + 1, ahead);
+        row.advance_state(head, head.dt(a, cur.dt_raw), cur.x, [&](int i) { return cur.b[i]; });
+        if (j + 1 < replayed) cur = ahead;
+      }
+      row.store(a, lane);
+      row.round_as_stored(a);
+    }
+    if (kBeforeWait) fetch(0, p, now);
     for (int j = 0; j < steps; ++j) {
       if (a.round_every_step && j > 0) row.round_as_stored(a);
       const int64_t token = static_cast<int64_t>(slice.seq) * a.steps + j;
@@ -88,7 +118,7 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kerne
       if (lane == 0) y_base[token * a.y_stride + p] = from_float<T>(y);
       if (kBeforeWait && j + 1 < steps) now = next;
     }
-    row.store(a, lane);
+    if (a.store_final) row.store(a, lane);
   }
 }
 
@@ -390,7 +420,7 @@ cudaError_t launch_typed(const SsdStateUpdateArgs& a, cudaStream_t stream) {
   const bool fits = blocks <= 8 * int64_t(current_device_attribute(cudaDevAttrMultiProcessorCount));
   if (fits) return launch_state_update<T, S, true>(a, shape, stream);
   if constexpr (std::is_same_v<S, int8_t>) {
-    if (a.steps == 1 && !a.seq_steps && (a.dstate == 64 || a.dstate == 128 || a.dstate == 256) &&
+    if (a.steps == 1 && !a.seq_steps && !a.replay_steps && a.store_final && (a.dstate == 64 || a.dstate == 128 || a.dstate == 256) &&
         reinterpret_cast<uintptr_t>(a.state) % 8 == 0)
       return a.state_scale_inner == 1 ? launch_s8_rows<T, false>(a, shape, stream) : launch_s8_rows<T, true>(a, shape, stream);
   }
@@ -404,6 +434,8 @@ bool ssd_state_update_supported(const SsdStateUpdateArgs& a) {
          a.headdim > 0 && a.dstate > 0 && a.dstate % 32 == 0 && a.dstate / 32 <= kStateUpdateMaxPerLane && a.steps >= 1 &&
          a.x && a.B && a.C && a.dt && a.A && a.D && a.state && a.y &&
          (!a.state_fp16_values || a.state_type == ElementType::kF32) &&
+         (!a.replay_steps || (a.round_every_step && !a.seq_steps && a.replay_x && a.replay_B && a.replay_dt)) &&
+         (a.store_final || a.round_every_step) &&
          (a.state_type == ElementType::kF32 ||
           (a.state_type == ElementType::kS8 && a.state_scales &&
            (a.state_scale_inner == 1 || a.state_scale_inner == a.dstate)));

@@ -132,19 +132,24 @@ struct StateRow {
   // give B and C at n = lane + 32 i.
   template <typename GetB, typename GetC>
   __device__ float advance(const HeadConstants& head, float dt, float x, GetB b, GetC c) {
+    advance_state(head, dt, x, b);
+    float acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) acc = __fmaf_rn(s[i], c(i), acc);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, offset));
+    return __fmaf_rn(head.skip, x, acc);
+  }
+
+  // The state part of advance() alone (a replayed token, whose y is not needed).
+  template <typename GetB>
+  __device__ void advance_state(const HeadConstants& head, float dt, float x, GetB b) {
     // Explicit roundings: left to contraction, the compiler may fuse differently in different
     // kernels (or in a loop's peeled first trip), and the kernels must agree bit for bit.
     const float decay = __expf(__fmul_rn(dt, head.A));
     const float dtx = __fmul_rn(dt, x);
-    float acc = 0.f;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      s[i] = __fmaf_rn(decay, s[i], __fmul_rn(dtx, b(i)));
-      acc = __fmaf_rn(s[i], c(i), acc);
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, offset));
-    return __fmaf_rn(head.skip, x, acc);
+    for (int i = 0; i < kPerLane; ++i) s[i] = __fmaf_rn(decay, s[i], __fmul_rn(dtx, b(i)));
   }
 
   // The state as store() then load() would leave it (int8 codes or fp16 values, dequantized):

@@ -58,6 +58,18 @@ struct SsdStateUpdateArgs {
   bool state_fp16_values = false;
   void* y = nullptr;                      // row: [heads * headdim]
   int64_t y_stride = 0;
+  // A verify window that first replays what the previous window kept (Activation Replay in the
+  // window's own launch, round_every_step only): sequence b first steps replay_steps[b] tokens of
+  // replay_x, replay_B and replay_dt (row b · replay_steps[batch] + j, with x_stride, bc_stride and
+  // dt_stride; no y), stores the state after them as that many single steps would, then steps its
+  // own `steps` tokens writing y.
+  const int32_t* replay_steps = nullptr;  // device [batch + 1]: the counts, then the rows a sequence
+  const void* replay_x = nullptr;
+  const void* replay_B = nullptr;
+  const void* replay_dt = nullptr;
+  // false: the state after the launch's own tokens is not stored (it stays where the replay left
+  // it; the next window replays the tokens of this one that are kept).
+  bool store_final = true;
 };
 
 // Shapes handled: dstate a multiple of 32 up to 256, heads divisible by groups, steps ≥ 1.

@@ -107,4 +107,9 @@ void Backend::replay_window(InferenceState&, const std::vector<int64_t>&) const 
   fail("internal: the {} backend has no verify window (runs_window() is false)", name());
 }
 
+void Backend::replay_then_window(const std::vector<int64_t>&, const int32_t*, int64_t, InferenceState&,
+                                 const ForwardOutputs&) const {
+  fail("internal: the {} backend replays apart from its windows (replays_in_window() is false)", name());
+}
+
 }  // namespace ssdq

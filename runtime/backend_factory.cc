@@ -24,6 +24,7 @@ CudaBackendOptions cuda_backend_options(int index, const BackendPreferences& pre
   CudaBackendOptions options;
   options.device = index;
   options.rows_alone = preferences.rows_alone;
+  options.replay_in_window = preferences.replay_in_window;
   return options;
 }
 

@@ -22,6 +22,8 @@ struct BackendPreferences {
   // Decode steps of a few rows give each row the logits it gets alone (CudaBackendOptions::
   // rows_alone; the CPU always does): generate's text then does not depend on the batch.
   bool rows_alone = false;
+  // false: verify windows replay apart from the next window (CudaBackendOptions::replay_in_window).
+  bool replay_in_window = true;
 };
 
 // The CUDA engine's options for device `index` with the command's preferences (one GPU's engine,

@@ -66,6 +66,10 @@ struct CudaBackendOptions {
   // faster on large models (docs/kernels/gemm.md) but rounding by the row count. `generate` sets it,
   // so a prompt's text does not depend on its batch or on --drafts' rows (docs/GENERATION.md).
   bool rows_alone = false;
+  // A verify window takes in the previous window's accepted tokens inside its own launches
+  // (replays_in_window: no copy of the state, no replay launches). false: the state is copied
+  // before each window and a partial acceptance replayed apart (`bench --replay-apart`, to compare).
+  bool replay_in_window = true;
 };
 
 class CudaBackend : public Backend {
@@ -99,6 +103,9 @@ class CudaBackend : public Backend {
   void forward_window(const int32_t* tokens, int64_t length, InferenceState& state,
                       const ForwardOutputs& outputs) const override;
   void replay_window(InferenceState& state, const std::vector<int64_t>& steps) const override;
+  bool replays_in_window() const override;
+  void replay_then_window(const std::vector<int64_t>& steps, const int32_t* tokens, int64_t length, InferenceState& state,
+                          const ForwardOutputs& outputs) const override;
   // The stream every forward and state copy runs on (the device's work is ordered on it).
   CUstream_st* stream() const;
 

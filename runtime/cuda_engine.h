@@ -146,21 +146,35 @@ class CudaState : public DeviceState {
 
   // A verify window's kept activations (CudaBackend::forward_window): per layer, in_proj's output
   // rows and the conv's output rows of the window's tokens, which the window's layers write in
-  // place of the workspace's and replay_window reads back (Activation Replay).
+  // place of the workspace's and replay_window reads back (Activation Replay). Two sets, used in
+  // turn: a window that replays the previous one's tokens first (replay_then_window) reads that
+  // window's set while it writes the other.
   struct Window {
     DeviceBlock block;
     int64_t capacity = 0;                    // tokens a sequence the block holds
-    int64_t length = 0;                      // tokens of the last forward_window (0: nothing to replay)
+    int64_t length = 0;                      // tokens of the last window (0: nothing to replay)
+    int set = 0;                             // the set the last window wrote
+    int64_t layers = 0;                      // layers a set holds
+    int next_set() const { return 1 - set; }  // the set the next window writes
+    // The captured window of `length` tokens the next window runs.
+    int64_t graph_key(int64_t length) const { return length * 4 + next_set() * 2 + (replaying ? 1 : 0); }
     size_t zxbcdt_bytes = 0, layer_bytes = 0;  // per layer: in_proj's rows, then the conv's
-    int32_t* steps = nullptr;                // device [batch]: the replay's tokens a sequence
+    // Device [batch + 1]: each sequence's tokens to replay, then the rows a sequence of the
+    // window they come from (the kernels' replay_steps).
+    int32_t* steps = nullptr;
     PinnedBuffer<int32_t> host_steps;
-    // By length; cleared with the buffers they were captured on.
+    // While a replay_then_window is enqueued: the layers' kernels replay the last window's set.
+    bool replaying = false;
+    // By (length, set written, replaying first); cleared with the buffers they were captured on.
     std::map<int64_t, std::unique_ptr<DecodeGraph>> forward_graphs, replay_graphs;
   };
   Window window;
-  float* window_zxbcdt(int64_t layer) const { return window.block.at<float>(layer * window.layer_bytes); }
-  float* window_conv_out(int64_t layer) const {
-    return window.block.at<float>(layer * window.layer_bytes + window.zxbcdt_bytes);
+  // Layer `layer`'s kept activations in set `set`.
+  float* window_zxbcdt(int64_t layer, int set) const {
+    return window.block.at<float>((set * window.layers + layer) * window.layer_bytes);
+  }
+  float* window_conv_out(int64_t layer, int set) const {
+    return window.block.at<float>((set * window.layers + layer) * window.layer_bytes + window.zxbcdt_bytes);
   }
 };
 
@@ -333,6 +347,13 @@ struct CudaBackend::Impl : CudaEngineCore {
   // Replays the first state.window.steps[b] kept tokens of every sequence, layer by layer: the conv
   // state (kernels/conv_state_replay) and the state update from the kept conv outputs and dt.
   void enqueue_replay(CudaState& state) const;
+  // In a replay_then_window's launches: layer l's conv and state update first take in the last
+  // window's replayed tokens (kernels' replay_steps), and leave their states there.
+  void add_window_replay(kernels::CausalConv1dArgs& conv, const CudaState& state, int64_t l) const;
+  void add_window_replay(kernels::SsdStateUpdateArgs& step, const CudaState& state, int64_t l) const;
+  // Runs a window over tokens (the state's set of kept activations reserved), replaying first.
+  void run_window(const int32_t* tokens, int64_t length, CudaState& state, const ForwardOutputs& outputs,
+                  bool replaying) const;
 
   // ---- cuda_kernel_args.cc: kernel arguments for the layer's buffers and weights ----
 

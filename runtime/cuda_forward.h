@@ -238,7 +238,7 @@ void run_cuda_forward(const Impl& impl, const int32_t* tokens, int64_t length, S
 
   const bool one_block = rows <= work.logits_rows;
   if (use_graphs && window && one_block) {
-    auto& graph = state.window.forward_graphs[length];
+    auto& graph = state.window.forward_graphs[state.window.graph_key(length)];
     if (!graph) graph = std::make_unique<DecodeGraph>();
     graph->run(stream, decode_graph_key(impl.work_generation, out), [&] { enqueue_all(true); });
   } else if (use_graphs && length == 1 && one_block) {

@@ -275,6 +275,7 @@ void CudaBackend::Impl::enqueue_layer(const DeviceLayer& d, const LayerPlan& p, 
   observe(l, ActivationPoint::kConvIn, work.zxbcdt + d.xbc_at, M, conv_dim, in_dim);
 
   kernels::CausalConv1dArgs conv = conv_args(d, batch, length, state.conv(l), p.split_in_proj);
+  if (p.window && state.window.replaying) add_window_replay(conv, state, l);
   if (p.ssd == Ssd::kSsdi8Chunked) {  // the SSDi8 kernel's operands: fp16 x (ssd.x's format), int8 B|C rows
     conv.out = nullptr;
     conv.part_count = 2;
@@ -313,10 +314,12 @@ void CudaBackend::Impl::enqueue_layer(const DeviceLayer& d, const LayerPlan& p, 
       cuda_ok(kernels::launch_ssd_conv_step(conv_step, stream), "causal_conv1d + ssd_state_update");
       break;
     }
-    case Ssd::kRecurrence:
-      cuda_ok(kernels::launch_ssd_state_update(state_update_args(d, batch, length, state.ssm(l), p.window), stream),
-              "ssd_state_update");
+    case Ssd::kRecurrence: {
+      kernels::SsdStateUpdateArgs step = state_update_args(d, batch, length, state.ssm(l), p.window);
+      if (p.window && state.window.replaying) add_window_replay(step, state, l);
+      cuda_ok(kernels::launch_ssd_state_update(step, stream), "ssd_state_update");
       break;
+    }
   }
   if (p.state_format_pass)
     enqueue_format(d.state_format, static_cast<float*>(state.ssm(l)), batch * H * P, N, N, Reader::kFloat32, "ssd state");
@@ -487,6 +490,10 @@ void CudaBackend::Impl::enqueue_body(int64_t batch, int64_t length, CudaState& s
   const Mamba2Config& c = config;
   const int64_t M = batch * length, D = c.d_model;
   const ForwardPlan& plan = forward_plan(batch, length, state, window);
+  if (window && state.window.replaying)  // the replay's counts, copied inside the window's graph as the tokens are
+    cuda_ok(cudaMemcpyAsync(state.window.steps, state.window.host_steps.get(batch + 1), (batch + 1) * 4,
+                            cudaMemcpyHostToDevice, stream),
+            "copy replay counts");
   kernels::EmbeddingArgs e;
   e.rows = M;
   e.dim = static_cast<int>(D);
@@ -500,7 +507,7 @@ void CudaBackend::Impl::enqueue_body(int64_t batch, int64_t length, CudaState& s
     // A window's layers write in_proj's and the conv's outputs to the state's window buffers.
     WorkRedirect redirect(work);
     for (int64_t l = 0; l < c.n_layer; ++l) {
-      if (window) redirect.to(state.window_zxbcdt(l), state.window_conv_out(l));
+      if (window) redirect.to(state.window_zxbcdt(l, state.window.next_set()), state.window_conv_out(l, state.window.next_set()));
       enqueue_layer(layers[l], plan.layers[l], batch, length, state, l, l > 0 ? &layers[l - 1] : nullptr);
     }
   }

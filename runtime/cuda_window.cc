@@ -3,7 +3,8 @@
 // each, every layer writing in_proj's and the conv's outputs to the state's window buffers; a
 // sequence that keeps only its first n tokens is restored to its state before the window and
 // replayed from those buffers (the conv state and the state update: Activation Replay), its
-// projections not recomputed.
+// projections not recomputed. Or, without the restore (replay_then_window): a window leaves the
+// state before its tokens, and the next window's conv and state update replay the kept ones first.
 #include "runtime/cuda_engine.h"
 
 namespace ssdq {
@@ -43,9 +44,10 @@ void CudaBackend::Impl::reserve_window(CudaState& state, int64_t length) const {
   w.block = DeviceBlock();
   w.zxbcdt_bytes = align_up(rows * c.d_in_proj() * act);
   w.layer_bytes = w.zxbcdt_bytes + align_up(rows * c.conv_dim() * act);
-  w.block = DeviceBlock(c.n_layer * w.layer_bytes + state.batch() * 4, "a verify window's kept activations", &counter);
-  w.steps = w.block.at<int32_t>(c.n_layer * w.layer_bytes);
-  w.host_steps.get(state.batch());
+  w.layers = c.n_layer;
+  w.block = DeviceBlock(2 * c.n_layer * w.layer_bytes + (state.batch() + 1) * 4, "a verify window's kept activations", &counter);
+  w.steps = w.block.at<int32_t>(2 * c.n_layer * w.layer_bytes);
+  w.host_steps.get(state.batch() + 1);
   w.capacity = length;
   w.length = 0;
 }
@@ -56,7 +58,7 @@ void CudaBackend::Impl::enqueue_replay(CudaState& state) const {
   WorkRedirect redirect(work);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const DeviceLayer& d = layers[l];
-    redirect.to(state.window_zxbcdt(l), state.window_conv_out(l));
+    redirect.to(state.window_zxbcdt(l, state.window.set), state.window_conv_out(l, state.window.set));
     // What the window's conv read (its input, formats and state), replayed per sequence's count.
     const kernels::CausalConv1dArgs window_conv = conv_args(d, batch, length, state.conv(l), false);
     kernels::ConvStateReplayArgs conv;
@@ -77,9 +79,49 @@ void CudaBackend::Impl::enqueue_replay(CudaState& state) const {
   }
 }
 
+// The last window's kept rows, as the kernels of a window over them read them (the same pointers
+// enqueue_replay gives its kernels); the counts and that window's rows a sequence in steps.
+void CudaBackend::Impl::add_window_replay(kernels::CausalConv1dArgs& conv, const CudaState& state, int64_t l) const {
+  const CudaState::Window& w = state.window;
+  WorkRedirect redirect(work);
+  redirect.to(state.window_zxbcdt(l, w.set), state.window_conv_out(l, w.set));
+  conv.replay_steps = w.steps;
+  conv.replay_in = conv_args(layers[l], state.batch(), std::max<int64_t>(w.length, 1), state.conv(l), false).in;
+  conv.store_final = false;
+}
+
+void CudaBackend::Impl::add_window_replay(kernels::SsdStateUpdateArgs& step, const CudaState& state, int64_t l) const {
+  const CudaState::Window& w = state.window;
+  WorkRedirect redirect(work);
+  redirect.to(state.window_zxbcdt(l, w.set), state.window_conv_out(l, w.set));
+  const kernels::SsdStateUpdateArgs kept = state_update_args(layers[l], state.batch(), std::max<int64_t>(w.length, 1), state.ssm(l), true);
+  step.replay_steps = w.steps;
+  step.replay_x = kept.x;
+  step.replay_B = kept.B;
+  step.replay_dt = kept.dt;
+  step.store_final = false;
+}
+
+void CudaBackend::Impl::run_window(const int32_t* tokens, int64_t length, CudaState& state, const ForwardOutputs& outputs,
+                                   bool replaying) const {
+  CudaState::Window& w = state.window;
+  w.replaying = replaying;
+  try {
+    run_cuda_forward(*this, tokens, length, state, outputs, options.use_graphs, true);
+  } catch (...) {
+    w.replaying = false;
+    throw;
+  }
+  w.replaying = false;
+  w.set = w.next_set();
+  w.length = length;
+}
+
 bool CudaBackend::runs_window() const { return impl_->runs_window(); }
 
 bool CudaBackend::exact_window(int64_t batch, int64_t length) const { return impl_->exact_window(batch, length); }
+
+bool CudaBackend::replays_in_window() const { return impl_->options.replay_in_window && impl_->runs_window(); }
 
 void CudaBackend::forward_window(const int32_t* tokens, int64_t length, InferenceState& state,
                                  const ForwardOutputs& outputs) const {
@@ -88,8 +130,33 @@ void CudaBackend::forward_window(const int32_t* tokens, int64_t length, Inferenc
   if (!runs_window()) fail("internal: this model's state formats need a pass the window cannot round per token");
   impl_->reserve_window(s, length);
   s.window.length = 0;
-  run_cuda_forward(*impl_, tokens, length, s, outputs, impl_->options.use_graphs, true);
-  s.window.length = length;
+  impl_->run_window(tokens, length, s, outputs, false);
+}
+
+// Where a sequence replays nothing, its tokens of the last window are simply not taken in; where
+// the window buffers must grow, the last window is replayed apart first (growing them drops it).
+void CudaBackend::replay_then_window(const std::vector<int64_t>& steps, const int32_t* tokens, int64_t length,
+                                     InferenceState& state, const ForwardOutputs& outputs) const {
+  CudaState& s = cuda_state(state);
+  CudaState::Window& w = s.window;
+  if (length <= 0) fail("verify window: length must be positive, got {}", length);
+  if (!runs_window()) fail("internal: this model's state formats need a pass the window cannot round per token");
+  if (static_cast<int64_t>(steps.size()) != s.batch()) fail("replay: {} counts for a batch of {}", steps.size(), s.batch());
+  bool any = false;
+  for (int64_t b = 0; b < s.batch(); ++b) {
+    if (steps[b] < 0 || steps[b] > w.length)
+      fail("replay: sequence {} replays {} tokens of a window of {}", b, steps[b], w.length);
+    any = any || steps[b] > 0;
+  }
+  if (any && length > w.capacity) {
+    replay_window(state, steps);
+    any = false;
+  }
+  impl_->reserve_window(s, length);
+  int32_t* host = w.host_steps.get(s.batch() + 1);
+  for (int64_t b = 0; b < s.batch(); ++b) host[b] = any ? static_cast<int32_t>(steps[b]) : 0;
+  host[s.batch()] = static_cast<int32_t>(any ? w.length : 0);
+  impl_->run_window(tokens, length, s, outputs, true);
 }
 
 void CudaBackend::replay_window(InferenceState& state, const std::vector<int64_t>& steps) const {
@@ -97,19 +164,20 @@ void CudaBackend::replay_window(InferenceState& state, const std::vector<int64_t
   CudaState::Window& w = s.window;
   if (w.length == 0) fail("replay: no verify window to replay (forward_window first)");
   if (static_cast<int64_t>(steps.size()) != s.batch()) fail("replay: {} counts for a batch of {}", steps.size(), s.batch());
-  int32_t* host = w.host_steps.get(s.batch());
+  int32_t* host = w.host_steps.get(s.batch() + 1);
   for (int64_t b = 0; b < s.batch(); ++b) {
     if (steps[b] < 0 || steps[b] > w.length)
       fail("replay: sequence {} replays {} tokens of a window of {}", b, steps[b], w.length);
     host[b] = static_cast<int32_t>(steps[b]);
   }
+  host[s.batch()] = static_cast<int32_t>(w.length);
   cudaStream_t stream = impl_->stream;
   auto enqueue = [&] {
-    cuda_ok(cudaMemcpyAsync(w.steps, host, s.batch() * 4, cudaMemcpyHostToDevice, stream), "copy replay counts");
+    cuda_ok(cudaMemcpyAsync(w.steps, host, (s.batch() + 1) * 4, cudaMemcpyHostToDevice, stream), "copy replay counts");
     impl_->enqueue_replay(s);
   };
   if (impl_->options.use_graphs) {
-    auto& graph = w.replay_graphs[w.length];
+    auto& graph = w.replay_graphs[w.length * 2 + w.set];
     if (!graph) graph = std::make_unique<DecodeGraph>();
     graph->run(stream, impl_->work_generation, enqueue);
   } else {

@@ -31,6 +31,7 @@ void DecodeSession::copy_rows(const std::vector<int64_t>& src, const std::vector
   for (const std::vector<int64_t>* rows : {&src, &dst})
     for (int64_t r : *rows)
       if (r < 0 || r >= batch_) fail("copy_rows: row {} is outside 0..{}", r, batch_ - 1);
+  settle_window();
   state_->copy_rows(*state_, src, dst);
   if (!joint_) return;
   std::vector<std::vector<int32_t>> copied;
@@ -55,7 +56,15 @@ void DecodeSession::step_with_no_ops(const std::vector<int32_t>& tokens) {
   if (!no_ops.empty()) state_->copy_rows(*held_rows_, no_ops, no_ops);
 }
 
+void DecodeSession::settle_window() {
+  if (!deferred_) return;
+  deferred_ = false;
+  if (std::any_of(deferred_counts_.begin(), deferred_counts_.end(), [](int64_t n) { return n > 0; }))
+    backend_.replay_window(*state_, deferred_counts_);
+}
+
 void DecodeSession::settle() {
+  settle_window();
   if (!joint_) return;
   int64_t longest = 0;
   for (const std::vector<int32_t>& p : pending_tokens_) longest = std::max<int64_t>(longest, p.size());
@@ -90,6 +99,7 @@ void DecodeSession::prefill(int64_t seq, const int32_t* tokens, int64_t length, 
   if (seq < 0 || seq >= batch_) fail("prefill: sequence {} is outside 0..{}", seq, batch_ - 1);
   if (length <= 0) fail("prefill: sequence {} has an empty prompt", seq);
   pending_k_ = 0;
+  settle_window();
   pending_tokens_[seq].clear();
   if (!prompt_state_) prompt_state_ = backend_.new_state(1);
   prompt_state_->reset();
@@ -113,6 +123,17 @@ int64_t DecodeSession::verify(const int32_t* tokens, int64_t K, TokenOutputs out
     return verify_joint(tokens, K, out, continues);
   }
   window_verify_ = verifies_as_window(K);
+  if (window_verify_ && backend_.replays_in_window()) {
+    // The last window's kept tokens are replayed inside this one's launches; this window's stay
+    // kept until the next (all of them, unless accept keeps fewer).
+    backend_.replay_then_window(deferred_ ? deferred_counts_ : std::vector<int64_t>(batch_, 0), tokens, K, *state_,
+                                out.forward());
+    deferred_ = true;
+    deferred_counts_.assign(batch_, K);
+    pending_k_ = K;
+    return K;
+  }
+  settle();
   if (window_verify_) {
     if (before_token_.empty()) before_token_.push_back(backend_.new_state(batch_));
     before_token_[0]->copy_all(*state_);
@@ -192,6 +213,11 @@ void DecodeSession::accept(const std::vector<int64_t>& counts) {
       state_->copy_all(*joint_rows_);
     else if (!whole.empty())
       state_->copy_rows(*joint_rows_, whole, whole);
+    pending_k_ = 0;
+    return;
+  }
+  if (window_verify_ && deferred_) {  // taken in by the next window, or by settle()
+    deferred_counts_ = counts;
     pending_k_ = 0;
     return;
   }

@@ -16,7 +16,10 @@
 //   as one forward — the projections over K rows a sequence at once, the recurrence token by token
 //   with the state rounded after each as a step stores it — after one snapshot of the state;
 //   accept(n < K) restores the snapshot and replays n tokens from the activations the window kept
-//   (Activation Replay). The SSD's arithmetic is a step's; the projections and norms run a K-row
+//   (Activation Replay). Where the backend replays inside its windows (Backend::replays_in_window:
+//   the CUDA engine on one GPU) there is no snapshot: a window leaves the state before its tokens,
+//   and the next window's launches replay the accepted ones first (or settle() replays them apart
+//   before anything else reads the state). The SSD's arithmetic is a step's; the projections and norms run a K-row
 //   schedule, so logits and states equal plain steps' to rounding (tests/gpu/decode_session_test.cc
 //   bounds it), not bit for bit: a choice between two nearly tied tokens can then differ from
 //   plain decoding's (docs/GENERATION.md counts how often).
@@ -134,8 +137,11 @@ class DecodeSession {
   int64_t verify_joint(const int32_t* tokens, int64_t K, TokenOutputs out, const VerifyContinues& continues);
   // kJoint: fails while a verify waits for its accept.
   void require_accepted(const char* what) const;
-  // kJoint: steps the pending tokens into state_ (rows without any are not stepped).
+  // Brings state_ to where the accepted tokens leave it: settle_window(), and under kJoint the
+  // pending tokens stepped in (rows without any are not stepped).
   void settle();
+  // The deferred window's accepted tokens replayed into state_ (Backend::replay_window).
+  void settle_window();
   // K tokens per sequence (tokens [batch, K]) stepped one position at a time on `rows`, logits
   // [batch, K, vocab] (argmax [batch, K]) when set; keep_states: the state before token k kept in before_token_[k] (or,
   // with `continues`, the settled rows' states in settled_). Stops after the position `continues`
@@ -159,7 +165,12 @@ class DecodeSession {
   bool lazy_verify_ = false;
   bool window_verify_ = false;  // the verify awaiting accept ran as one window
   int64_t pending_k_ = 0;  // positions verified by a verify not yet accepted
-  // A window verify: before_token_[0] is the snapshot taken before the window.
+  // A window verify: before_token_[0] is the snapshot taken before the window, except where the
+  // backend replays inside its windows (Backend::replays_in_window): then no snapshot is taken,
+  // and state_ stays before the last window's tokens, deferred_counts_[b] of which (all of them
+  // until accept says otherwise) the next window takes in or settle() replays.
+  bool deferred_ = false;
+  std::vector<int64_t> deferred_counts_;
   std::vector<int32_t> column_;
   std::vector<float> step_logits_;
   std::vector<int32_t> step_argmax_;

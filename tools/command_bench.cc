@@ -45,6 +45,7 @@ struct BenchFlags {
   std::vector<int64_t> verify_windows;  // speculative verify windows to time against a step
   double acceptance = 0;                // with verify windows: speculation simulated at this rate
   bool as_generate = false;             // verify windows as greedy generate runs them
+  bool replay_apart = false;            // windows replayed apart, after a copy of the state
   std::vector<int64_t> tp = {1};        // tensor-parallel sizes, each timed on its own model build
 };
 
@@ -107,6 +108,7 @@ std::unique_ptr<Backend> bench_backend(const BenchFlags& flags, const DeviceSpec
   if (!model.quantized && !flags.recipe.empty()) model.quantized = synthetic_quantized(flags);
   BackendPreferences preferences;
   preferences.rows_alone = flags.as_generate;
+  preferences.replay_in_window = !flags.replay_apart;
   CudaBackendOptions cuda_options = cuda_backend_options(device.index, preferences);
   if (tp > 1) {
     if (model.quantized) return std::make_unique<CudaTensorParallelBackend>(*model.quantized, tp, cuda_options);
@@ -338,6 +340,8 @@ void run_bench(const BenchFlags& flags) {
     fail("bench: --recipe and --bits go together");
   if (flags.acceptance > 0 && flags.verify_windows.empty())
     fail("bench: --accept simulates speculation in the verify windows: give --verify too");
+  if (flags.replay_apart && flags.verify_windows.empty())
+    fail("bench: --replay-apart changes how verify windows replay: give --verify too");
   if (flags.as_generate && flags.verify_windows.empty())
     fail("bench: --as-generate times the verify windows as generate runs them: give --verify too");
   if (flags.head_to_toe && (flags.recipe.empty() || flags.module != "model"))
@@ -418,6 +422,9 @@ void add_bench_command(CLI::App& app) {
                 "With --verify: time steps and windows as greedy `generate` runs them: every row computed as it is "
                 "alone (a window of up to 8 rows of the FP model then gives single steps' bits in one call; larger "
                 "ones are verified token by token) and only each position's argmax copied back");
+  cmd->add_flag("--replay-apart", flags->replay_apart,
+                "With --verify on CUDA: copy the state before each window and replay a partial acceptance in "
+                "launches of its own, instead of inside the next window's (what the runtime did before; to compare)");
   cmd->add_flag("--show-plan", flags->show_plan,
                 "Print what each timed shape runs (prefill and decode of every batch size), layer by layer");
   cmd->callback([flags] { flags->model = flags->model.empty() ? "" : resolve_model_dir(flags->model), run_bench(*flags); });

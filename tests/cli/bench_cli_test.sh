@@ -3,7 +3,7 @@
 # table each under its own header and every (prompt, batch) row in the JSON; a bad length is
 # refused before any timing, with no JSON written; --show-plan prints what each shape runs;
 # --verify times verify windows against a step (a row each in the table and the JSON; --as-generate
-# as greedy generate runs them); a
+# as greedy generate runs them; --replay-apart only with it); a
 # numeric flag out of range names its range in words; --help shows the defaults (integers
 # formatted through iostreams: empty when the binary's static libstdc++ and libsentencepiece's
 # shared one were mixed, third_party/system.BUILD).
@@ -52,6 +52,8 @@ grep -q "^verify windows as greedy generate runs them" <<<"$out"
 grep -qE '^ +1 +3 +[0-9.]+ +[0-9.]+ ' <<<"$out"
 if "$ssdq" bench --device cpu --model "$model" --as-generate 2>"$TEST_TMPDIR/err"; then exit 1; fi
 grep -qF -- "--as-generate times the verify windows" "$TEST_TMPDIR/err"
+if "$ssdq" bench --device cpu --model "$model" --replay-apart 2>"$TEST_TMPDIR/err"; then exit 1; fi
+grep -qF -- "--replay-apart changes how verify windows replay" "$TEST_TMPDIR/err"
 if "$ssdq" bench --device cpu --model "$model" --verify 0 2>"$TEST_TMPDIR/err"; then exit 1; fi
 grep -qF -- "--verify" "$TEST_TMPDIR/err"
 

@@ -4,8 +4,9 @@
 // after accept, the logits of the next step); verified as one window with Activation Replay
 // (kWindow), to
 // rounding (the projections run a K-row schedule), and the replay bit for bit the window's own
-// steps; windows replayed from CUDA graphs equal to eager ones. The state API's device-to-device
-// row copies.
+// steps; windows one after another, each replaying the last one's kept tokens inside its own
+// launches, against plain decoding; windows replayed from CUDA graphs equal to eager ones. The
+// state API's device-to-device row copies.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -260,6 +261,86 @@ TEST(CudaDecodeSession, WindowIsPlainDecodeToRoundingForEveryRecipeAndBits) {
     if (!backend.runs_window()) continue;  // verified token by token (tested above)
     expect_verify_accept_is_plain_decode(backend, recipe_case.name + " window", VerifyMode::kWindow,
                                          kWindowToleranceArtifact);
+  }
+}
+
+// Windows one after another, each accepted in part, so that every window after the first takes in
+// the previous one's kept tokens inside its own launches (Backend::replay_then_window) and the
+// last is settled by a replay apart: against plain decoding of the accepted tokens — logits of
+// every accepted position, the state at the end and the step after it. `tolerance` 0: bit for bit.
+void expect_consecutive_windows_are_plain_decode(const Backend& backend, const std::string& name, VerifyMode mode,
+                                                 double tolerance, int64_t B, int64_t K) {
+  const int64_t V = backend.config().vocab_size, rounds = 5;
+  ASSERT_TRUE(backend.replays_in_window()) << name;
+  const std::vector<int32_t> first = random_tokens(B, V, 70), next = random_tokens(B, V, 71);
+  auto start = [&](DecodeSession& s) {
+    for (int64_t b = 0; b < B; ++b) s.prefill(b, random_tokens(12 + 5 * b, V, 72 + b).data(), 12 + 5 * b, nullptr);
+    s.step(first.data(), nullptr);
+  };
+  DecodeSession session(backend, B, mode), plain(backend, B);
+  ASSERT_TRUE(session.verifies_as_window(K)) << name;
+  start(session);
+  start(plain);
+  std::vector<float> verified(B * K * V), logits(B * V);
+  std::vector<int32_t> column(B);
+  for (int64_t round = 0; round < rounds; ++round) {
+    const std::vector<int32_t> drafts = random_tokens(B * K, V, 80 + round);
+    session.verify(drafts.data(), K, verified.data());
+    std::vector<int64_t> counts(B);
+    for (int64_t b = 0; b < B; ++b) counts[b] = (round * 3 + b * 2 + 1) % (K + 1);
+    session.accept(counts);
+    // Plain decoding steps every sequence the same number of tokens: a sequence that keeps fewer
+    // is stepped in a batch of its own.
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t k = 0; k < counts[b]; ++k) {
+        // Row b's token k; the other rows are stepped on a copy and put back.
+        auto held = backend.new_state(B);
+        held->copy_all(plain.state());
+        for (int64_t r = 0; r < B; ++r) column[r] = drafts[r * K + std::min(k, K - 1)];
+        plain.step(column.data(), logits.data());
+        std::vector<int64_t> others;
+        for (int64_t r = 0; r < B; ++r)
+          if (r != b) others.push_back(r);
+        if (!others.empty()) plain.state().copy_rows(*held, others, others);
+        const float* got = &verified[(b * K + k) * V];
+        if (tolerance == 0)
+          EXPECT_EQ(std::memcmp(&logits[b * V], got, V * 4), 0) << name << ": round " << round << ", sequence " << b
+                                                                << ", position " << k;
+        else
+          EXPECT_LE(relative_difference(got, &logits[b * V], V), tolerance)
+              << name << ": round " << round << ", sequence " << b << ", position " << k;
+      }
+    }
+  }
+  std::vector<float> after(B * V);
+  session.step(next.data(), after.data());
+  plain.step(next.data(), logits.data());
+  for (int64_t b = 0; b < B; ++b) {
+    if (tolerance == 0) {
+      EXPECT_EQ(row_bytes(session.state(), b), row_bytes(plain.state(), b)) << name << ": state of sequence " << b;
+      EXPECT_EQ(std::memcmp(&logits[b * V], &after[b * V], V * 4), 0) << name << ": the step after, sequence " << b;
+    } else {
+      EXPECT_LE(relative_difference(&after[b * V], &logits[b * V], V), tolerance) << name << ": the step after, " << b;
+    }
+  }
+}
+
+TEST(CudaDecodeSession, ConsecutiveWindowsArePlainDecode) {
+  CudaBackendOptions rows_alone;
+  rows_alone.rows_alone = true;
+  const auto loaded = load_model(kTinyModel);
+  const CudaBackend exact(*loaded.weights, rows_alone);
+  expect_consecutive_windows_are_plain_decode(exact, "bf16 exact windows, 1 x 7", VerifyMode::kExact, 0, 1, 7);
+  expect_consecutive_windows_are_plain_decode(exact, "bf16 exact windows, 2 x 4", VerifyMode::kExact, 0, 2, 4);
+  const CudaBackend bf16(*loaded.weights, CudaBackendOptions{});
+  expect_consecutive_windows_are_plain_decode(bf16, "bf16 windows, 3 x 4", VerifyMode::kWindow, kWindowToleranceBf16, 3, 4);
+  const Mamba2Config c = synthetic_config(2);
+  for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {
+    const CudaBackend backend(
+        std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, recipe_case.options, 5)), CudaBackendOptions{});
+    if (!backend.runs_window()) continue;
+    expect_consecutive_windows_are_plain_decode(backend, recipe_case.name + " windows", VerifyMode::kWindow,
+                                                kWindowToleranceArtifact, 2, 4);
   }
 }
 

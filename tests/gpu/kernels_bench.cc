@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -114,6 +115,69 @@ void bench_state_update(int batch, int heads, int groups, double bandwidth, bool
   const double bytes = 2.0 * batch * heads * P * N * (int8_state ? 1 : sizeof(float));
   fmt::print("ssd_state_update  batch {:4d} heads {:3d} groups {} {}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n",
              batch, heads, groups, int8_state ? "int8" : "fp32", us, bytes / us / 1e3, 100 * bytes / us / 1e3 / bandwidth);
+}
+
+// One launch alone, its L2 emptied first (a verify window's state update finds its replayed
+// inputs where the previous window left them, several GB of weights ago): µs between events
+// around it, the median of `iterations`.
+template <typename Launch>
+double cold_launch_us(Launch launch, int iterations = 50) {
+  static void* flush = nullptr;
+  constexpr size_t kFlushBytes = size_t(256) << 20;  // past any L2
+  if (!flush) check_cuda(cudaMalloc(&flush, kFlushBytes), "cudaMalloc");
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> times;
+  for (int i = 0; i < iterations + 3; ++i) {
+    check_cuda(cudaMemsetAsync(flush, i & 0xff, kFlushBytes), "flush L2");
+    cudaEventRecord(start);
+    check_cuda(launch(), "launch");
+    cudaEventRecord(stop);
+    check_cuda(cudaEventSynchronize(stop), "sync");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    if (i >= 3) times.push_back(ms * 1000.f);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// A verify window's state update at batch 1 (one launch of `window` tokens rounded after each)
+// with the previous window's kept tokens replayed first inside it (SsdStateUpdateArgs::
+// replay_steps), against a single step; cold L2 (cold_launch_us).
+void bench_window_state_update(int heads, int groups) {
+  std::mt19937 rng(3);
+  constexpr int kWindow = 7;
+  const kernels::SsdStateUpdateArgs kept = random_state_update_args(1, heads, groups, kWindow, rng);
+  kernels::SsdStateUpdateArgs a = random_state_update_args(1, heads, groups, kWindow, rng);
+  a.round_every_step = true;
+  int32_t* counts = nullptr;
+  check_cuda(cudaMalloc(&counts, 2 * sizeof(int32_t)), "cudaMalloc");
+  std::string line = fmt::format("ssd_state_update  window, batch 1, heads {:3d} groups {}, cold L2:", heads, groups);
+  kernels::SsdStateUpdateArgs step = a;
+  step.steps = 1;
+  step.round_every_step = false;
+  line += fmt::format(" step {:6.2f} us;", cold_launch_us([&] { return kernels::launch_ssd_state_update(step, nullptr); }));
+  for (const int replayed : {-1, 0, 3, 7}) {
+    kernels::SsdStateUpdateArgs w = a;
+    if (replayed >= 0) {
+      const int32_t host[2] = {replayed, kWindow};
+      check_cuda(cudaMemcpy(counts, host, sizeof(host), cudaMemcpyHostToDevice), "cudaMemcpy");
+      w.replay_steps = counts;
+      w.replay_x = kept.x;
+      w.replay_B = kept.B;
+      w.replay_dt = kept.dt;
+      w.store_final = false;
+    }
+    const double us = cold_launch_us([&] { return kernels::launch_ssd_state_update(w, nullptr); });
+    line += replayed < 0 ? fmt::format(" {} tokens {:6.2f} us;", kWindow, us)
+                         : fmt::format(" + {} replayed {:6.2f} us;", replayed, us);
+  }
+  fmt::print("{}\n", line);
+  cudaFree(counts);
 }
 
 // The fp32 engine's prefill recurrence (calibration and export passes): `steps` tokens of each of
@@ -234,8 +298,10 @@ void bench_gemm(int64_t m, int64_t n, int64_t k, double bandwidth, double* total
   cudaFree(workspace);
 }
 
-// The fused decode GEMVs of one layer at batch m: in_proj in_dim × D, out_proj D × 2D.
-void bench_gemv(int m, double bandwidth, int D, int in_dim) {
+// The fused decode GEMVs of one layer at batch m: in_proj in_dim × D, out_proj D × 2D with the
+// gated norm over `groups` groups; each with the norms built by every block (staged = null) and as
+// the engine launches them (room for staged rows given: gemv.cu decides).
+void bench_gemv(int m, double bandwidth, int D, int in_dim, int groups) {
   std::mt19937 rng(4);
   using bf16 = __nv_bfloat16;
   const int E = 2 * D;
@@ -257,6 +323,7 @@ void bench_gemv(int m, double bandwidth, int D, int in_dim) {
   a.ldout = in_dim;
   // Where the engine builds several rows' norms once (GemvArgs::staged), as it launches them.
   bf16* staged = reinterpret_cast<bf16*>(device_random(size_t(m) * E / 2, -1, 1, rng));
+  const double in_fused_us = time_us([&] { return kernels::launch_gemv(a, nullptr); });
   a.staged = staged;
   const double in_us = time_us([&] { return kernels::launch_gemv(a, nullptr); });
   kernels::GemvArgs o;
@@ -267,20 +334,23 @@ void bench_gemv(int m, double bandwidth, int D, int in_dim) {
   o.y = y;
   o.z = zxbcdt;
   o.z_stride = in_dim;
-  o.group_size = E;
+  o.group_size = E / groups;
   o.norm_weight = norm;
   o.w = w_out;
   o.out = residual;
   o.ldout = D;
   o.out_type = kernels::ElementType::kF32;
   o.accumulate = true;
+  const double out_fused_us = time_us([&] { return kernels::launch_gemv(o, nullptr); });
   o.staged = staged;
   const double out_us = time_us([&] { return kernels::launch_gemv(o, nullptr); });
   const double in_bytes = 2.0 * in_dim * D, out_bytes = 2.0 * D * E;
-  fmt::print("gemv+rmsnorm      m {} in_proj  {:5d} × {:4d}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n", m,
-             in_dim, D, in_us, in_bytes / in_us / 1e3, 100 * in_bytes / in_us / 1e3 / bandwidth);
-  fmt::print("gemv+gated norm   m {} out_proj {:5d} × {:4d}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth)\n", m,
-             D, E, out_us, out_bytes / out_us / 1e3, 100 * out_bytes / out_us / 1e3 / bandwidth);
+  fmt::print("gemv+rmsnorm      m {} in_proj  {:5d} × {:4d}: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy bandwidth); "
+             "norm in every block {:8.2f} us\n",
+             m, in_dim, D, in_us, in_bytes / in_us / 1e3, 100 * in_bytes / in_us / 1e3 / bandwidth, in_fused_us);
+  fmt::print("gemv+gated norm   m {} out_proj {:5d} × {:4d}, {} groups: {:8.2f} us  {:7.1f} GB/s  ({:.0f}% of copy "
+             "bandwidth); norm in every block {:8.2f} us\n",
+             m, D, E, groups, out_us, out_bytes / out_us / 1e3, 100 * out_bytes / out_us / 1e3 / bandwidth, out_fused_us);
   for (void* p : {static_cast<void*>(w_in), static_cast<void*>(w_out), static_cast<void*>(residual),
                   static_cast<void*>(norm), static_cast<void*>(zxbcdt), static_cast<void*>(y), static_cast<void*>(staged)})
     cudaFree(p);
@@ -922,6 +992,10 @@ int main(int argc, char** argv) {
     for (int batch : {1, 8, 32}) ssdq::bench_conv_step(batch, 80, 1);
     ssdq::bench_conv_step(1, 128, 8);
   }
+  if (want("window")) {
+    ssdq::bench_window_state_update(80, 1);   // mamba2-2.7b
+    ssdq::bench_window_state_update(128, 8);  // 8B-like
+  }
   if (want("long")) {
     ssdq::bench_long_recurrence(16, 80, 1, 2048);   // mamba2-2.7b, a calibration batch of 16 × 2048
     ssdq::bench_long_recurrence(16, 128, 8, 2048);  // 8B-like
@@ -931,8 +1005,8 @@ int main(int argc, char** argv) {
   if (want("norm"))
     for (int rows : {1, 32, 2048, 16384}) ssdq::bench_add_rmsnorm(rows, 2560, bandwidth);
   if (want("gemv"))
-    for (const auto [d_model, in_dim] : {std::pair{2560, 10576}, std::pair{4096, 18560}})  // 2.7b, 8B-like
-      for (int m : {1, 2, 4, 6, 8}) ssdq::bench_gemv(m, bandwidth, d_model, in_dim);
+    for (const auto [d_model, in_dim, groups] : {std::tuple{2560, 10576, 1}, std::tuple{4096, 18560, 8}})  // 2.7b, 8B-like
+      for (int m : {1, 2, 4, 6, 8}) ssdq::bench_gemv(m, bandwidth, d_model, in_dim, groups);
   if (want("qgemv")) {
     for (int m : {1, 4, 8, 16}) ssdq::bench_qgemv(m, bandwidth);
     for (int m : {1, 4}) {  // mamba2-2.7b and 8B-like in_proj / out_proj
