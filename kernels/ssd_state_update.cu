@@ -22,8 +22,11 @@ __device__ inline void prefetch_l1(const void* p, long long bytes, int part) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(p) + part * 128LL));
 }
 
-template <typename T, typename S, int kPerLane, bool kBeforeWait>
-__global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kernel(SsdStateUpdateArgs a) {
+// kRows: rows a warp steps together (rows p and p + kStateUpdateWarps of its slice), their chains
+// interleaved and a token's B, C and dt loaded once for both: where one row a warp would take the
+// GPU in two waves (launch_fitting). Each row's arithmetic is the same either way, so are its bits.
+template <typename T, typename S, int kPerLane, bool kBeforeWait, int kRows = 1>
+__global__ void __launch_bounds__(kStateUpdateWarps * 32, kRows > 1 ? 3 : 1) ssd_state_update_kernel(SsdStateUpdateArgs a) {
   const StateSlice slice(a);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const T* x_base = static_cast<const T*>(a.x) + slice.head * a.headdim;
@@ -33,23 +36,29 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kerne
   T* y_base = static_cast<T*>(a.y) + slice.head * a.headdim;
   const HeadConstants head(a, slice.head);
   const int first = slice.row_begin + warp;
-  StateRow<S, kPerLane> row;
+  // Row r of the warp's current group of kRows rows: p + r · kStateUpdateWarps, if within the slice.
+  const auto live = [&](int p, int r) { return p + r * kStateUpdateWarps < slice.row_end; };
+  StateRow<S, kPerLane> row[kRows];
   if (kBeforeWait && first < slice.row_end) {
-    row.load(a, slice, first, lane);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      if (live(first, r)) row[r].load(a, slice, first + r * kStateUpdateWarps, lane);
     prefetch_later_state_rows<S>(a, slice, first, lane);
   }
   wait_for_previous_grid();
   allow_next_grid();
   const int steps = a.seq_steps ? a.seq_steps[slice.seq] : a.steps;
   if (steps <= 0) return;
-  // One token's inputs of row p: raw dt, x and this lane's B and C values.
+  // One token's inputs of the warp's rows: raw dt, x of each row and this lane's B and C values.
   struct TokenInputs {
-    float dt_raw, x, b[kPerLane], c[kPerLane];
+    float dt_raw, x[kRows], b[kPerLane], c[kPerLane];
   };
   auto fetch = [&](int j, int p, TokenInputs& in) {
     const int64_t token = static_cast<int64_t>(slice.seq) * a.steps + j;
     in.dt_raw = to_float(dt_base[token * a.dt_stride]);
-    in.x = to_float(x_base[token * a.x_stride + p]);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      in.x[r] = live(p, r) ? to_float(x_base[token * a.x_stride + p + r * kStateUpdateWarps]) : 0.f;
     const T* b = b_base + token * a.bc_stride;
     const T* c = c_base + token * a.bc_stride;
 #pragma unroll
@@ -61,43 +70,59 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kerne
   // The previous window's kept tokens this sequence replays first (SsdStateUpdateArgs::replay_steps).
   const int replayed = a.replay_steps ? a.replay_steps[slice.seq] : 0;
   const int64_t replay_row0 = a.replay_steps ? static_cast<int64_t>(slice.seq) * a.replay_steps[a.batch] : 0;
-  for (int p = first; p < slice.row_end; p += kStateUpdateWarps) {
-    if (!kBeforeWait || p != first) row.load(a, slice, p, lane);
+  for (int p = first; p < slice.row_end; p += kRows * kStateUpdateWarps) {
+    if (!kBeforeWait || p != first) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        if (live(p, r)) row[r].load(a, slice, p + r * kStateUpdateWarps, lane);
+    }
     TokenInputs now, next;
-    // Latency-bound grids (kBeforeWait) load token j + 1's inputs while token j steps, so that the
-    // tokens of a verify window do not each wait for a round trip to memory; a grid of many waves
-    // keeps the registers. The values, and so the bits, are the same either way.
-    row.dequantize();
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) row[r].dequantize();
     if (replayed > 0) {
-      // Token j + 1's inputs are loaded while token j steps, as in the window's loop below: the
-      // replayed tokens would otherwise each wait for a round trip to memory.
+      // Token j + 1's inputs are loaded while token j steps, as in the window's loop below.
       const T* rx = static_cast<const T*>(a.replay_x) + slice.head * a.headdim + p;
       const T* rb = static_cast<const T*>(a.replay_B) + slice.group * a.dstate + lane;
       const T* rdt = static_cast<const T*>(a.replay_dt) + slice.head;
       struct ReplayInputs {
-        float dt_raw, x, b[kPerLane];
+        float dt_raw, x[kRows], b[kPerLane];
       };
       auto fetch_replay = [&](int j, ReplayInputs& in) {
         const int64_t token = replay_row0 + j;
         in.dt_raw = to_float(rdt[token * a.dt_stride]);
-        in.x = to_float(rx[token * a.x_stride]);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+          in.x[r] = live(p, r) ? to_float(rx[token * a.x_stride + r * kStateUpdateWarps]) : 0.f;
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) in.b[i] = to_float(rb[token * a.bc_stride + 32 * i]);
       };
       ReplayInputs cur, ahead;
       fetch_replay(0, cur);
       for (int j = 0; j < replayed; ++j) {
-        if (j > 0) row.round_as_stored(a);
         if (j + 1 < replayed) fetch_replay(j + 1, ahead);
-        row.advance_state(head, head.dt(a, cur.dt_raw), cur.x, [&](int i) { return cur.b[i]; });
+        const float dt = head.dt(a, cur.dt_raw);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if (j > 0) row[r].round_as_stored(a);
+          row[r].advance_state(head, dt, cur.x[r], [&](int i) { return cur.b[i]; });
+        }
         if (j + 1 < replayed) cur = ahead;
       }
-      row.store(a, lane);
-      row.round_as_stored(a);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (live(p, r)) row[r].store(a, lane);
+        row[r].round_as_stored(a);
+      }
     }
+    // Latency-bound grids (kBeforeWait) load token j + 1's inputs while token j steps, so that the
+    // tokens of a verify window do not each wait for a round trip to memory; a grid of many waves
+    // keeps the registers. The values, and so the bits, are the same either way.
     if (kBeforeWait) fetch(0, p, now);
     for (int j = 0; j < steps; ++j) {
-      if (a.round_every_step && j > 0) row.round_as_stored(a);
+      if (a.round_every_step && j > 0) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) row[r].round_as_stored(a);
+      }
       const int64_t token = static_cast<int64_t>(slice.seq) * a.steps + j;
       if (steps >= kStateUpdateLongSteps && j + kLongStepsAhead < steps) {
         // A long recurrence's step would otherwise wait on its token's loads: a token
@@ -114,11 +139,19 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32) ssd_state_update_kerne
         fetch(j + 1, p, next);
       }
       const float dt = head.dt(a, now.dt_raw);
-      const float y = row.advance(head, dt, now.x, [&](int i) { return now.b[i]; }, [&](int i) { return now.c[i]; });
-      if (lane == 0) y_base[token * a.y_stride + p] = from_float<T>(y);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float y =
+            row[r].advance(head, dt, now.x[r], [&](int i) { return now.b[i]; }, [&](int i) { return now.c[i]; });
+        if (lane == 0 && live(p, r)) y_base[token * a.y_stride + p + r * kStateUpdateWarps] = from_float<T>(y);
+      }
       if (kBeforeWait && j + 1 < steps) now = next;
     }
-    if (a.store_final) row.store(a, lane);
+    if (a.store_final) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        if (live(p, r)) row[r].store(a, lane);
+    }
   }
 }
 
@@ -408,17 +441,49 @@ cudaError_t launch_state_update(const SsdStateUpdateArgs& a, const LaunchShape& 
   }
 }
 
+// A grid sized to fit the GPU at once (8 blocks an SM) at the registers the kernel takes (78–86:
+// 3 blocks an SM) may not: batch 1 of 2.7b is 640 blocks of a row a warp, two waves each stepping
+// every token. There two rows a warp, in half the blocks, take one (dstate 64 and 128, the official
+// shapes; others keep a row a warp).
+template <typename T, typename S, int kPerLane>
+cudaError_t launch_fitting(const SsdStateUpdateArgs& a, LaunchShape shape, cudaStream_t stream) {
+  if constexpr (kPerLane == 2 || kPerLane == 4) {
+    int per_sm = 0;
+    const int64_t blocks = int64_t(shape.grid.x) * shape.grid.y * shape.grid.z;
+    if (a.headdim >= 2 * kStateUpdateWarps && shape.grid.z >= 2 &&
+        resident_blocks_per_sm<ssd_state_update_kernel<T, S, kPerLane, true, 1>>(kStateUpdateWarps * 32, 0, &per_sm) ==
+            cudaSuccess &&
+        blocks > int64_t(per_sm) * current_device_attribute(cudaDevAttrMultiProcessorCount)) {
+      shape.grid.z = (shape.grid.z + 1) / 2;
+      return launch_kernel(ssd_state_update_kernel<T, S, kPerLane, true, 2>, shape, stream, a);
+    }
+  }
+  return launch_kernel(ssd_state_update_kernel<T, S, kPerLane, true, 1>, shape, stream, a);
+}
+
 template <typename T, typename S>
 cudaError_t launch_typed(const SsdStateUpdateArgs& a, cudaStream_t stream) {
   if (takes_long_kernel(a) && (a.dstate == 64 || a.dstate == 128 || a.dstate == 256)) return launch_long<T, S>(a, stream);
-  // 8 blocks an SM, the most that 256 threads allow (the kernel has 38–64 registers, which allow
-  // 4–6: then some of the blocks of a decode step run in a second wave).
+  // Sized for 8 blocks an SM, the most that 256 threads allow; at the kernel's registers fewer fit,
+  // and launch_fitting then steps two rows a warp where one would take a second wave.
   const LaunchShape shape{state_update_grid(a, 8), dim3(kStateUpdateWarps * 32)};
   // The early loads for the grids sized to fit the GPU at once (small batches; state_update_grid),
   // not for the many waves of a large batch.
   const int64_t blocks = int64_t(shape.grid.x) * shape.grid.y * shape.grid.z;
   const bool fits = blocks <= 8 * int64_t(current_device_attribute(cudaDevAttrMultiProcessorCount));
-  if (fits) return launch_state_update<T, S, true>(a, shape, stream);
+  if (fits) {
+    switch (a.dstate / 32) {
+      case 1: return launch_fitting<T, S, 1>(a, shape, stream);
+      case 2: return launch_fitting<T, S, 2>(a, shape, stream);
+      case 3: return launch_fitting<T, S, 3>(a, shape, stream);
+      case 4: return launch_fitting<T, S, 4>(a, shape, stream);
+      case 5: return launch_fitting<T, S, 5>(a, shape, stream);
+      case 6: return launch_fitting<T, S, 6>(a, shape, stream);
+      case 7: return launch_fitting<T, S, 7>(a, shape, stream);
+      case 8: return launch_fitting<T, S, 8>(a, shape, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  }
   if constexpr (std::is_same_v<S, int8_t>) {
     if (a.steps == 1 && !a.seq_steps && !a.replay_steps && a.store_final && (a.dstate == 64 || a.dstate == 128 || a.dstate == 256) &&
         reinterpret_cast<uintptr_t>(a.state) % 8 == 0)
