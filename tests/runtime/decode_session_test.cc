@@ -1,10 +1,12 @@
 // The decode session's contract on the CPU specification, for the FP model and every recipe ×
 // bit width, verified token by token (kExact) and by Joint Attainment (kJoint): verify(K) returns,
 // bit for bit, the logits K plain steps give, and accept(n) leaves each sequence's state (and what
-// follows) bit for bit as n plain steps would. Also the state
+// follows) bit for bit as n plain steps would; the session around a backend whose windows replay
+// inside the next one (emulated here: the CUDA engine's). Also the state
 // API it is built on: row copies, zeroing, and the errors for rows that do not exist.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -75,6 +77,144 @@ void expect_verify_accept_is_plain_decode(const Backend& backend, const std::str
     kept.step(&next[b], logits.data());
     EXPECT_TRUE(same_bits(logits.data(), &after[b * V], V)) << name << ": sequence " << b << ", step after accept";
   }
+}
+
+// The contract of a backend whose windows replay inside the next one (Backend::replays_in_window,
+// the CUDA engine on one GPU), emulated over the CPU specification with single steps: a window
+// leaves the state before its tokens and keeps them; replay_then_window first steps each
+// sequence's count of the previous window's kept tokens; replay_window steps them apart. What the
+// session must do around it — pass the accepted counts to the next window, replay apart before a
+// step, a row copy, a prefill or a read of the state — is then checked without a GPU.
+class ReplayInWindowBackend : public Backend {
+ public:
+  explicit ReplayInWindowBackend(const Backend& inner) : inner_(inner) {}
+  std::string name() const override { return "replay-in-window emulation"; }
+  const Mamba2Config& config() const override { return inner_.config(); }
+  std::unique_ptr<InferenceState> new_state(int64_t batch) const override { return inner_.new_state(batch); }
+  void forward(const int32_t* tokens, int64_t length, InferenceState& state, const ForwardOutputs& outputs) const override {
+    inner_.forward(tokens, length, state, outputs);
+  }
+  std::string device_name() const override { return inner_.device_name(); }
+  MemoryReport memory() const override { return inner_.memory(); }
+  size_t state_bytes_per_sequence() const override { return inner_.state_bytes_per_sequence(); }
+  std::string describe_plan(int64_t batch, int64_t length) const override { return inner_.describe_plan(batch, length); }
+  bool runs_window() const override { return true; }
+  bool exact_window(int64_t, int64_t) const override { return true; }
+  bool replays_in_window() const override { return true; }
+
+  void forward_window(const int32_t*, int64_t, InferenceState&, const ForwardOutputs&) const override {
+    ADD_FAILURE() << "the session replays apart from its windows although the backend replays inside them";
+  }
+  void replay_then_window(const std::vector<int64_t>& steps, const int32_t* tokens, int64_t length,
+                          InferenceState& state, const ForwardOutputs& outputs) const override {
+    step_kept(state, steps);
+    ++windows;
+    const int64_t B = state.batch(), V = config().vocab_size;
+    auto rows = inner_.new_state(B);
+    rows->copy_all(state);
+    std::vector<int32_t> column(B);
+    std::vector<float> logits(B * V);
+    for (int64_t k = 0; k < length; ++k) {
+      for (int64_t b = 0; b < B; ++b) column[b] = tokens[b * length + k];
+      ForwardOutputs out;
+      out.logits = logits.data();
+      inner_.forward(column.data(), 1, *rows, out);
+      for (int64_t b = 0; b < B; ++b) {
+        const float* row = logits.data() + b * V;
+        if (outputs.logits) std::memcpy(outputs.logits + (b * length + k) * V, row, V * sizeof(float));
+        if (outputs.argmax) outputs.argmax[b * length + k] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+      }
+    }
+    kept_.assign(tokens, tokens + B * length);
+    kept_length_ = length;
+  }
+  void replay_window(InferenceState& state, const std::vector<int64_t>& steps) const override {
+    if (kept_length_ == 0) ADD_FAILURE() << "replay_window without a window";
+    step_kept(state, steps);
+    ++apart;
+  }
+  mutable int64_t windows = 0, apart = 0;
+
+ private:
+  // Sequence b steps its first steps[b] kept tokens, alone (rows are independent on the CPU).
+  void step_kept(InferenceState& state, const std::vector<int64_t>& steps) const {
+    auto one = inner_.new_state(1);
+    for (int64_t b = 0; b < static_cast<int64_t>(steps.size()); ++b) {
+      if (steps[b] > kept_length_) ADD_FAILURE() << "sequence " << b << " replays " << steps[b] << " of " << kept_length_;
+      if (steps[b] <= 0) continue;
+      one->copy_rows(state, {b}, {0});
+      for (int64_t j = 0; j < steps[b]; ++j) inner_.forward(&kept_[b * kept_length_ + j], 1, *one, {});
+      state.copy_rows(*one, {0}, {b});
+    }
+    kept_length_ = 0;
+  }
+  const Backend& inner_;
+  mutable std::vector<int32_t> kept_;
+  mutable int64_t kept_length_ = 0;
+};
+
+// Rounds of verify + accept with a plain step, a row copy, a prefill and a read of the state
+// between some of them, against a session that steps the accepted tokens: bit for bit.
+TEST(DecodeSession, WindowsThatReplayInsideTheNextArePlainDecode) {
+  const CpuBackend cpu(random_weights(synthetic_config(2), 3));
+  const ReplayInWindowBackend backend(cpu);
+  const int64_t V = cpu.config().vocab_size, B = 3, K = 4;
+  DecodeSession session(backend, B, VerifyMode::kExact), plain(cpu, B);
+  ASSERT_TRUE(session.verifies_as_window(K));
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<int32_t> prompt = random_tokens(5 + 3 * b, V, 30 + b);
+    session.prefill(b, prompt.data(), 5 + 3 * b, nullptr);
+    plain.prefill(b, prompt.data(), 5 + 3 * b, nullptr);
+  }
+  std::vector<float> verified(B * K * V), logits(B * V), expected(B * V);
+  for (int64_t round = 0; round < 6; ++round) {
+    const std::vector<int32_t> drafts = random_tokens(B * K, V, 40 + round);
+    session.verify(drafts.data(), K, verified.data());
+    std::vector<int64_t> counts(B);
+    for (int64_t b = 0; b < B; ++b) counts[b] = (round + 2 * b) % (K + 1);
+    session.accept(counts);
+    // The reference: each sequence steps its accepted drafts alone (the others held).
+    for (int64_t b = 0; b < B; ++b) {
+      DecodeSession one(cpu, 1);
+      one.state().copy_rows(plain.state(), {b}, {0});
+      for (int64_t k = 0; k < counts[b]; ++k) {
+        one.step(&drafts[b * K + k], expected.data());
+        EXPECT_TRUE(same_bits(expected.data(), &verified[(b * K + k) * V], V))
+            << "round " << round << ", sequence " << b << ", position " << k;
+      }
+      plain.state().copy_rows(one.state(), {0}, {b});
+    }
+    const std::vector<int32_t> column = random_tokens(B, V, 60 + round);
+    switch (round) {
+      case 1:  // a plain step between windows
+        session.step(column.data(), logits.data());
+        plain.step(column.data(), expected.data());
+        EXPECT_TRUE(same_bits(logits.data(), expected.data(), B * V)) << "the step after round " << round;
+        break;
+      case 2:  // a row copy
+        session.copy_rows({0}, {2});
+        plain.state().copy_rows(plain.state(), {0}, {2});
+        break;
+      case 3: {  // sequence 1 restarts
+        const std::vector<int32_t> prompt = random_tokens(7, V, 70);
+        session.prefill(1, prompt.data(), 7, nullptr);
+        plain.prefill(1, prompt.data(), 7, nullptr);
+        break;
+      }
+      case 4:  // the state read between windows
+        for (int64_t b = 0; b < B; ++b) EXPECT_EQ(row_bytes(session.state(), b), row_bytes(plain.state(), b)) << b;
+        break;
+      default:
+        break;
+    }
+  }
+  session.step(random_tokens(B, V, 80).data(), logits.data());
+  plain.step(random_tokens(B, V, 80).data(), expected.data());
+  EXPECT_TRUE(same_bits(logits.data(), expected.data(), B * V)) << "the last step";
+  for (int64_t b = 0; b < B; ++b) EXPECT_EQ(row_bytes(session.state(), b), row_bytes(plain.state(), b)) << b;
+  EXPECT_EQ(backend.windows, 6);
+  // Apart only where something else came first: the step, the copy, the prefill, the read, the end.
+  EXPECT_EQ(backend.apart, 5);
 }
 
 TEST(DecodeSession, VerifyAcceptIsPlainDecodeForTheFloatModel) {
