@@ -152,20 +152,18 @@ __device__ void conv_channel(const CausalConv1dArgs& a, int c, int b, int t0, in
   const float bias = a.bias[c];
   // The W-1 inputs before t = 0: the state's, or, after a replay (CausalConv1dArgs::replay_steps),
   // the last W-1 of the state's followed by the replayed rows.
+  // Later tiles read their own rows instead.
   In before[W - 1];
   const int replayed = a.replay_steps && t0 == 0 ? a.replay_steps[b] : 0;
+  const Src* rows = replayed > 0 ? static_cast<const Src*>(a.replay_in) +
+                                       static_cast<int64_t>(b) * a.replay_steps[a.batch] * a.in_stride + c
+                                 : nullptr;
 #pragma unroll
-  for (int k = 0; k < W - 1; ++k) before[k] = t0 == 0 ? state[k] : In{};  // later tiles read their own rows
-  if (replayed > 0) {
-    const Src* rows = static_cast<const Src*>(a.replay_in) + static_cast<int64_t>(b) * a.replay_steps[a.batch] * a.in_stride + c;
-    In next[W - 1];
-#pragma unroll
-    for (int k = 0; k < W - 1; ++k) {
-      const int i = replayed + k;  // position in (state ++ replayed rows)
-      next[k] = i < W - 1 ? state[i] : read_input<In, kPlan>(rows[static_cast<int64_t>(i - (W - 1)) * a.in_stride], in_format);
-    }
-#pragma unroll
-    for (int k = 0; k < W - 1; ++k) before[k] = next[k];
+  for (int k = 0; k < W - 1; ++k) {
+    const int i = replayed + k;  // position in (state ++ replayed rows)
+    before[k] = t0 != 0     ? In{}
+                : i < W - 1 ? state[i]
+                            : read_input<In, kPlan>(rows[static_cast<int64_t>(i - (W - 1)) * a.in_stride], in_format);
   }
 #pragma unroll
   for (int k = 0; k < W - 1; ++k) {

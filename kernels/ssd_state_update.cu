@@ -24,7 +24,7 @@ __device__ inline void prefetch_l1(const void* p, long long bytes, int part) {
 
 // kRows: rows a warp steps together (rows p and p + kStateUpdateWarps of its slice), their chains
 // interleaved and a token's B, C and dt loaded once for both: where one row a warp would take the
-// GPU in two waves (launch_fitting). Each row's arithmetic is the same either way, so are its bits.
+// GPU in two waves (launch_rows). Each row's arithmetic is the same either way, so are its bits.
 template <typename T, typename S, int kPerLane, bool kBeforeWait, int kRows = 1>
 __global__ void __launch_bounds__(kStateUpdateWarps * 32, kRows > 1 ? 3 : 1) ssd_state_update_kernel(SsdStateUpdateArgs a) {
   const StateSlice slice(a);
@@ -426,28 +426,13 @@ cudaError_t launch_s8_rows(const SsdStateUpdateArgs& a, const LaunchShape& shape
   }
 }
 
-template <typename T, typename S, bool kBeforeWait>
-cudaError_t launch_state_update(const SsdStateUpdateArgs& a, const LaunchShape& shape, cudaStream_t stream) {
-  switch (a.dstate / 32) {
-    case 1: return launch_kernel(ssd_state_update_kernel<T, S, 1, kBeforeWait>, shape, stream, a);
-    case 2: return launch_kernel(ssd_state_update_kernel<T, S, 2, kBeforeWait>, shape, stream, a);
-    case 3: return launch_kernel(ssd_state_update_kernel<T, S, 3, kBeforeWait>, shape, stream, a);
-    case 4: return launch_kernel(ssd_state_update_kernel<T, S, 4, kBeforeWait>, shape, stream, a);
-    case 5: return launch_kernel(ssd_state_update_kernel<T, S, 5, kBeforeWait>, shape, stream, a);
-    case 6: return launch_kernel(ssd_state_update_kernel<T, S, 6, kBeforeWait>, shape, stream, a);
-    case 7: return launch_kernel(ssd_state_update_kernel<T, S, 7, kBeforeWait>, shape, stream, a);
-    case 8: return launch_kernel(ssd_state_update_kernel<T, S, 8, kBeforeWait>, shape, stream, a);
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 // A grid sized to fit the GPU at once (8 blocks an SM) at the registers the kernel takes (78–86:
 // 3 blocks an SM) may not: batch 1 of 2.7b is 640 blocks of a row a warp, two waves each stepping
 // every token. There two rows a warp, in half the blocks, take one (dstate 64 and 128, the official
 // shapes; others keep a row a warp).
-template <typename T, typename S, int kPerLane>
-cudaError_t launch_fitting(const SsdStateUpdateArgs& a, LaunchShape shape, cudaStream_t stream) {
-  if constexpr (kPerLane == 2 || kPerLane == 4) {
+template <typename T, typename S, int kPerLane, bool kBeforeWait>
+cudaError_t launch_rows(const SsdStateUpdateArgs& a, LaunchShape shape, cudaStream_t stream) {
+  if constexpr (kBeforeWait && (kPerLane == 2 || kPerLane == 4)) {
     int per_sm = 0;
     const int64_t blocks = int64_t(shape.grid.x) * shape.grid.y * shape.grid.z;
     if (a.headdim >= 2 * kStateUpdateWarps && shape.grid.z >= 2 &&
@@ -458,32 +443,35 @@ cudaError_t launch_fitting(const SsdStateUpdateArgs& a, LaunchShape shape, cudaS
       return launch_kernel(ssd_state_update_kernel<T, S, kPerLane, true, 2>, shape, stream, a);
     }
   }
-  return launch_kernel(ssd_state_update_kernel<T, S, kPerLane, true, 1>, shape, stream, a);
+  return launch_kernel(ssd_state_update_kernel<T, S, kPerLane, kBeforeWait>, shape, stream, a);
+}
+
+template <typename T, typename S, bool kBeforeWait>
+cudaError_t launch_state_update(const SsdStateUpdateArgs& a, const LaunchShape& shape, cudaStream_t stream) {
+  switch (a.dstate / 32) {
+    case 1: return launch_rows<T, S, 1, kBeforeWait>(a, shape, stream);
+    case 2: return launch_rows<T, S, 2, kBeforeWait>(a, shape, stream);
+    case 3: return launch_rows<T, S, 3, kBeforeWait>(a, shape, stream);
+    case 4: return launch_rows<T, S, 4, kBeforeWait>(a, shape, stream);
+    case 5: return launch_rows<T, S, 5, kBeforeWait>(a, shape, stream);
+    case 6: return launch_rows<T, S, 6, kBeforeWait>(a, shape, stream);
+    case 7: return launch_rows<T, S, 7, kBeforeWait>(a, shape, stream);
+    case 8: return launch_rows<T, S, 8, kBeforeWait>(a, shape, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 template <typename T, typename S>
 cudaError_t launch_typed(const SsdStateUpdateArgs& a, cudaStream_t stream) {
   if (takes_long_kernel(a) && (a.dstate == 64 || a.dstate == 128 || a.dstate == 256)) return launch_long<T, S>(a, stream);
   // Sized for 8 blocks an SM, the most that 256 threads allow; at the kernel's registers fewer fit,
-  // and launch_fitting then steps two rows a warp where one would take a second wave.
+  // and launch_rows then steps two rows a warp where one would take a second wave.
   const LaunchShape shape{state_update_grid(a, 8), dim3(kStateUpdateWarps * 32)};
   // The early loads for the grids sized to fit the GPU at once (small batches; state_update_grid),
   // not for the many waves of a large batch.
   const int64_t blocks = int64_t(shape.grid.x) * shape.grid.y * shape.grid.z;
   const bool fits = blocks <= 8 * int64_t(current_device_attribute(cudaDevAttrMultiProcessorCount));
-  if (fits) {
-    switch (a.dstate / 32) {
-      case 1: return launch_fitting<T, S, 1>(a, shape, stream);
-      case 2: return launch_fitting<T, S, 2>(a, shape, stream);
-      case 3: return launch_fitting<T, S, 3>(a, shape, stream);
-      case 4: return launch_fitting<T, S, 4>(a, shape, stream);
-      case 5: return launch_fitting<T, S, 5>(a, shape, stream);
-      case 6: return launch_fitting<T, S, 6>(a, shape, stream);
-      case 7: return launch_fitting<T, S, 7>(a, shape, stream);
-      case 8: return launch_fitting<T, S, 8>(a, shape, stream);
-      default: return cudaErrorInvalidValue;
-    }
-  }
+  if (fits) return launch_state_update<T, S, true>(a, shape, stream);
   if constexpr (std::is_same_v<S, int8_t>) {
     if (a.steps == 1 && !a.seq_steps && !a.replay_steps && a.store_final && (a.dstate == 64 || a.dstate == 128 || a.dstate == 256) &&
         reinterpret_cast<uintptr_t>(a.state) % 8 == 0)

@@ -162,7 +162,9 @@ class CudaState : public DeviceState {
     // Device [batch + 1]: each sequence's tokens to replay, then the rows a sequence of the
     // window they come from (the kernels' replay_steps).
     int32_t* steps = nullptr;
-    PinnedBuffer<int32_t> host_steps;
+    // Their pinned sources: a window's (copied inside its graph, which the forward waits for) and a
+    // replay's apart (not waited for: a window between two replays is).
+    PinnedBuffer<int32_t> host_steps, host_replay_steps;
     // While a replay_then_window is enqueued: the layers' kernels replay the last window's set.
     bool replaying = false;
     // By (length, set written, replaying first); cleared with the buffers they were captured on.

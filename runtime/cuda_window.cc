@@ -48,6 +48,7 @@ void CudaBackend::Impl::reserve_window(CudaState& state, int64_t length) const {
   w.block = DeviceBlock(2 * c.n_layer * w.layer_bytes + (state.batch() + 1) * 4, "a verify window's kept activations", &counter);
   w.steps = w.block.at<int32_t>(2 * c.n_layer * w.layer_bytes);
   w.host_steps.get(state.batch() + 1);
+  w.host_replay_steps.get(state.batch() + 1);
   w.capacity = length;
   w.length = 0;
 }
@@ -117,6 +118,33 @@ void CudaBackend::Impl::run_window(const int32_t* tokens, int64_t length, CudaSt
   w.length = length;
 }
 
+namespace {
+
+void check_window(const CudaBackend& backend, int64_t length) {
+  if (length <= 0) fail("verify window: length must be positive, got {}", length);
+  if (!backend.runs_window()) fail("internal: this model's state formats need a pass the window cannot round per token");
+}
+
+// Each sequence's count of the last window's kept tokens, checked, into `pinned`, which the
+// kernels' replay_steps are copied from (the counts, then that window's rows a sequence); whether
+// any is positive.
+bool stage_replay_counts(CudaState& s, const std::vector<int64_t>& steps, PinnedBuffer<int32_t>& pinned) {
+  CudaState::Window& w = s.window;
+  if (static_cast<int64_t>(steps.size()) != s.batch()) fail("replay: {} counts for a batch of {}", steps.size(), s.batch());
+  int32_t* host = pinned.get(s.batch() + 1);
+  bool any = false;
+  for (int64_t b = 0; b < s.batch(); ++b) {
+    if (steps[b] < 0 || steps[b] > w.length)
+      fail("replay: sequence {} replays {} tokens of a window of {}", b, steps[b], w.length);
+    host[b] = static_cast<int32_t>(steps[b]);
+    any = any || steps[b] > 0;
+  }
+  host[s.batch()] = static_cast<int32_t>(w.length);
+  return any;
+}
+
+}  // namespace
+
 bool CudaBackend::runs_window() const { return impl_->runs_window(); }
 
 bool CudaBackend::exact_window(int64_t batch, int64_t length) const { return impl_->exact_window(batch, length); }
@@ -126,8 +154,7 @@ bool CudaBackend::replays_in_window() const { return impl_->options.replay_in_wi
 void CudaBackend::forward_window(const int32_t* tokens, int64_t length, InferenceState& state,
                                  const ForwardOutputs& outputs) const {
   CudaState& s = cuda_state(state);
-  if (length <= 0) fail("verify window: length must be positive, got {}", length);
-  if (!runs_window()) fail("internal: this model's state formats need a pass the window cannot round per token");
+  check_window(*this, length);
   impl_->reserve_window(s, length);
   s.window.length = 0;
   impl_->run_window(tokens, length, s, outputs, false);
@@ -138,24 +165,12 @@ void CudaBackend::forward_window(const int32_t* tokens, int64_t length, Inferenc
 void CudaBackend::replay_then_window(const std::vector<int64_t>& steps, const int32_t* tokens, int64_t length,
                                      InferenceState& state, const ForwardOutputs& outputs) const {
   CudaState& s = cuda_state(state);
-  CudaState::Window& w = s.window;
-  if (length <= 0) fail("verify window: length must be positive, got {}", length);
-  if (!runs_window()) fail("internal: this model's state formats need a pass the window cannot round per token");
-  if (static_cast<int64_t>(steps.size()) != s.batch()) fail("replay: {} counts for a batch of {}", steps.size(), s.batch());
-  bool any = false;
-  for (int64_t b = 0; b < s.batch(); ++b) {
-    if (steps[b] < 0 || steps[b] > w.length)
-      fail("replay: sequence {} replays {} tokens of a window of {}", b, steps[b], w.length);
-    any = any || steps[b] > 0;
-  }
-  if (any && length > w.capacity) {
-    replay_window(state, steps);
-    any = false;
+  check_window(*this, length);
+  if (stage_replay_counts(s, steps, s.window.host_steps) && length > s.window.capacity) {
+    replay_window(state, steps);  // the window then replays nothing (and the buffers may grow)
+    stage_replay_counts(s, std::vector<int64_t>(s.batch(), 0), s.window.host_steps);
   }
   impl_->reserve_window(s, length);
-  int32_t* host = w.host_steps.get(s.batch() + 1);
-  for (int64_t b = 0; b < s.batch(); ++b) host[b] = any ? static_cast<int32_t>(steps[b]) : 0;
-  host[s.batch()] = static_cast<int32_t>(any ? w.length : 0);
   impl_->run_window(tokens, length, s, outputs, true);
 }
 
@@ -163,14 +178,8 @@ void CudaBackend::replay_window(InferenceState& state, const std::vector<int64_t
   CudaState& s = cuda_state(state);
   CudaState::Window& w = s.window;
   if (w.length == 0) fail("replay: no verify window to replay (forward_window first)");
-  if (static_cast<int64_t>(steps.size()) != s.batch()) fail("replay: {} counts for a batch of {}", steps.size(), s.batch());
-  int32_t* host = w.host_steps.get(s.batch() + 1);
-  for (int64_t b = 0; b < s.batch(); ++b) {
-    if (steps[b] < 0 || steps[b] > w.length)
-      fail("replay: sequence {} replays {} tokens of a window of {}", b, steps[b], w.length);
-    host[b] = static_cast<int32_t>(steps[b]);
-  }
-  host[s.batch()] = static_cast<int32_t>(w.length);
+  stage_replay_counts(s, steps, w.host_replay_steps);
+  int32_t* host = w.host_replay_steps.get(s.batch() + 1);
   cudaStream_t stream = impl_->stream;
   auto enqueue = [&] {
     cuda_ok(cudaMemcpyAsync(w.steps, host, (s.batch() + 1) * 4, cudaMemcpyHostToDevice, stream), "copy replay counts");
@@ -183,8 +192,8 @@ void CudaBackend::replay_window(InferenceState& state, const std::vector<int64_t
   } else {
     enqueue();
   }
-  // No wait here: what follows runs on the same stream, and the pinned counts are written again
-  // only by the next replay, after a window that waits for the stream.
+  // No wait here: what follows runs on the same stream, and these pinned counts (not the window's)
+  // are written again only by the next replay, after a window that waits for the stream.
   w.length = 0;
 }
 
