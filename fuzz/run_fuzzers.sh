@@ -4,6 +4,7 @@
 #
 #   fuzz/run_fuzzers.sh [--seconds N] [TARGET...]     (default: 30 s each, every target)
 #
+# Targets run side by side, one per core ($SSDQ_FUZZ_JOBS overrides the count).
 # Prints one line per target: "fuzz TARGET: PASSED|FAILED execs E cov C ft F corpus N", and last
 # "fuzz: P passed, F failed". A target fails when its build fails, when libFuzzer reports a crash,
 # leak, timeout or out-of-memory, or when it exits non-zero. Crash inputs are kept in the work
@@ -13,6 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=30
+jobs=${SSDQ_FUZZ_JOBS:-$(nproc)}
 targets=()
 while (($#)); do
   case "$1" in
@@ -39,9 +41,10 @@ if ! bazel --output_user_root="$output_root" build -c opt --config=fuzz "${label
 fi
 bin=$(bazel --output_user_root="$output_root" info -c opt --config=fuzz bazel-bin 2>/dev/null)/fuzz
 
-for target in "${targets[@]}"; do
+# Runs one target and writes its verdict line to $work/$target.result (details to stdout).
+run_target() {
+  local target=$1 log="$work/$1.log" status execs progress cov ft corpus artifacts verdict
   mkdir -p "$work/$target"
-  log="$work/$target.log"
   rm -f "$work/$target"-crash-* "$work/$target"-leak-* "$work/$target"-timeout-* "$work/$target"-oom-*
   # -timeout: one input may take at most 10 s; -rss_limit_mb: 2 GB, a reader must not need more.
   "$bin/${target}_fuzzer" "$work/$target" "fuzz/corpus/$target" -max_total_time="$seconds" -timeout=10 \
@@ -55,13 +58,27 @@ for target in "${targets[@]}"; do
   artifacts=$(ls "$work/$target"-* 2>/dev/null || true)
   if ((status == 0)) && [ -z "$artifacts" ]; then
     verdict=PASSED
-    passed=$((passed + 1))
   else
     verdict=FAILED
-    failed=$((failed + 1))
     grep -E 'ERROR|SUMMARY|runtime error|terminate|Test unit written' "$log" | head -8 | sed 's/^/  /'
   fi
-  echo "fuzz $target: $verdict execs ${execs:-?} cov ${cov:-?} ft ${ft:-?} corpus ${corpus:-?} (exit $status, log $log)"
+  echo "fuzz $target: $verdict execs ${execs:-?} cov ${cov:-?} ft ${ft:-?} corpus ${corpus:-?} (exit $status, log $log)" \
+    >"$work/$target.result"
+}
+
+# A fuzzer is one single-threaded process: as many run at once as there are cores, so CI's
+# fuzz stage takes half its serial time on two (every target still gets its full $seconds).
+mkdir -p "$work"
+for target in "${targets[@]}"; do
+  rm -f "$work/$target.result"
+  while (($(jobs -rp | wc -l) >= jobs)); do wait -n; done
+  run_target "$target" &
+done
+wait
+for target in "${targets[@]}"; do
+  line=$(cat "$work/$target.result" 2>/dev/null || echo "fuzz $target: FAILED (no result)")
+  echo "$line"
+  if [[ "$line" == "fuzz $target: PASSED"* ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 done
 echo "fuzz: $passed passed, $failed failed"
 ((failed == 0))
