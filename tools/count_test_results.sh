@@ -16,7 +16,9 @@ while read -r target verdict; do
   # A sharded target (shard_count) has a report per shard: shard_I_of_N/test.xml.
   while read -r xml; do
     cases=$((cases + $(grep -c '<testcase ' "$xml" || true)))
-    failures=$((failures + $(grep -c '<failure ' "$xml" || true)))
+    # A case fails once however many of its assertions failed (one <failure> element each).
+    failures=$((failures + $(awk '/<testcase /{open = ($0 !~ /\/>[[:space:]]*$/); seen = 0}
+      /<failure / && open && !seen {n++; seen = 1} /<\/testcase>/{open = 0} END {print n + 0}' "$xml")))
   done < <(if [ -f "$dir/test.xml" ]; then echo "$dir/test.xml"; else ls "$dir"/shard_*_of_*/test.xml 2>/dev/null; fi)
   if [ "$verdict" = PASSED ]; then
     passed=$((passed + (cases > 0 ? cases : 1)))

@@ -75,7 +75,9 @@ TEST(LinearForward, IntegerPathFollowsItsEpilogue) {
           int32_t acc = 0;
           for (int64_t k = g * q.group_size; k < std::min(K, (g + 1) * q.group_size); ++k)
             acc += quantize_value(x[r * K + k], s_x, QuantBits::kInt8) * q.values[o * K + k];
-          sum += static_cast<float>(acc) * q.scales[o * q.groups_per_row() + g];
+          // One rounding a group, as the epilogue does (an explicit fma: `sum += a * b` is one
+          // or two roundings depending on the compiler's contraction at each -O level).
+          sum = std::fma(static_cast<float>(acc), q.scales[o * q.groups_per_row() + g], sum);
         }
         EXPECT_EQ(y[r * Nout + o], sum * s_x) << (int4 ? "int4 " : "int8 ") << r << "," << o;
       }
