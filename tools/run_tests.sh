@@ -15,8 +15,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/install_deps.sh || exit 1
 
-# All three stages took 59 min on a fresh clone with a cold disk cache, 2 cores (2026-12-02: 17 + 35 + 7;
-# docs/FUZZING.md, "Sanitizers");
+# All three stages took 34 min on a fresh clone with cold caches, 2 cores (2026-12-02: 18.5 + 10.5 +
+# 4.5); CI's machine takes about twice as long (docs/FUZZING.md, "CI time").
 # SSDQ_CI_STAGES=tests runs the first alone.
 stages=${SSDQ_CI_STAGES:-tests sanitizers fuzz}
 # What the sanitizer stage leaves to the first (docs/FUZZING.md, "Sanitizers" and "CI time"):
