@@ -15,10 +15,13 @@ while read -r target verdict; do
   failures=0
   # A sharded target (shard_count) has a report per shard: shard_I_of_N/test.xml.
   while read -r xml; do
-    cases=$((cases + $(grep -c '<testcase ' "$xml" || true)))
-    # A case fails once however many of its assertions failed (one <failure> element each).
-    failures=$((failures + $(awk '/<testcase /{open = ($0 !~ /\/>[[:space:]]*$/); seen = 0}
-      /<failure / && open && !seen {n++; seen = 1} /<\/testcase>/{open = 0} END {print n + 0}' "$xml")))
+    # "cases failed_cases" of one report: a case fails once however many of its assertions failed
+    # (one <failure> element each); a passing case is one self-closing <testcase … />.
+    read -r c f < <(awk '/<testcase /{n++; open = ($0 !~ /\/>[[:space:]]*$/); seen = 0}
+      /<failure / && open && !seen {failed++; seen = 1} /<\/testcase>/{open = 0}
+      END {print n + 0, failed + 0}' "$xml")
+    cases=$((cases + c))
+    failures=$((failures + f))
   done < <(if [ -f "$dir/test.xml" ]; then echo "$dir/test.xml"; else ls "$dir"/shard_*_of_*/test.xml 2>/dev/null; fi)
   if [ "$verdict" = PASSED ]; then
     passed=$((passed + (cases > 0 ? cases : 1)))
