@@ -68,13 +68,14 @@ __global__ void __launch_bounds__(kThreads) gemv_inputs_kernel(GemvArgs a) {
   build_input_group(a, blockIdx.x, blockIdx.y, a.staged + static_cast<int64_t>(blockIdx.x) * a.k, true);
 }
 
-// The sums: mma.sync.m16n8k16 tiles, the M ≤ 8 input rows as the rows of A (rows M..15 zero) and
+// The sums: mma.sync.m16n8k16 tiles, the M ≤ 16 input rows as the rows of A (rows M..15 zero) and
 // 8 weight rows as the columns of B. A tensor core computes each output from its own row of A and
 // column of B, so a row's bits do not depend on the rows beside it, and every order below depends
-// on k alone: the same bits at 1 row as at 8, and at any split of the columns into tiles.
+// on k alone: the same bits at 1 row as at 16, and at any split of the columns into tiles. Up to 8
+// rows the kernel (kHigh false) loads no rows 8..15 and keeps those words of A zero.
 //
 // Lane (g, q) = (lane / 4, lane % 4) loads 16 bytes of weight row g of the tile at k offset 8q of
-// its warp's 32-wide slice, and 16 bytes of input row g at the same offset. Lane (g, q)'s words of
+// its warp's 32-wide slice, and 16 bytes of input rows g and g + 8 at the same offset. Lane (g, q)'s words of
 // A and B hold k slots 2q, 2q+1, 2q+8, 2q+9 of an mma; mapping those slots onto the lane's own
 // 8 consecutive k values (the first mma takes values 0..3, the second 4..7) lets both operands come
 // straight from 16-byte loads without shuffles: a sum over k does not care which slot holds which k,
@@ -92,6 +93,7 @@ constexpr int kMinBlocksPerSm = 3;
 
 struct RowSlice {
   const __nv_bfloat16* row;  // input row g of this lane, or null where g ≥ m
+  const __nv_bfloat16* high;  // input row g + 8, or null where g + 8 ≥ m
   int k, warp, q;
   __device__ int offset(int step) const { return step * kBlockK + warp * kSliceK + 8 * q; }
 };
@@ -108,12 +110,14 @@ __device__ inline void load_weight_steps(const uint4* const (&rows)[kTiles], con
   }
 }
 
-// kTiles: tiles of 8 columns a warp computes at once (each input load serves all of them).
-template <int kTiles>
+// kTiles: tiles of 8 columns a warp computes at once (each input load serves all of them). kHigh:
+// rows 8..15 of A are loaded (m > 8).
+template <int kTiles, bool kHigh>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) gemv_kernel(GemvArgs a, bool rows_in_global, int64_t shared_row_stride) {
   constexpr int kSteps = kLoadsPerLane / kTiles;
+  constexpr int kSlots = kHigh ? 128 : 64;  // a tile's outputs: 8 or 16 rows × 8 columns
   extern __shared__ __align__(16) unsigned char shared[];
-  __shared__ float partial[kWarps][kTiles][64];
+  __shared__ float partial[kWarps][kTiles][kSlots];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const int first_column = blockIdx.x * 8 * kTiles;
   const int steps = (a.k + kBlockK - 1) / kBlockK;
@@ -123,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) gemv_kernel(GemvArg
     const int col = first_column + 8 * t + g;
     rows[t] = col < a.n ? reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(col) * a.k) : nullptr;
   }
-  RowSlice slice{nullptr, a.k, warp, q};
+  RowSlice slice{nullptr, nullptr, a.k, warp, q};
   // The first weights are read before the previous kernel has finished: they do not depend on it.
   uint4 w[kSteps][kTiles];
   load_weight_steps<kTiles, kSteps>(rows, slice, 0, steps, w);
@@ -131,29 +135,33 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) gemv_kernel(GemvArg
   allow_next_grid();
   if (rows_in_global) {
     if (g < a.m) slice.row = a.x + g * a.ldx;
+    if (kHigh && g + 8 < a.m) slice.high = a.x + (g + 8) * a.ldx;
   } else {
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(shared);
     for (int r = 0; r < a.m; ++r) build_input_row(a, r, xs + r * shared_row_stride, blockIdx.x == 0);
     __syncthreads();
     if (g < a.m) slice.row = xs + g * shared_row_stride;
+    if (kHigh && g + 8 < a.m) slice.high = xs + (g + 8) * shared_row_stride;
   }
   float acc[kTiles][4];
 #pragma unroll
   for (int t = 0; t < kTiles; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
   for (int step = 0; step < steps; step += kSteps) {
-    uint4 x[kSteps];
+    uint4 x[kSteps], xh[kSteps];
 #pragma unroll
     for (int j = 0; j < kSteps; ++j) {
       const int k = slice.offset(step + j);
-      x[j] = slice.row && step + j < steps && k < a.k ? *reinterpret_cast<const uint4*>(slice.row + k)
-                                                       : make_uint4(0, 0, 0, 0);
+      const bool inside = step + j < steps && k < a.k;
+      x[j] = slice.row && inside ? *reinterpret_cast<const uint4*>(slice.row + k) : make_uint4(0, 0, 0, 0);
+      xh[j] = kHigh && slice.high && inside ? *reinterpret_cast<const uint4*>(slice.high + k) : make_uint4(0, 0, 0, 0);
     }
     uint4 next[kSteps][kTiles];
     if (step + kSteps < steps) load_weight_steps<kTiles, kSteps>(rows, slice, step + kSteps, steps, next);
 #pragma unroll
     for (int j = 0; j < kSteps; ++j) {
       if (step + j >= steps) break;  // the same for the whole warp: steps past k run no mma at all
-      const uint32_t low[4] = {x[j].x, 0u, x[j].y, 0u}, high[4] = {x[j].z, 0u, x[j].w, 0u};
+      // A's words: row g's k slots (2q, 2q+1), row g + 8's, row g's (2q+8, 2q+9), row g + 8's.
+      const uint32_t low[4] = {x[j].x, xh[j].x, x[j].y, xh[j].y}, high[4] = {x[j].z, xh[j].z, x[j].w, xh[j].w};
 #pragma unroll
       for (int t = 0; t < kTiles; ++t) {
         mma_bf16_16816(acc[t], low, w[j][t].x, w[j][t].y);
@@ -167,15 +175,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) gemv_kernel(GemvArg
         for (int t = 0; t < kTiles; ++t) w[j][t] = next[j][t];
     }
   }
-  // Lane (g, q) holds row g, columns 2q and 2q + 1 of each tile (acc[t][0..1]); rows 8..15 are empty.
+  // Lane (g, q) holds rows g and g + 8, columns 2q and 2q + 1 of each tile (acc[t][0..1], [2..3]);
+  // slot 8·row + column.
 #pragma unroll
   for (int t = 0; t < kTiles; ++t) {
     partial[warp][t][2 * lane] = acc[t][0];
     partial[warp][t][2 * lane + 1] = acc[t][1];
+    if (kHigh) {
+      partial[warp][t][64 + 2 * lane] = acc[t][2];
+      partial[warp][t][64 + 2 * lane + 1] = acc[t][3];
+    }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < kTiles * 64; i += kThreads) {
-    const int t = i / 64, slot = i % 64, row = slot / 8, col = first_column + 8 * t + slot % 8;
+  for (int i = threadIdx.x; i < kTiles * kSlots; i += kThreads) {
+    const int t = i / kSlots, slot = i % kSlots, row = slot / 8, col = first_column + 8 * t + slot % 8;
     if (row >= a.m || col >= a.n) continue;
     float sum = partial[0][t][slot];
 #pragma unroll
@@ -193,15 +206,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) gemv_kernel(GemvArg
 // phase of a 16-byte load reads fall in different banks.
 constexpr int kSharedRowPad = 32;
 
-template <int kTiles>
+template <int kTiles, bool kHigh>
 cudaError_t launch_tiles(const GemvArgs& a, bool rows_in_global, cudaStream_t stream) {
   const int64_t stride = a.k + kSharedRowPad;
   const size_t shared = rows_in_global ? 0 : static_cast<size_t>(a.m) * stride * sizeof(__nv_bfloat16);
-  if (const cudaError_t status = allow_dynamic_shared(gemv_kernel<kTiles>, shared); status != cudaSuccess) return status;
+  const auto kernel = gemv_kernel<kTiles, kHigh>;
+  if (const cudaError_t status = allow_dynamic_shared(kernel, shared); status != cudaSuccess) return status;
   const int64_t blocks = (a.n + 8 * kTiles - 1) / (8 * kTiles);
-  return launch_kernel(gemv_kernel<kTiles>, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), shared},
-                       stream, a, rows_in_global, stride);
+  return launch_kernel(kernel, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), shared}, stream, a,
+                       rows_in_global, stride);
 }
+
 
 // Tiles a warp computes at once: two share each input load (measured faster than one or four on
 // 2.7b's and 8B-like's in_proj and 8B-like's out_proj, docs/kernels/gemm.md), unless the grid of
@@ -217,6 +232,12 @@ int tiles_per_warp(int n) {
   return spread(1) > spread(2) + 0.1 ? 1 : 2;
 }
 
+template <bool kHigh>
+cudaError_t launch_rows(const GemvArgs& a, bool rows_in_global, cudaStream_t stream) {
+  return tiles_per_warp(a.n) == 1 ? launch_tiles<1, kHigh>(a, rows_in_global, stream)
+                                  : launch_tiles<2, kHigh>(a, rows_in_global, stream);
+}
+
 // Norms over m·k bf16 of at least kStagedInputBytes are built once a group beforehand
 // (GemvArgs::staged, one block a row and norm group) rather than by every block, whose prologue
 // otherwise delays its weight stream: 8B-like's out_proj at one row (8,192 wide) 59 → 26 µs;
@@ -226,15 +247,22 @@ inline bool wide_rows(int m, int k) { return static_cast<int64_t>(m) * k * 2 >= 
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Whether launch_gemv builds the rows in each block's shared memory: bf16 rows that 16-byte loads
+// cannot read where they are, and norms not staged beforehand.
+bool rows_in_shared(const GemvArgs& a) {
+  if (a.input == GemvInput::kBf16) return !(aligned16(a.x) && a.ldx % 8 == 0);
+  return !(a.staged && wide_rows(a.m, a.k));
+}
+
 }  // namespace
 
 bool gemv_shape_supported(int m, int n, int k) {
-  return m >= 1 && m <= kGemvMaxRows && n >= 1 && k >= 8 && k % 8 == 0 &&
-         static_cast<int64_t>(m) * k * sizeof(__nv_bfloat16) <= kGemvMaxInputBytes;
+  return m >= 1 && m <= kGemvMaxRows && n >= 1 && k >= 8 && k % 8 == 0;
 }
 
 bool gemv_supported(const GemvArgs& a) {
   if (!gemv_shape_supported(a.m, a.n, a.k)) return false;
+  if (rows_in_shared(a) && static_cast<int64_t>(a.m) * a.k * sizeof(__nv_bfloat16) > kGemvMaxInputBytes) return false;
   if (!a.w || !aligned16(a.w) || !a.out || a.ldout < a.n) return false;
   if (a.accumulate && a.out_type != ElementType::kF32) return false;
   switch (a.input) {
@@ -263,8 +291,8 @@ cudaError_t launch_gemv(const GemvArgs& given, cudaStream_t stream) {
   }
   // Bf16 rows are read where they are when 16-byte loads can read them; otherwise, and for the
   // norms, each block builds them in shared memory.
-  const bool rows_in_global = a.input == GemvInput::kBf16 && aligned16(a.x) && a.ldx % 8 == 0;
-  return tiles_per_warp(a.n) == 1 ? launch_tiles<1>(a, rows_in_global, stream) : launch_tiles<2>(a, rows_in_global, stream);
+  const bool rows_in_global = !rows_in_shared(a);
+  return a.m > 8 ? launch_rows<true>(a, rows_in_global, stream) : launch_rows<false>(a, rows_in_global, stream);
 }
 
 }  // namespace ssdq::kernels

@@ -48,11 +48,14 @@ struct GemvArgs {
 };
 
 // Each row's sums run in the same order whatever m and n are, so a row's output does not depend on
-// the rows beside it: a verify window of up to 8 rows gives each row a decode step's bits.
-constexpr int kGemvMaxRows = 8;
-// The m input rows are staged in shared memory as bf16: at most this many bytes of them.
+// the rows beside it: a verify window of up to 16 rows (2 drafts of 7 tokens) gives each row a
+// decode step's bits.
+constexpr int kGemvMaxRows = 16;
+// Rows that 16-byte loads cannot read where they are (a norm without its staged room, or a
+// misaligned bf16 input) are built in each block's shared memory: at most this many bytes of them.
 constexpr int kGemvMaxInputBytes = 128 * 1024;
-// The shapes the kernel takes (m rows of k inputs into n columns), whatever the pointers.
+// The shapes the kernel takes (m rows of k inputs into n columns) when its rows are read from
+// global memory (an aligned bf16 input, or a norm with its staged room); gemv_supported checks the rest.
 bool gemv_shape_supported(int m, int n, int k);
 bool gemv_supported(const GemvArgs& args);
 cudaError_t launch_gemv(const GemvArgs& args, cudaStream_t stream);

@@ -90,7 +90,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Gemv,
                                            Case{2, 256, 512, kernels::GemvInput::kGatedRmsNorm, 4},
                                            Case{5, 1288, 256, kernels::GemvInput::kRmsNorm, 1},
                                            Case{7, 2560, 5120, kernels::GemvInput::kGatedRmsNorm, 1},
-                                           Case{8, 333, 520, kernels::GemvInput::kBf16, 1}));
+                                           Case{8, 333, 520, kernels::GemvInput::kBf16, 1},
+                                           Case{11, 1000, 2048, kernels::GemvInput::kRmsNorm, 1},
+                                           Case{16, 333, 520, kernels::GemvInput::kBf16, 1},
+                                           Case{14, 2560, 1024, kernels::GemvInput::kGatedRmsNorm, 2}));
 
 // A row's output does not depend on the rows launched beside it (what makes a verify window of up
 // to kGemvMaxRows rows give each row a decode step's bits): m rows at once against each row alone,
@@ -100,68 +103,97 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Gemv,
 // (10,576, 2.7b's in_proj).
 TEST(GemvRows, EachRowGetsTheBitsItGetsAlone) {
   testing::require_device();
-  for (const auto [k, n] : {std::pair{256, 1000}, std::pair{2048, 1000}, std::pair{2048, 10576}}) {
-    const int m = kernels::kGemvMaxRows, groups = 2;
-    std::mt19937 rng(5);
-    auto w = testing::bf16_rounded(testing::random_vector(size_t(n) * k, -1.f, 1.f, rng));
-    auto norm_w = testing::random_vector(k, 0.5f, 1.5f, rng);
-    auto residual = testing::random_vector(size_t(m) * k, -3.f, 3.f, rng);
-    auto y = testing::bf16_rounded(testing::random_vector(size_t(m) * k, -2.f, 2.f, rng));
-    auto z = testing::bf16_rounded(testing::random_vector(size_t(m) * k, -3.f, 3.f, rng));
-    testing::DeviceBuffer<uint16_t> d_w(testing::to_bf16(w)), d_y(testing::to_bf16(y)), d_z(testing::to_bf16(z));
-    testing::DeviceBuffer<float> d_res(residual), d_norm(norm_w), d_all(std::vector<float>(size_t(m) * n)),
-        d_one{std::vector<float>(n)};
-    testing::DeviceBuffer<uint16_t> d_staged{std::vector<uint16_t>(size_t(m) * k)};
-    for (const bool staged : {false, true})
-      for (kernels::GemvInput input :
-           {kernels::GemvInput::kBf16, kernels::GemvInput::kRmsNorm, kernels::GemvInput::kGatedRmsNorm}) {
-        kernels::GemvArgs a;
-        a.m = m;
-        a.n = n;
-        a.k = k;
-        a.input = input;
-        a.x = testing::as_bf16(d_y);
-        a.ldx = k;
-        a.residual = d_res.get();
-        a.y = testing::as_bf16(d_y);
-        a.z = testing::as_bf16(d_z);
-        a.z_stride = k;
-        a.group_size = k / groups;
-        a.norm_weight = d_norm.get();
-        a.w = testing::as_bf16(d_w);
-        a.ldout = n;
-        a.out_type = kernels::ElementType::kF32;
-        a.out = d_all.get();
-        a.staged = staged ? testing::as_bf16(d_staged) : nullptr;
-        ASSERT_EQ(kernels::launch_gemv(a, nullptr), cudaSuccess);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        const std::vector<float> all = d_all.to_host();
-        for (int r = 0; r < m; ++r) {
-          kernels::GemvArgs one = a;
-          one.m = 1;
-          one.x = a.x + int64_t(r) * k;
-          one.residual = a.residual + int64_t(r) * k;
-          one.y = a.y + int64_t(r) * k;
-          one.z = a.z + int64_t(r) * k;
-          one.out = d_one.get();
-          one.staged = nullptr;
-          ASSERT_EQ(kernels::launch_gemv(one, nullptr), cudaSuccess);
+  // 8 rows: the kernel without rows 8..15 of A; 13 and 16: with them, in part and whole.
+  for (const int m : {8, 13, kernels::kGemvMaxRows}) {
+    for (const auto [k, n] : {std::pair{256, 1000}, std::pair{2048, 1000}, std::pair{2048, 10576}}) {
+      const int groups = 2;
+      std::mt19937 rng(5);
+      auto w = testing::bf16_rounded(testing::random_vector(size_t(n) * k, -1.f, 1.f, rng));
+      auto norm_w = testing::random_vector(k, 0.5f, 1.5f, rng);
+      auto residual = testing::random_vector(size_t(m) * k, -3.f, 3.f, rng);
+      auto y = testing::bf16_rounded(testing::random_vector(size_t(m) * k, -2.f, 2.f, rng));
+      auto z = testing::bf16_rounded(testing::random_vector(size_t(m) * k, -3.f, 3.f, rng));
+      testing::DeviceBuffer<uint16_t> d_w(testing::to_bf16(w)), d_y(testing::to_bf16(y)), d_z(testing::to_bf16(z));
+      testing::DeviceBuffer<float> d_res(residual), d_norm(norm_w), d_all(std::vector<float>(size_t(m) * n)),
+          d_one{std::vector<float>(n)};
+      testing::DeviceBuffer<uint16_t> d_staged{std::vector<uint16_t>(size_t(m) * k)};
+      for (const bool staged : {false, true})
+        for (kernels::GemvInput input :
+             {kernels::GemvInput::kBf16, kernels::GemvInput::kRmsNorm, kernels::GemvInput::kGatedRmsNorm}) {
+          kernels::GemvArgs a;
+          a.m = m;
+          a.n = n;
+          a.k = k;
+          a.input = input;
+          a.x = testing::as_bf16(d_y);
+          a.ldx = k;
+          a.residual = d_res.get();
+          a.y = testing::as_bf16(d_y);
+          a.z = testing::as_bf16(d_z);
+          a.z_stride = k;
+          a.group_size = k / groups;
+          a.norm_weight = d_norm.get();
+          a.w = testing::as_bf16(d_w);
+          a.ldout = n;
+          a.out_type = kernels::ElementType::kF32;
+          a.out = d_all.get();
+          a.staged = staged ? testing::as_bf16(d_staged) : nullptr;
+          ASSERT_EQ(kernels::launch_gemv(a, nullptr), cudaSuccess);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          const std::vector<float> alone = d_one.to_host();
-          EXPECT_EQ(std::memcmp(alone.data(), all.data() + int64_t(r) * n, n * sizeof(float)), 0)
-              << "input mode " << static_cast<int>(input) << ", row " << r << " of " << m << ", k " << k << ", n " << n
-              << (staged ? ", inputs staged" : "");
+          const std::vector<float> all = d_all.to_host();
+          for (int r = 0; r < m; ++r) {
+            kernels::GemvArgs one = a;
+            one.m = 1;
+            one.x = a.x + int64_t(r) * k;
+            one.residual = a.residual + int64_t(r) * k;
+            one.y = a.y + int64_t(r) * k;
+            one.z = a.z + int64_t(r) * k;
+            one.out = d_one.get();
+            one.staged = nullptr;
+            ASSERT_EQ(kernels::launch_gemv(one, nullptr), cudaSuccess);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            const std::vector<float> alone = d_one.to_host();
+            EXPECT_EQ(std::memcmp(alone.data(), all.data() + int64_t(r) * n, n * sizeof(float)), 0)
+                << "input mode " << static_cast<int>(input) << ", row " << r << " of " << m << ", k " << k << ", n "
+                << n << (staged ? ", inputs staged" : "");
+          }
         }
-      }
+    }
   }
 }
 
+// Rows read from global memory (an aligned bf16 input, a norm with its staged room) take any k;
+// rows built in each block's shared memory at most kGemvMaxInputBytes of them.
 TEST(GemvRows, InputRowsBeyondTheSharedStageAreRefused) {
   EXPECT_TRUE(kernels::gemv_shape_supported(kernels::kGemvMaxRows, 2560, 8192));
   EXPECT_FALSE(kernels::gemv_shape_supported(kernels::kGemvMaxRows + 1, 2560, 256));
-  EXPECT_FALSE(kernels::gemv_shape_supported(kernels::kGemvMaxRows, 2560, 16384));
-  EXPECT_TRUE(kernels::gemv_shape_supported(4, 2560, 16384));
   EXPECT_FALSE(kernels::gemv_shape_supported(1, 2560, 260));
+  alignas(16) static uint16_t fake[16];  // pointers only: nothing is launched
+  kernels::GemvArgs a;
+  a.m = kernels::kGemvMaxRows;
+  a.n = 2560;
+  a.k = 8192;
+  a.w = reinterpret_cast<const __nv_bfloat16*>(fake);
+  a.out = fake;
+  a.ldout = a.n;
+  a.out_type = kernels::ElementType::kF32;
+  a.accumulate = true;
+  a.input = kernels::GemvInput::kGatedRmsNorm;
+  a.y = a.z = a.w;
+  a.z_stride = a.k;
+  a.group_size = a.k;
+  a.norm_weight = reinterpret_cast<const float*>(fake);
+  EXPECT_FALSE(kernels::gemv_supported(a)) << "16 rows of 8,192 built in shared memory (256 KB)";
+  a.staged = reinterpret_cast<__nv_bfloat16*>(fake);
+  EXPECT_TRUE(kernels::gemv_supported(a)) << "the same rows staged once and read from global memory";
+  a.m = 4;
+  a.staged = nullptr;
+  EXPECT_TRUE(kernels::gemv_supported(a)) << "4 rows of 8,192 in shared memory (64 KB)";
+  a.input = kernels::GemvInput::kBf16;
+  a.m = kernels::kGemvMaxRows;
+  a.x = a.w;
+  a.ldx = a.k;
+  EXPECT_TRUE(kernels::gemv_supported(a)) << "aligned bf16 rows read where they are";
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ TEST(CudaGenerate, SeveralDraftsPerSequenceAreExact) {
 }
 
 // A user's `--drafts N` on one prompt: the text of plain decoding at batch 1, not only of plain
-// decoding at N rows, since generate's engine (rows_alone) computes up to 4 rows each as if alone.
+// decoding at N rows, since generate's engine (rows_alone) computes up to 16 rows each as if alone.
 TEST(CudaGenerate, SeveralDraftsGiveTheTextOfThePromptAlone) {
   CudaBackendOptions rows_alone;
   rows_alone.rows_alone = true;
@@ -60,7 +60,7 @@ TEST(CudaGenerate, SeveralDraftsGiveTheTextOfThePromptAlone) {
     }
 }
 
-// generate's engine (rows_alone) verifies a window of up to 8 rows in one call, whose rows get a
+// generate's engine (rows_alone) verifies a window of up to 16 rows in one call, whose rows get a
 // step's bits (Backend::exact_window): one prompt at a time (windows of 5 rows), greedy and sampled,
 // the text of plain decoding, with every accepted length 0…K among the windows.
 TEST(CudaGenerate, ExactWindowsGiveThePlainText) {
