@@ -156,7 +156,9 @@ __device__ void conv_channel(const CausalConv1dArgs& a, int c, int b, int t0, in
   In before[W - 1];
   const int replayed = a.replay_steps && t0 == 0 ? a.replay_steps[b] : 0;
   const Src* rows = replayed > 0 ? static_cast<const Src*>(a.replay_in) +
-                                       static_cast<int64_t>(b) * a.replay_steps[a.batch] * a.in_stride + c
+                                       static_cast<int64_t>(a.replay_rows ? a.replay_rows[b] : b) *
+                                           a.replay_steps[a.batch] * a.in_stride +
+                                       c
                                  : nullptr;
 #pragma unroll
   for (int k = 0; k < W - 1; ++k) {

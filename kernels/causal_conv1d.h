@@ -71,6 +71,9 @@ struct CausalConv1dArgs {
   // followed by replay_steps[b] rows of replay_in (row b · replay_steps[batch] + j, in_stride
   // apart, the input's type and formats).
   const int32_t* replay_steps = nullptr;  // device [batch + 1]: the counts, then the rows a sequence
+  // If set (device [batch]): sequence b takes in the kept rows of sequence replay_rows[b], after its
+  // own state (SsdStateUpdateArgs::replay_rows).
+  const int32_t* replay_rows = nullptr;
   const void* replay_in = nullptr;
   // false: the state ends holding the last W-1 inputs before t = 0 (after the replayed rows), not
   // the window's: the next window takes in the rows of this one that are kept.

@@ -69,7 +69,8 @@ __global__ void __launch_bounds__(kStateUpdateWarps * 32, kRows > 1 ? 3 : 1) ssd
   };
   // The previous window's kept tokens this sequence replays first (SsdStateUpdateArgs::replay_steps).
   const int replayed = a.replay_steps ? a.replay_steps[slice.seq] : 0;
-  const int64_t replay_row0 = a.replay_steps ? static_cast<int64_t>(slice.seq) * a.replay_steps[a.batch] : 0;
+  const int replay_seq = a.replay_rows ? a.replay_rows[slice.seq] : slice.seq;
+  const int64_t replay_row0 = a.replay_steps ? static_cast<int64_t>(replay_seq) * a.replay_steps[a.batch] : 0;
   for (int p = first; p < slice.row_end; p += kRows * kStateUpdateWarps) {
     if (!kBeforeWait || p != first) {
 #pragma unroll

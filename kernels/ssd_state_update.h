@@ -64,6 +64,10 @@ struct SsdStateUpdateArgs {
   // dt_stride; no y), stores the state after them as that many single steps would, then steps its
   // own `steps` tokens writing y.
   const int32_t* replay_steps = nullptr;  // device [batch + 1]: the counts, then the rows a sequence
+  // If set (device [batch]): sequence b replays the kept rows of sequence replay_rows[b] instead of
+  // its own (several drafts of one sequence all taking the accepted draft's tokens); the two must
+  // have held the same state before that window, since b steps them from its own.
+  const int32_t* replay_rows = nullptr;
   const void* replay_x = nullptr;
   const void* replay_B = nullptr;
   const void* replay_dt = nullptr;

@@ -1,5 +1,6 @@
 #include "runtime/backend.h"
 
+#include <algorithm>
 #include <typeinfo>
 
 #include "formats/error.h"
@@ -107,8 +108,25 @@ void Backend::replay_window(InferenceState&, const std::vector<int64_t>&) const 
   fail("internal: the {} backend has no verify window (runs_window() is false)", name());
 }
 
-void Backend::replay_then_window(const std::vector<int64_t>&, const int32_t*, int64_t, InferenceState&,
-                                 const ForwardOutputs&) const {
+void Backend::replay_window_from(InferenceState& state, const std::vector<int64_t>& steps,
+                                 const std::vector<int64_t>& from) const {
+  if (!from.empty() && from.size() != steps.size())
+    fail("replay: {} source rows for {} counts", from.size(), steps.size());
+  std::vector<int64_t> own(steps), src, dst;
+  for (size_t b = 0; b < from.size(); ++b) {
+    if (from[b] == static_cast<int64_t>(b)) continue;
+    if (from[b] < 0 || from[b] >= static_cast<int64_t>(from.size()) || from[from[b]] != from[b])
+      fail("replay: row {} takes the tokens of row {}, which is not a row that keeps its own", b, from[b]);
+    own[b] = 0;
+    src.push_back(from[b]);
+    dst.push_back(static_cast<int64_t>(b));
+  }
+  if (std::any_of(own.begin(), own.end(), [](int64_t n) { return n > 0; })) replay_window(state, own);
+  if (!dst.empty()) state.copy_rows(state, src, dst);
+}
+
+void Backend::replay_then_window(const std::vector<int64_t>&, const std::vector<int64_t>&, const int32_t*, int64_t,
+                                 InferenceState&, const ForwardOutputs&) const {
   fail("internal: the {} backend replays apart from its windows (replays_in_window() is false)", name());
 }
 

@@ -119,15 +119,23 @@ class Backend {
   // conv state and the state update replayed, no projection recomputed); steps[b] = 0 leaves b.
   // What the window kept is then spent.
   virtual void replay_window(InferenceState& state, const std::vector<int64_t>& steps) const;
+  // replay_window where sequence b takes the first steps[b] kept tokens of sequence from[b] (from
+  // empty: each its own): the sources replayed, then copied into the rows that take them.
+  void replay_window_from(InferenceState& state, const std::vector<int64_t>& steps,
+                          const std::vector<int64_t>& from) const;
   // Whether replay_then_window runs here (the replay inside the window's own launches).
   virtual bool replays_in_window() const { return false; }
   // forward_window whose launches first replay steps[b] tokens of the previous window for each
-  // sequence b (as replay_window(state, steps) would; all 0 where nothing was kept) and which
-  // leaves the state there: the window's own tokens are kept but not stepped into the state, for a
-  // replay_window or the next replay_then_window to take in those that are accepted. No copy of the
-  // state is made and nothing is replayed apart (seed 003's fused Activation Replay).
-  virtual void replay_then_window(const std::vector<int64_t>& steps, const int32_t* tokens, int64_t length,
-                                  InferenceState& state, const ForwardOutputs& outputs) const;
+  // sequence b (as replay_window_from(state, steps, from) would; all 0 where nothing was kept) and
+  // which leaves the state there: the window's own tokens are kept but not stepped into the state,
+  // for a replay_window or the next replay_then_window to take in those that are accepted. No copy
+  // of the state is made and nothing is replayed apart (seed 003's fused Activation Replay). A
+  // sequence b with from[b] ≠ b steps sequence from[b]'s kept tokens from its own state, so the two
+  // must have held the same state before the previous window (the draft rows of one sequence:
+  // every row then takes the accepted draft's state without a copy).
+  virtual void replay_then_window(const std::vector<int64_t>& steps, const std::vector<int64_t>& from,
+                                  const int32_t* tokens, int64_t length, InferenceState& state,
+                                  const ForwardOutputs& outputs) const;
 };
 
 }  // namespace ssdq

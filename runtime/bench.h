@@ -39,16 +39,21 @@ std::vector<ModelBenchRow> bench_model(const Backend& backend, const ModelBenchO
 // tokens each window yields (accepted drafts + the model's own token) and its mean time, so the
 // speed-up over plain steps is tokens_per_window × step_ms / window_ms.
 struct VerifyBenchRow {
-  int64_t batch = 0, window = 0;
+  int64_t batch = 0, drafts = 1, window = 0;
   double step_ms = 0, verify_ms = 0, verify_replay_ms = 0;
   double tokens_per_window = 0, window_ms = 0;  // the simulation (0 without one)
 };
 // `as_greedy_generate`: the session verifies as greedy `generate` does by default (VerifyMode::kExact:
 // one window where the backend's window gives single steps' bits, Backend::exact_window, token by
 // token elsewhere) and every call copies back each position's argmax alone, not its logits.
+// `drafts`: rows a sequence (generate's --drafts), each entry timed: a window verifies batch ×
+// drafts rows from one state a sequence and every row takes the kept row's tokens
+// (DecodeSession::accept with sources; in the simulation each row's acceptance is drawn apart and
+// a sequence keeps its longest row); the step stays plain decoding's, one row a sequence.
 std::vector<VerifyBenchRow> bench_verify(const Backend& backend, const std::vector<int64_t>& batches,
                                          const std::vector<int64_t>& windows, int64_t iterations, uint64_t seed,
-                                         double acceptance = 0, bool as_greedy_generate = false);
+                                         double acceptance = 0, bool as_greedy_generate = false,
+                                         const std::vector<int64_t>& drafts = {1});
 
 // FLOPs of one forward over `tokens` tokens: 2 × parameters × tokens plus the SSD's.
 double model_flops(const Mamba2Config& config, int64_t tokens);

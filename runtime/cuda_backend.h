@@ -60,9 +60,9 @@ struct CudaBackendOptions {
   // fp32_float_math and an artifact without an out_proj bias.
   DeviceObserver* observer = nullptr;
   // Decode steps give each row the logits it would get alone, bit for bit: the FP model's
-  // projections and head up to 8 rows by the bf16 GEMV (one order of sums whatever the rows; a
-  // verify window of up to 8 rows then gives a step's bits, exact_window) and an artifact's norms
-  // up to 4 rows in its GEMV's prologue, as at one row. Without it, 2–8 rows take cuBLASLt,
+  // projections and head up to 16 rows by the bf16 GEMV (one order of sums whatever the rows; a
+  // verify window of up to 16 rows then gives a step's bits, exact_window) and an artifact's norms
+  // up to 4 rows in its GEMV's prologue, as at one row. Without it, 2–16 rows take cuBLASLt,
   // faster on large models (docs/kernels/gemm.md) but rounding by the row count. `generate` sets it,
   // so a prompt's text does not depend on its batch or on --drafts' rows (docs/GENERATION.md).
   bool rows_alone = false;
@@ -104,8 +104,8 @@ class CudaBackend : public Backend {
                       const ForwardOutputs& outputs) const override;
   void replay_window(InferenceState& state, const std::vector<int64_t>& steps) const override;
   bool replays_in_window() const override;
-  void replay_then_window(const std::vector<int64_t>& steps, const int32_t* tokens, int64_t length, InferenceState& state,
-                          const ForwardOutputs& outputs) const override;
+  void replay_then_window(const std::vector<int64_t>& steps, const std::vector<int64_t>& from, const int32_t* tokens,
+                          int64_t length, InferenceState& state, const ForwardOutputs& outputs) const override;
   // The stream every forward and state copy runs on (the device's work is ordered on it).
   CUstream_st* stream() const;
 

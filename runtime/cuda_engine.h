@@ -159,9 +159,11 @@ class CudaState : public DeviceState {
     // The captured window of `length` tokens the next window runs.
     int64_t graph_key(int64_t length) const { return length * 4 + next_set() * 2 + (replaying ? 1 : 0); }
     size_t zxbcdt_bytes = 0, layer_bytes = 0;  // per layer: in_proj's rows, then the conv's
-    // Device [batch + 1]: each sequence's tokens to replay, then the rows a sequence of the
-    // window they come from (the kernels' replay_steps).
+    // Device [2 · batch + 1]: each sequence's tokens to replay, the rows a sequence of the window
+    // they come from (the kernels' replay_steps), then the sequence whose kept rows each replays
+    // (replay_rows: its own, or the accepted draft of its sequence).
     int32_t* steps = nullptr;
+    static int64_t steps_entries(int64_t batch) { return 2 * batch + 1; }
     // Their pinned sources: a window's (copied inside its graph, which the forward waits for) and a
     // replay's apart (not waited for: a window between two replays is).
     PinnedBuffer<int32_t> host_steps, host_replay_steps;

@@ -491,7 +491,8 @@ void CudaBackend::Impl::enqueue_body(int64_t batch, int64_t length, CudaState& s
   const int64_t M = batch * length, D = c.d_model;
   const ForwardPlan& plan = forward_plan(batch, length, state, window);
   if (window && state.window.replaying)  // the replay's counts, copied inside the window's graph as the tokens are
-    cuda_ok(cudaMemcpyAsync(state.window.steps, state.window.host_steps.get(batch + 1), (batch + 1) * 4,
+    cuda_ok(cudaMemcpyAsync(state.window.steps, state.window.host_steps.get(CudaState::Window::steps_entries(batch)),
+                            CudaState::Window::steps_entries(batch) * 4,
                             cudaMemcpyHostToDevice, stream),
             "copy replay counts");
   kernels::EmbeddingArgs e;

@@ -45,10 +45,11 @@ void CudaBackend::Impl::reserve_window(CudaState& state, int64_t length) const {
   w.zxbcdt_bytes = align_up(rows * c.d_in_proj() * act);
   w.layer_bytes = w.zxbcdt_bytes + align_up(rows * c.conv_dim() * act);
   w.layers = c.n_layer;
-  w.block = DeviceBlock(2 * c.n_layer * w.layer_bytes + (state.batch() + 1) * 4, "a verify window's kept activations", &counter);
+  const int64_t entries = CudaState::Window::steps_entries(state.batch());
+  w.block = DeviceBlock(2 * c.n_layer * w.layer_bytes + entries * 4, "a verify window's kept activations", &counter);
   w.steps = w.block.at<int32_t>(2 * c.n_layer * w.layer_bytes);
-  w.host_steps.get(state.batch() + 1);
-  w.host_replay_steps.get(state.batch() + 1);
+  w.host_steps.get(entries);
+  w.host_replay_steps.get(entries);
   w.capacity = length;
   w.length = 0;
 }
@@ -87,6 +88,7 @@ void CudaBackend::Impl::add_window_replay(kernels::CausalConv1dArgs& conv, const
   WorkRedirect redirect(work);
   redirect.to(state.window_zxbcdt(l, w.set), state.window_conv_out(l, w.set));
   conv.replay_steps = w.steps;
+  conv.replay_rows = w.steps + state.batch() + 1;
   conv.replay_in = conv_args(layers[l], state.batch(), std::max<int64_t>(w.length, 1), state.conv(l), false).in;
   conv.store_final = false;
 }
@@ -97,6 +99,7 @@ void CudaBackend::Impl::add_window_replay(kernels::SsdStateUpdateArgs& step, con
   redirect.to(state.window_zxbcdt(l, w.set), state.window_conv_out(l, w.set));
   const kernels::SsdStateUpdateArgs kept = state_update_args(layers[l], state.batch(), std::max<int64_t>(w.length, 1), state.ssm(l), true);
   step.replay_steps = w.steps;
+  step.replay_rows = w.steps + state.batch() + 1;
   step.replay_x = kept.x;
   step.replay_B = kept.B;
   step.replay_dt = kept.dt;
@@ -125,21 +128,28 @@ void check_window(const CudaBackend& backend, int64_t length) {
   if (!backend.runs_window()) fail("internal: this model's state formats need a pass the window cannot round per token");
 }
 
-// Each sequence's count of the last window's kept tokens, checked, into `pinned`, which the
-// kernels' replay_steps are copied from (the counts, then that window's rows a sequence); whether
-// any is positive.
-bool stage_replay_counts(CudaState& s, const std::vector<int64_t>& steps, PinnedBuffer<int32_t>& pinned) {
+// Each sequence's count of the last window's kept tokens and the sequence whose kept tokens it
+// takes (from[b]; empty: its own), checked, into `pinned`, which the kernels' replay_steps and
+// replay_rows are copied from (the counts, that window's rows a sequence, the sources); whether
+// any count is positive.
+bool stage_replay_counts(CudaState& s, const std::vector<int64_t>& steps, const std::vector<int64_t>& from,
+                         PinnedBuffer<int32_t>& pinned) {
   CudaState::Window& w = s.window;
-  if (static_cast<int64_t>(steps.size()) != s.batch()) fail("replay: {} counts for a batch of {}", steps.size(), s.batch());
-  int32_t* host = pinned.get(s.batch() + 1);
+  const int64_t B = s.batch();
+  if (static_cast<int64_t>(steps.size()) != B) fail("replay: {} counts for a batch of {}", steps.size(), B);
+  if (!from.empty() && static_cast<int64_t>(from.size()) != B) fail("replay: {} source rows for a batch of {}", from.size(), B);
+  int32_t* host = pinned.get(CudaState::Window::steps_entries(B));
   bool any = false;
-  for (int64_t b = 0; b < s.batch(); ++b) {
+  for (int64_t b = 0; b < B; ++b) {
     if (steps[b] < 0 || steps[b] > w.length)
       fail("replay: sequence {} replays {} tokens of a window of {}", b, steps[b], w.length);
+    const int64_t source = from.empty() ? b : from[b];
+    if (source < 0 || source >= B) fail("replay: sequence {} takes the tokens of row {}, outside 0..{}", b, source, B - 1);
     host[b] = static_cast<int32_t>(steps[b]);
+    host[B + 1 + b] = static_cast<int32_t>(source);
     any = any || steps[b] > 0;
   }
-  host[s.batch()] = static_cast<int32_t>(w.length);
+  host[B] = static_cast<int32_t>(w.length);
   return any;
 }
 
@@ -162,13 +172,14 @@ void CudaBackend::forward_window(const int32_t* tokens, int64_t length, Inferenc
 
 // Where a sequence replays nothing, its tokens of the last window are simply not taken in; where
 // the window buffers must grow, the last window is replayed apart first (growing them drops it).
-void CudaBackend::replay_then_window(const std::vector<int64_t>& steps, const int32_t* tokens, int64_t length,
-                                     InferenceState& state, const ForwardOutputs& outputs) const {
+void CudaBackend::replay_then_window(const std::vector<int64_t>& steps, const std::vector<int64_t>& from,
+                                     const int32_t* tokens, int64_t length, InferenceState& state,
+                                     const ForwardOutputs& outputs) const {
   CudaState& s = cuda_state(state);
   check_window(*this, length);
-  if (stage_replay_counts(s, steps, s.window.host_steps) && length > s.window.capacity) {
-    replay_window(state, steps);  // the window then replays nothing (and the buffers may grow)
-    stage_replay_counts(s, std::vector<int64_t>(s.batch(), 0), s.window.host_steps);
+  if (stage_replay_counts(s, steps, from, s.window.host_steps) && length > s.window.capacity) {
+    replay_window_from(state, steps, from);  // the window then replays nothing (and the buffers may grow)
+    stage_replay_counts(s, std::vector<int64_t>(s.batch(), 0), {}, s.window.host_steps);
   }
   impl_->reserve_window(s, length);
   impl_->run_window(tokens, length, s, outputs, true);
@@ -178,11 +189,13 @@ void CudaBackend::replay_window(InferenceState& state, const std::vector<int64_t
   CudaState& s = cuda_state(state);
   CudaState::Window& w = s.window;
   if (w.length == 0) fail("replay: no verify window to replay (forward_window first)");
-  stage_replay_counts(s, steps, w.host_replay_steps);
-  int32_t* host = w.host_replay_steps.get(s.batch() + 1);
+  stage_replay_counts(s, steps, {}, w.host_replay_steps);
+  int32_t* host = w.host_replay_steps.get(CudaState::Window::steps_entries(s.batch()));
   cudaStream_t stream = impl_->stream;
   auto enqueue = [&] {
-    cuda_ok(cudaMemcpyAsync(w.steps, host, (s.batch() + 1) * 4, cudaMemcpyHostToDevice, stream), "copy replay counts");
+    cuda_ok(cudaMemcpyAsync(w.steps, host, CudaState::Window::steps_entries(s.batch()) * 4, cudaMemcpyHostToDevice,
+                            stream),
+            "copy replay counts");
     impl_->enqueue_replay(s);
   };
   if (impl_->options.use_graphs) {

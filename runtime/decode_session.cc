@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <utility>
 
 #include "formats/error.h"
 
@@ -13,7 +15,18 @@ DecodeSession::DecodeSession(const Backend& backend, int64_t batch, VerifyMode m
       window_(mode == VerifyMode::kWindow && backend.runs_window()),
       joint_(mode == VerifyMode::kJoint),
       state_(backend.new_state(batch)),
-      pending_tokens_(batch) {}
+      pending_tokens_(batch) {
+  for (int64_t b = 0; b < batch; ++b) label_.push_back(next_label_++);
+}
+
+void DecodeSession::split_labels(const std::function<int64_t(int64_t)>& key) {
+  std::map<std::pair<int64_t, int64_t>, int64_t> fresh;
+  for (int64_t r = 0; r < batch_; ++r) {
+    const auto it = fresh.emplace(std::make_pair(label_[r], key(r)), next_label_).first;
+    if (it->second == next_label_) ++next_label_;
+    label_[r] = it->second;
+  }
+}
 
 bool DecodeSession::verifies_as_window(int64_t K) const {
   return window_ || (!joint_ && backend_.exact_window(batch_, K));
@@ -31,6 +44,13 @@ void DecodeSession::copy_rows(const std::vector<int64_t>& src, const std::vector
   for (const std::vector<int64_t>* rows : {&src, &dst})
     for (int64_t r : *rows)
       if (r < 0 || r >= batch_) fail("copy_rows: row {} is outside 0..{}", r, batch_ - 1);
+  std::vector<int64_t> copied_labels;
+  for (int64_t r : src) copied_labels.push_back(label_[r]);
+  for (size_t i = 0; i < dst.size(); ++i) label_[dst[i]] = copied_labels[i];
+  copy_state_rows(src, dst);
+}
+
+void DecodeSession::copy_state_rows(const std::vector<int64_t>& src, const std::vector<int64_t>& dst) {
   settle_window();
   state_->copy_rows(*state_, src, dst);
   if (!joint_) return;
@@ -60,7 +80,8 @@ void DecodeSession::settle_window() {
   if (!deferred_) return;
   deferred_ = false;
   if (std::any_of(deferred_counts_.begin(), deferred_counts_.end(), [](int64_t n) { return n > 0; }))
-    backend_.replay_window(*state_, deferred_counts_);
+    backend_.replay_window_from(*state_, deferred_counts_, deferred_from_);
+  deferred_from_.clear();
 }
 
 void DecodeSession::settle() {
@@ -101,6 +122,7 @@ void DecodeSession::prefill(int64_t seq, const int32_t* tokens, int64_t length, 
   pending_k_ = 0;
   settle_window();
   pending_tokens_[seq].clear();
+  label_[seq] = next_label_++;
   if (!prompt_state_) prompt_state_ = backend_.new_state(1);
   prompt_state_->reset();
   ForwardOutputs out = last.forward();
@@ -114,6 +136,7 @@ void DecodeSession::step(const int32_t* tokens, TokenOutputs out) {
   pending_k_ = 0;
   settle();
   backend_.forward(tokens, 1, *state_, out.forward());
+  split_labels([&](int64_t r) { return tokens[r]; });
 }
 
 int64_t DecodeSession::verify(const int32_t* tokens, int64_t K, TokenOutputs out, const VerifyContinues& continues) {
@@ -126,10 +149,11 @@ int64_t DecodeSession::verify(const int32_t* tokens, int64_t K, TokenOutputs out
   if (window_verify_ && backend_.replays_in_window()) {
     // The last window's kept tokens are replayed inside this one's launches; this window's stay
     // kept until the next (all of them, unless accept keeps fewer).
-    backend_.replay_then_window(deferred_ ? deferred_counts_ : std::vector<int64_t>(batch_, 0), tokens, K, *state_,
-                                out.forward());
+    backend_.replay_then_window(deferred_ ? deferred_counts_ : std::vector<int64_t>(batch_, 0),
+                                deferred_ ? deferred_from_ : std::vector<int64_t>{}, tokens, K, *state_, out.forward());
     deferred_ = true;
     deferred_counts_.assign(batch_, K);
+    deferred_from_.clear();
     pending_k_ = K;
     return K;
   }
@@ -190,7 +214,9 @@ int64_t DecodeSession::step_tokens(InferenceState& rows, const int32_t* tokens, 
   return K;
 }
 
-void DecodeSession::accept(const std::vector<int64_t>& counts) {
+void DecodeSession::accept(const std::vector<int64_t>& counts) { accept(counts, {}); }
+
+void DecodeSession::accept(const std::vector<int64_t>& counts, const std::vector<int64_t>& from) {
   if (pending_k_ == 0) fail("accept: no verify to accept (accept follows one verify)");
   if (static_cast<int64_t>(counts.size()) != batch_)
     fail("accept: {} counts for a batch of {}", counts.size(), batch_);
@@ -198,6 +224,35 @@ void DecodeSession::accept(const std::vector<int64_t>& counts) {
     if (counts[b] < 0 || counts[b] > pending_k_)
       fail("accept: sequence {} keeps {} tokens; the count must be in 0..{} (the positions verified)", b, counts[b],
            pending_k_);
+  if (!from.empty() && static_cast<int64_t>(from.size()) != batch_)
+    fail("accept: {} source rows for a batch of {}", from.size(), batch_);
+  std::vector<int64_t> src, dst;
+  bool held_equal = true;  // every row held its source's state before the verify
+  for (int64_t b = 0; b < static_cast<int64_t>(from.size()); ++b) {
+    if (from[b] == b) continue;
+    if (from[b] < 0 || from[b] >= batch_ || from[from[b]] != from[b])
+      fail("accept: row {} takes the tokens of row {}, which is not a row that keeps its own", b, from[b]);
+    src.push_back(from[b]);
+    dst.push_back(b);
+    held_equal = held_equal && same_state(b, from[b]);
+  }
+  const auto source = [&](int64_t r) { return from.empty() ? r : from[r]; };
+  // Row r now holds its source's state before the verify, advanced by the source's kept tokens.
+  const std::vector<int64_t> before(label_);
+  for (int64_t r = 0; r < batch_; ++r) label_[r] = before[source(r)];
+  split_labels([&](int64_t r) { return counts[source(r)] > 0 ? source(r) : -1; });
+  if (!dst.empty() && held_equal && window_verify_ && deferred_) {
+    deferred_counts_.resize(batch_);
+    for (int64_t b = 0; b < batch_; ++b) deferred_counts_[b] = counts[source(b)];
+    deferred_from_ = from;
+    pending_k_ = 0;
+    return;
+  }
+  accept_own(counts);
+  if (!dst.empty()) copy_state_rows(src, dst);
+}
+
+void DecodeSession::accept_own(const std::vector<int64_t>& counts) {
   if (joint_) {
     // All K kept: the verified row's state. Fewer: the settled state stays, the kept tokens pending
     // for the next pass.
@@ -218,6 +273,7 @@ void DecodeSession::accept(const std::vector<int64_t>& counts) {
   }
   if (window_verify_ && deferred_) {  // taken in by the next window, or by settle()
     deferred_counts_ = counts;
+    deferred_from_.clear();
     pending_k_ = 0;
     return;
   }

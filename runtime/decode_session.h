@@ -11,7 +11,7 @@
 //   accept(n) restores the state after token n. Bit for bit what n plain steps give
 //   (tests/runtime and tests/gpu decode_session_test.cc). Where the backend's window of that shape
 //   gives single steps' bits (Backend::exact_window: the CUDA engine's FP model with rows_alone, up
-//   to 8 rows), kExact verifies with that window as kWindow does: the same bits in one call.
+//   to 16 rows), kExact verifies with that window as kWindow does: the same bits in one call.
 // - kWindow on a backend with a verify window (Backend::runs_window: the CUDA engine): the K tokens
 //   as one forward — the projections over K rows a sequence at once, the recurrence token by token
 //   with the state rounded after each as a step stores it — after one snapshot of the state;
@@ -109,6 +109,9 @@ class DecodeSession {
   InferenceState& state();
   // Rows dst[i] become copies of rows src[i] (their pending tokens too, under kJoint).
   void copy_rows(const std::vector<int64_t>& src, const std::vector<int64_t>& dst);
+  // Whether rows a and b hold the same state as far as the session can tell: one was copied from
+  // the other (or both from a third), and since then both were fed the same tokens.
+  bool same_state(int64_t a, int64_t b) const { return label_.at(a) == label_.at(b); }
 
   // Sequence `seq` starts from a zero state and reads `length` prompt tokens (the other
   // sequences are untouched); its last position's logits go to last [vocab] (or its argmax to
@@ -131,12 +134,24 @@ class DecodeSession {
   // After verify: sequence b keeps its first counts[b] tokens (0 … the positions verified), as if
   // only those had been stepped. Each verify is accepted at most once.
   void accept(const std::vector<int64_t>& counts);
+  // accept where row b becomes row from[b] after its first counts[from[b]] tokens (from[b] = b: row
+  // b keeps its own, and a row others take from must keep its own): the draft rows of a sequence
+  // all taking the accepted draft. It equals accept(counts) followed by copy_rows; where every row
+  // held its source's state before the verify (same_state) and the backend replays inside its
+  // windows, no row is copied: the next window replays the source's kept tokens into each row.
+  void accept(const std::vector<int64_t>& counts, const std::vector<int64_t>& from);
 
  private:
   // kJoint: the pending tokens settled into state_, then the K tokens stepped on a copy of it.
   int64_t verify_joint(const int32_t* tokens, int64_t K, TokenOutputs out, const VerifyContinues& continues);
   // kJoint: fails while a verify waits for its accept.
   void require_accepted(const char* what) const;
+  // accept(counts) of each row's own tokens, whichever way the verify ran.
+  void accept_own(const std::vector<int64_t>& counts);
+  // copy_rows without the checks and the labels.
+  void copy_state_rows(const std::vector<int64_t>& src, const std::vector<int64_t>& dst);
+  // Rows keep equal labels only where key(row) is equal too (each a fresh label).
+  void split_labels(const std::function<int64_t(int64_t)>& key);
   // Brings state_ to where the accepted tokens leave it: settle_window(), and under kJoint the
   // pending tokens stepped in (rows without any are not stepped).
   void settle();
@@ -171,6 +186,10 @@ class DecodeSession {
   // until accept says otherwise) the next window takes in or settle() replays.
   bool deferred_ = false;
   std::vector<int64_t> deferred_counts_;
+  std::vector<int64_t> deferred_from_;  // the rows whose kept tokens each row takes (empty: its own)
+  // Rows with equal labels hold the same state (same_state).
+  std::vector<int64_t> label_;
+  int64_t next_label_ = 0;
   std::vector<int32_t> column_;
   std::vector<float> step_logits_;
   std::vector<int32_t> step_argmax_;

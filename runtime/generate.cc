@@ -328,19 +328,14 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
                                             session.verifies_as_window(W) ? DecodeSession::VerifyContinues{} : consider);
     for (std::vector<int64_t> settled; considered < verified && consider(considered, settled); settled.clear()) {
     }
-    std::vector<int64_t> keep(B * M, verified);
-    first_rows.clear();
-    other_rows.clear();
+    std::vector<int64_t> keep(B * M, verified), from(B * M);
+    for (int64_t r = 0; r < B * M; ++r) from[r] = r;
     for (int64_t b = 0; b < B; ++b) {
       const Acceptance& a = acceptance[b];
       if (a.alive.empty()) continue;  // done before this window
       Progress& p = seq[b];
       keep[b * M + a.row] = a.j + 1;  // the window tokens fed: pending + the j accepted drafts
-      for (int64_t m = 0; m < M; ++m)
-        if (m != a.row) {  // the other rows keep what was verified (nothing restored), then take row's state
-          first_rows.push_back(b * M + a.row);
-          other_rows.push_back(b * M + m);
-        }
+      for (int64_t m = 0; m < M; ++m) from[b * M + m] = b * M + a.row;  // every row takes the kept row's
       if (a.drafted > 0) {
         ++p.out.windows;
         p.out.drafted += a.drafted;
@@ -351,8 +346,7 @@ std::vector<GeneratedText> generate(const Backend& backend, const Tokenizer& tok
         if (options.adaptive_draft) adapt_draft(p, a.drafted, a.j, options.max_draft);
       }
     }
-    session.accept(keep);
-    if (!other_rows.empty()) session.copy_rows(first_rows, other_rows);
+    session.accept(keep, from);
     generator.deliver();
     payoff.record_window(W, ms_between(window_start, Clock::now()), tokens_so_far() - tokens_before);
   }

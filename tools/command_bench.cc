@@ -46,6 +46,7 @@ struct BenchFlags {
   double acceptance = 0;                // with verify windows: speculation simulated at this rate
   bool as_generate = false;             // verify windows as greedy generate runs them
   bool replay_apart = false;            // windows replayed apart, after a copy of the state
+  std::vector<int64_t> drafts{1};       // with verify windows: rows a sequence (generate's --drafts)
   std::vector<int64_t> tp = {1};        // tensor-parallel sizes, each timed on its own model build
 };
 
@@ -217,17 +218,19 @@ json run_model_on(const BenchFlags& flags, const DeviceSpec& device, const Devic
                  backend->runs_window() ? "one multi-token call, Activation Replay on partial acceptance"
                                         : "token by token on this backend");
     const bool simulated = flags.acceptance > 0;
-    fmt::print("{:>5} {:>7} {:>9} {:>10} {:>8} {:>16} {:>8}{}\n", "batch", "window", "step ms", "verify ms", "÷ step",
+    fmt::print("{:>5} {:>6} {:>7} {:>9} {:>10} {:>8} {:>16} {:>8}{}\n", "batch", "drafts", "window", "step ms",
+               "verify ms", "÷ step",
                "verify+replay ms", "÷ step",
                simulated ? fmt::format(" {:>13} {:>10} {:>9}", "tokens/window", "window ms", "speed-up") : "");
     for (const VerifyBenchRow& r :
          bench_verify(*backend, flags.batches, flags.verify_windows, flags.gen, flags.seed, flags.acceptance,
-                      flags.as_generate)) {
+                      flags.as_generate, flags.drafts)) {
       const double speedup = simulated ? r.tokens_per_window * r.step_ms / r.window_ms : 0;
-      fmt::print("{:>5} {:>7} {:>9.3f} {:>10.3f} {:>8.2f} {:>16.3f} {:>8.2f}{}\n", r.batch, r.window, r.step_ms,
+      fmt::print("{:>5} {:>6} {:>7} {:>9.3f} {:>10.3f} {:>8.2f} {:>16.3f} {:>8.2f}{}\n", r.batch, r.drafts, r.window,
+                 r.step_ms,
                  r.verify_ms, r.verify_ms / r.step_ms, r.verify_replay_ms, r.verify_replay_ms / r.step_ms,
                  simulated ? fmt::format(" {:>13.2f} {:>10.3f} {:>8.2f}×", r.tokens_per_window, r.window_ms, speedup) : "");
-      json row{{"batch", r.batch}, {"window", r.window}, {"step_ms", r.step_ms}, {"verify_ms", r.verify_ms},
+      json row{{"batch", r.batch}, {"drafts", r.drafts}, {"window", r.window}, {"step_ms", r.step_ms}, {"verify_ms", r.verify_ms},
                {"verify_replay_ms", r.verify_replay_ms}};
       if (simulated) {
         row["acceptance"] = flags.acceptance;
@@ -342,6 +345,8 @@ void run_bench(const BenchFlags& flags) {
     fail("bench: --accept simulates speculation in the verify windows: give --verify too");
   if (flags.replay_apart && flags.verify_windows.empty())
     fail("bench: --replay-apart changes how verify windows replay: give --verify too");
+  if (flags.drafts != std::vector<int64_t>{1} && flags.verify_windows.empty())
+    fail("bench: --drafts sets the rows a sequence of the verify windows: give --verify too");
   if (flags.as_generate && flags.verify_windows.empty())
     fail("bench: --as-generate times the verify windows as generate runs them: give --verify too");
   if (flags.head_to_toe && (flags.recipe.empty() || flags.module != "model"))
@@ -420,8 +425,15 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--as-generate", flags->as_generate,
                 "With --verify: time steps and windows as greedy `generate` runs them: every row computed as it is "
-                "alone (a window of up to 8 rows of the FP model then gives single steps' bits in one call; larger "
+                "alone (a window of up to 16 rows of the FP model then gives single steps' bits in one call; larger "
                 "ones are verified token by token) and only each position's argmax copied back");
+  cmd->add_option("--drafts", flags->drafts,
+                  "With --verify: drafts a sequence, each timed (comma separated; generate's --drafts): a window "
+                  "verifies batch x drafts rows and every row takes the kept row's tokens; the step stays one row "
+                  "a sequence")
+      ->delimiter(',')
+      ->check(whole_number(1, 8))
+      ->capture_default_str();
   cmd->add_flag("--replay-apart", flags->replay_apart,
                 "With --verify on CUDA: copy the state before each window and replay a partial acceptance in "
                 "launches of its own, instead of inside the next window's (what the runtime did before; to compare)");

@@ -4,7 +4,8 @@
 # benchmarks of docs/BENCHMARKS.md. Logs go to $OUT (or /tmp/gpu-out). Steps: tests, kernels,
 # eval, bench, ssd (default: all); also bench8b, stages, profile, and for speculative decoding
 # (docs/GENERATION.md) verify (windows against steps as greedy generate runs them) and generate
-# (the prompt sets, plain against speculative, in alternating order).
+# (the prompt sets, plain against speculative, in alternating order), drafts (windows of 1, 2 and 4
+# drafts a sequence, replayed inside the next window and apart) and generate-drafts (--drafts 2).
 set -uo pipefail
 out=${OUT:-/tmp/gpu-out}
 mkdir -p "$out"
@@ -31,6 +32,19 @@ for step in $steps; do
               timeout 200 "$bin/ssdq" bench $model --device cuda --batch 1,2,4 --prompt 16 --gen 40 --repeats 1 \
                 --verify 2,3,4,5,7,8 --accept 0.73 --as-generate 2>&1 | tee -a "$out/verify.log"
             done ;;
+    drafts) # as generate runs them (rows_alone: exact windows up to 16 rows), fused and apart; then one
+            # multi-token call whatever the rows (cuBLASLt), the FP models and W4A8
+            for run in "--synthetic mamba2-2.7b --as-generate" "--synthetic mamba2-2.7b --as-generate --replay-apart" \
+                       "--synthetic mamba2-8b-like --as-generate" "--synthetic mamba2-2.7b" "--synthetic mamba2-2.7b --replay-apart" \
+                       "--synthetic mamba2-8b-like" "--synthetic mamba2-2.7b --recipe ssdi8 --bits w4a8"; do
+              [ -n "${DRAFT_RUNS:-}" ] && [[ "$run" != *${DRAFT_RUNS}* ]] && continue
+              echo "--- $run" | tee -a "$out/drafts.log"
+              timeout 150 "$bin/ssdq" bench $run --device cuda --batch 1,2,4 --prompt 16 --gen 30 --repeats 1 \
+                --verify 2,4,7 --drafts 1,2,4 --accept 0.73 2>&1 | tee -a "$out/drafts.log"
+            done ;;
+    generate-drafts) ALTERNATE=1 SPECULATE="--speculate ngram --draft 6 --drafts 2" timeout 400 tools/bench_generate.sh \
+                       "$bin/ssdq" /tmp/generate-drafts --model examples/mamba2-tiny --device cuda 2>&1 |
+                       tee "$out/generate-drafts.log" | tail -4 ;;
     generate) ALTERNATE=1 timeout 400 tools/bench_generate.sh "$bin/ssdq" /tmp/generate-runs --model examples/mamba2-tiny \
                 --device cuda 2>&1 | tee "$out/generate.log" | tail -4 ;;
     stages) timeout 120 "$bin/ssd_stage_bench" 2>&1 | tee "$out/ssd-stages.log" | tail -60 ;;

@@ -37,19 +37,26 @@ grep -q "^plan for batch 2 x 8 tokens, CPU specification" <<<"$out"
 grep -q "^plan for batch 2 x 1 token, CPU specification" <<<"$out"
 grep -q "ssd_step (the recurrence)" <<<"$out"
 
-# --verify: a row per (batch, window) in the table and the JSON; on the CPU token by token.
+# --verify: a row per (batch, drafts, window) in the table and the JSON; on the CPU token by token.
 out=$("$ssdq" bench --device cpu --model "$model" --batch 1,2 --prompt 8 --gen 2 --repeats 1 --verify 2,3 --json "$json")
 grep -q "^verify windows (token by token on this backend" <<<"$out"
-[ "$(grep -cE '^ +[12] +[23] +[0-9.]+ +[0-9.]+ ' <<<"$out")" -eq 4 ]
+[ "$(grep -cE '^ +[12] +1 +[23] +[0-9.]+ +[0-9.]+ ' <<<"$out")" -eq 4 ]
 [ "$(grep -c '"verify_replay_ms"' "$json")" -eq 4 ]
 out=$("$ssdq" bench --device cpu --model "$model" --prompt 8 --gen 3 --repeats 1 --verify 4 --accept 1)
-grep -qE '^ +1 +4 .* 4\.00 +[0-9.]+ +[0-9.]+×$' <<<"$out"  # every draft accepted: 4 tokens a window
+grep -qE '^ +1 +1 +4 .* 4\.00 +[0-9.]+ +[0-9.]+×$' <<<"$out"  # every draft accepted: 4 tokens a window
+# --drafts: each count of rows a sequence timed, every row taking the kept row's tokens.
+out=$("$ssdq" bench --device cpu --model "$model" --prompt 8 --gen 2 --repeats 1 --verify 3 --drafts 1,2 --accept 1 \
+  --json "$json")
+grep -qE '^ +1 +2 +3 .* 3\.00 +[0-9.]+ +[0-9.]+×$' <<<"$out"
+[ "$(grep -c '"drafts": 2' "$json")" -eq 1 ]
+if "$ssdq" bench --device cpu --model "$model" --drafts 2 2>"$TEST_TMPDIR/err"; then exit 1; fi
+grep -qF -- "--drafts sets the rows a sequence" "$TEST_TMPDIR/err"
 if "$ssdq" bench --device cpu --model "$model" --accept 0.5 2>"$TEST_TMPDIR/err"; then exit 1; fi
 grep -qF -- "--accept simulates speculation" "$TEST_TMPDIR/err"
 # --as-generate: the windows as greedy generate verifies them (each position's argmax alone).
 out=$("$ssdq" bench --device cpu --model "$model" --prompt 8 --gen 2 --repeats 1 --verify 3 --as-generate)
 grep -q "^verify windows as greedy generate runs them" <<<"$out"
-grep -qE '^ +1 +3 +[0-9.]+ +[0-9.]+ ' <<<"$out"
+grep -qE '^ +1 +1 +3 +[0-9.]+ +[0-9.]+ ' <<<"$out"
 if "$ssdq" bench --device cpu --model "$model" --as-generate 2>"$TEST_TMPDIR/err"; then exit 1; fi
 grep -qF -- "--as-generate times the verify windows" "$TEST_TMPDIR/err"
 if "$ssdq" bench --device cpu --model "$model" --replay-apart 2>"$TEST_TMPDIR/err"; then exit 1; fi

@@ -128,10 +128,11 @@ TEST(CudaDecodeSession, SteppedVerifyIsPlainDecodeInBf16) {
   expect_verify_accept_is_plain_decode(backend, "bf16 " + backend.device_name(), VerifyMode::kExact);
 }
 
-// With CudaBackendOptions::rows_alone (generate's), a decode step at 2, 3 and 4 rows gives each row
+// With CudaBackendOptions::rows_alone (generate's), a decode step at `batches` rows gives each row
 // the logits it gets alone, bit for bit (the GEMVs compute every row in the same order; a GEMM's
 // order would depend on the rows), so several drafts of one prompt keep its text.
-void expect_each_row_alone(const CudaBackend& backend, const std::string& name) {
+void expect_each_row_alone(const CudaBackend& backend, const std::string& name,
+                           const std::vector<int64_t>& batches = {2, 3, 4}) {
   const int64_t V = backend.config().vocab_size;
   const std::vector<int32_t> prompt = random_tokens(30, V, 7);
   const std::vector<int32_t> next = random_tokens(4, V, 8);
@@ -148,7 +149,7 @@ void expect_each_row_alone(const CudaBackend& backend, const std::string& name) 
     return rows;
   };
   const auto alone = step_logits(1);
-  for (int64_t batch : {2, 3, 4}) {
+  for (int64_t batch : batches) {
     const auto together = step_logits(batch);
     for (size_t t = 0; t < next.size(); ++t)
       for (int64_t b = 0; b < batch; ++b)
@@ -160,7 +161,8 @@ void expect_each_row_alone(const CudaBackend& backend, const std::string& name) 
 TEST(CudaDecodeSession, Bf16StepGivesEachRowItsLogitsAlone) {
   CudaBackendOptions rows_alone;
   rows_alone.rows_alone = true;
-  expect_each_row_alone(CudaBackend(*load_model(kTinyModel).weights, rows_alone), "bf16");
+  // 9 and 16 rows: the GEMV with rows 8..15 of its tiles.
+  expect_each_row_alone(CudaBackend(*load_model(kTinyModel).weights, rows_alone), "bf16", {2, 3, 4, 9, 16});
 }
 
 TEST(CudaDecodeSession, ArtifactStepGivesEachRowItsLogitsAloneForEveryRecipeAndBits) {
@@ -214,7 +216,7 @@ TEST(CudaDecodeSession, WindowIsPlainDecodeToRoundingInBf16) {
   expect_verify_accept_is_plain_decode(backend, "bf16 window", VerifyMode::kWindow, kWindowToleranceBf16);
 }
 
-// With rows_alone (generate's engine), a window of up to 8 rows runs every projection, norm and
+// With rows_alone (generate's engine), a window of up to 16 rows runs every projection, norm and
 // the head through a single step's kernels, each row in its own order of sums: kExact then verifies
 // with that window (Backend::exact_window), and it is plain decoding bit for bit — logits of every
 // position, the state after accept (the replay included), the step after.
@@ -224,27 +226,29 @@ TEST(CudaDecodeSession, ExactWindowIsPlainDecodeBitForBitInBf16) {
   const CudaBackend backend(*load_model(kTinyModel).weights, rows_alone);
   ASSERT_TRUE(backend.exact_window(1, 8));
   ASSERT_TRUE(backend.exact_window(2, 4));
-  EXPECT_FALSE(backend.exact_window(3, 4)) << "12 rows: past the GEMV's rows";
+  ASSERT_TRUE(backend.exact_window(2, 8));
+  EXPECT_FALSE(backend.exact_window(3, 6)) << "18 rows: past the GEMV's rows";
   EXPECT_FALSE(CudaBackend(*load_model(kTinyModel).weights, CudaBackendOptions{}).exact_window(1, 4))
       << "without rows_alone the window's rows take cuBLASLt";
   DecodeSession session(backend, 2, VerifyMode::kExact);
-  EXPECT_TRUE(session.verifies_as_window(4));
-  EXPECT_FALSE(session.verifies_as_window(5));
+  EXPECT_TRUE(session.verifies_as_window(8));
+  EXPECT_FALSE(session.verifies_as_window(9));
   expect_verify_accept_is_plain_decode(backend, "bf16 exact window, 2 x 4", VerifyMode::kExact, 0, 4, {1, 4});
   expect_verify_accept_is_plain_decode(backend, "bf16 exact window, 2 x 4", VerifyMode::kExact, 0, 4, {0, 3});
   for (const int64_t kept : {0, 2, 5, 7, 8})
     expect_verify_accept_is_plain_decode(backend, "bf16 exact window, 1 x 8", VerifyMode::kExact, 0, 8, {kept});
+  expect_verify_accept_is_plain_decode(backend, "bf16 exact window, 2 x 8", VerifyMode::kExact, 0, 8, {8, 3});
 }
 
 // Greedy generation's outputs: each position's argmax, reduced on the device, is the argmax of
 // the logits the same calls copy back — through the exact window (1 × 4), the stepped verify
-// (3 × 4), kWindow, and an artifact.
+// (3 × 6), kWindow, and an artifact.
 TEST(CudaDecodeSession, ArgmaxOutputsAreTheArgmaxOfTheLogits) {
   CudaBackendOptions rows_alone;
   rows_alone.rows_alone = true;
   const CudaBackend bf16(*load_model(kTinyModel).weights, rows_alone);
   expect_argmax_outputs_are_the_logits_argmax(bf16, VerifyMode::kExact, "bf16 exact window", 1, 4);
-  expect_argmax_outputs_are_the_logits_argmax(bf16, VerifyMode::kExact, "bf16 stepped", 3, 4);
+  expect_argmax_outputs_are_the_logits_argmax(bf16, VerifyMode::kExact, "bf16 stepped", 3, 6);
   expect_argmax_outputs_are_the_logits_argmax(bf16, VerifyMode::kWindow, "bf16 window", 3, 4);
   const Mamba2Config c = synthetic_config(2);
   const RecipeCase recipe_case = synthetic_recipe_cases().front();
@@ -332,6 +336,7 @@ TEST(CudaDecodeSession, ConsecutiveWindowsArePlainDecode) {
   const CudaBackend exact(*loaded.weights, rows_alone);
   expect_consecutive_windows_are_plain_decode(exact, "bf16 exact windows, 1 x 7", VerifyMode::kExact, 0, 1, 7);
   expect_consecutive_windows_are_plain_decode(exact, "bf16 exact windows, 2 x 4", VerifyMode::kExact, 0, 2, 4);
+  expect_consecutive_windows_are_plain_decode(exact, "bf16 exact windows, 2 x 7", VerifyMode::kExact, 0, 2, 7);
   const CudaBackend bf16(*loaded.weights, CudaBackendOptions{});
   expect_consecutive_windows_are_plain_decode(bf16, "bf16 windows, 3 x 4", VerifyMode::kWindow, kWindowToleranceBf16, 3, 4);
   const Mamba2Config c = synthetic_config(2);
@@ -341,6 +346,73 @@ TEST(CudaDecodeSession, ConsecutiveWindowsArePlainDecode) {
     if (!backend.runs_window()) continue;
     expect_consecutive_windows_are_plain_decode(backend, recipe_case.name + " windows", VerifyMode::kWindow,
                                                 kWindowToleranceArtifact, 2, 4);
+  }
+}
+
+// Draft rows (S sequences × M rows, equal outside a window) whose every row takes the kept row's
+// tokens: accept with sources, replayed into each row inside the next window (no copy), against
+// accept of the kept rows followed by a copy of their state (replayed apart). The same backend runs
+// both, so each window's logits and the states agree bit for bit: a row steps the same kept inputs
+// from the same state either way.
+void expect_draft_rows_take_the_kept_rows_tokens(const Backend& backend, const std::string& name, VerifyMode mode,
+                                                 int64_t S, int64_t M, int64_t K) {
+  const int64_t V = backend.config().vocab_size, R = S * M, rounds = 5;
+  ASSERT_TRUE(backend.replays_in_window()) << name;
+  DecodeSession fused(backend, R, mode), copied(backend, R, mode);
+  for (DecodeSession* session : {&fused, &copied})
+    for (int64_t s = 0; s < S; ++s) {
+      session->prefill(s * M, random_tokens(10 + 3 * s, V, 90 + s).data(), 10 + 3 * s, nullptr);
+      for (int64_t m = 1; m < M; ++m) session->copy_rows({s * M}, {s * M + m});
+    }
+  ASSERT_TRUE(fused.verifies_as_window(K)) << name;
+  std::vector<float> got(R * K * V), expected(R * K * V);
+  for (int64_t round = 0; round < rounds; ++round) {
+    const std::vector<int32_t> drafts = random_tokens(R * K, V, 100 + round);
+    fused.verify(drafts.data(), K, got.data());
+    copied.verify(drafts.data(), K, expected.data());
+    EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * 4), 0) << name << ": round " << round;
+    std::vector<int64_t> counts(R, K), from(R), src, dst;
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t kept = s * M + (round + s) % M;
+      counts[kept] = (round * 2 + s + 1) % (K + 1);
+      for (int64_t m = 0; m < M; ++m) {
+        from[s * M + m] = kept;
+        if (s * M + m != kept) {
+          src.push_back(kept);
+          dst.push_back(s * M + m);
+        }
+      }
+    }
+    fused.accept(counts, from);
+    copied.accept(counts);
+    copied.copy_rows(src, dst);
+  }
+  std::vector<float> after(R * V), reference(R * V);
+  const std::vector<int32_t> next = random_tokens(S, V, 120);
+  std::vector<int32_t> column(R);
+  for (int64_t r = 0; r < R; ++r) column[r] = next[r / M];
+  fused.step(column.data(), after.data());
+  copied.step(column.data(), reference.data());
+  EXPECT_EQ(std::memcmp(after.data(), reference.data(), after.size() * 4), 0) << name << ": the step after";
+  for (int64_t r = 0; r < R; ++r)
+    EXPECT_EQ(row_bytes(fused.state(), r), row_bytes(copied.state(), r)) << name << ": state of row " << r;
+}
+
+TEST(CudaDecodeSession, DraftRowsTakeTheKeptRowsTokensInsideTheNextWindow) {
+  CudaBackendOptions rows_alone;
+  rows_alone.rows_alone = true;
+  const auto loaded = load_model(kTinyModel);
+  const CudaBackend exact(*loaded.weights, rows_alone);
+  expect_draft_rows_take_the_kept_rows_tokens(exact, "bf16 exact windows, 1 x 2 rows x 7", VerifyMode::kExact, 1, 2, 7);
+  const CudaBackend bf16(*loaded.weights, CudaBackendOptions{});
+  expect_draft_rows_take_the_kept_rows_tokens(bf16, "bf16 windows, 2 x 3 rows x 4", VerifyMode::kWindow, 2, 3, 4);
+  const Mamba2Config c = synthetic_config(2);
+  for (const RecipeCase& recipe_case : synthetic_recipe_cases()) {
+    const CudaBackend backend(
+        std::make_shared<const QuantizedModel>(synthetic_quantized_model(c, recipe_case.options, 5)), CudaBackendOptions{});
+    if (!backend.runs_window()) continue;
+    expect_draft_rows_take_the_kept_rows_tokens(backend, recipe_case.name + " windows, 2 x 2 rows x 3",
+                                                VerifyMode::kWindow, 2, 2, 3);
   }
 }
 

@@ -105,9 +105,9 @@ class ReplayInWindowBackend : public Backend {
   void forward_window(const int32_t*, int64_t, InferenceState&, const ForwardOutputs&) const override {
     ADD_FAILURE() << "the session replays apart from its windows although the backend replays inside them";
   }
-  void replay_then_window(const std::vector<int64_t>& steps, const int32_t* tokens, int64_t length,
-                          InferenceState& state, const ForwardOutputs& outputs) const override {
-    step_kept(state, steps);
+  void replay_then_window(const std::vector<int64_t>& steps, const std::vector<int64_t>& from, const int32_t* tokens,
+                          int64_t length, InferenceState& state, const ForwardOutputs& outputs) const override {
+    step_kept(state, steps, from);
     ++windows;
     const int64_t B = state.batch(), V = config().vocab_size;
     auto rows = inner_.new_state(B);
@@ -130,20 +130,23 @@ class ReplayInWindowBackend : public Backend {
   }
   void replay_window(InferenceState& state, const std::vector<int64_t>& steps) const override {
     if (kept_length_ == 0) ADD_FAILURE() << "replay_window without a window";
-    step_kept(state, steps);
+    step_kept(state, steps, {});
     ++apart;
   }
-  mutable int64_t windows = 0, apart = 0;
+  mutable int64_t windows = 0, apart = 0, taken_from_another = 0;
 
  private:
-  // Sequence b steps its first steps[b] kept tokens, alone (rows are independent on the CPU).
-  void step_kept(InferenceState& state, const std::vector<int64_t>& steps) const {
+  // Sequence b steps the first steps[b] kept tokens of sequence from[b] (its own where from is
+  // empty) from its own state, alone (rows are independent on the CPU), as the CUDA kernels do.
+  void step_kept(InferenceState& state, const std::vector<int64_t>& steps, const std::vector<int64_t>& from) const {
     auto one = inner_.new_state(1);
     for (int64_t b = 0; b < static_cast<int64_t>(steps.size()); ++b) {
       if (steps[b] > kept_length_) ADD_FAILURE() << "sequence " << b << " replays " << steps[b] << " of " << kept_length_;
       if (steps[b] <= 0) continue;
+      const int64_t source = from.empty() ? b : from[b];
+      if (source != b) ++taken_from_another;
       one->copy_rows(state, {b}, {0});
-      for (int64_t j = 0; j < steps[b]; ++j) inner_.forward(&kept_[b * kept_length_ + j], 1, *one, {});
+      for (int64_t j = 0; j < steps[b]; ++j) inner_.forward(&kept_[source * kept_length_ + j], 1, *one, {});
       state.copy_rows(*one, {0}, {b});
     }
     kept_length_ = 0;
@@ -215,6 +218,100 @@ TEST(DecodeSession, WindowsThatReplayInsideTheNextArePlainDecode) {
   EXPECT_EQ(backend.windows, 6);
   // Apart only where something else came first: the step, the copy, the prefill, the read, the end.
   EXPECT_EQ(backend.apart, 5);
+}
+
+// Draft rows (two sequences × three rows, equal outside a window) accepted with `from`: every row
+// takes its sequence's kept row. On the replay-in-window backend no row is copied (each row replays
+// the kept row's tokens inside the next window); on the CPU specification accept + copy. Both end
+// bit for bit where one row per sequence stepping the kept tokens does.
+TEST(DecodeSession, DraftRowsTakeTheKeptRowsTokensWithoutACopy) {
+  const CpuBackend cpu(random_weights(synthetic_config(2), 3));
+  const ReplayInWindowBackend fused(cpu);
+  const int64_t V = cpu.config().vocab_size, S = 2, M = 3, K = 4;
+  for (const Backend* backend : {static_cast<const Backend*>(&fused), static_cast<const Backend*>(&cpu)}) {
+    SCOPED_TRACE(backend->name());
+    DecodeSession rows(*backend, S * M, VerifyMode::kExact), plain(cpu, S);
+    for (int64_t s = 0; s < S; ++s) {
+      const std::vector<int32_t> prompt = random_tokens(6 + s, V, 90 + s);
+      rows.prefill(s * M, prompt.data(), 6 + s, nullptr);
+      plain.prefill(s, prompt.data(), 6 + s, nullptr);
+      rows.copy_rows({s * M, s * M}, {s * M + 1, s * M + 2});
+    }
+    EXPECT_TRUE(rows.same_state(0, 2));
+    EXPECT_FALSE(rows.same_state(0, 3));
+    std::vector<float> verified(S * M * K * V), expected(V);
+    for (int64_t round = 0; round < 5; ++round) {
+      const std::vector<int32_t> drafts = random_tokens(S * M * K, V, 100 + round);
+      rows.verify(drafts.data(), K, verified.data());
+      std::vector<int64_t> counts(S * M, K), from(S * M);
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t kept = s * M + (round + s) % M;  // the kept row changes from round to round
+        counts[kept] = (round + 2 * s) % (K + 1);
+        for (int64_t m = 0; m < M; ++m) from[s * M + m] = kept;
+        DecodeSession one(cpu, 1);
+        one.state().copy_rows(plain.state(), {s}, {0});
+        for (int64_t k = 0; k < counts[kept]; ++k) {
+          one.step(&drafts[kept * K + k], expected.data());
+          EXPECT_TRUE(same_bits(expected.data(), &verified[(kept * K + k) * V], V)) << round << " " << s << " " << k;
+        }
+        plain.state().copy_rows(one.state(), {0}, {s});
+      }
+      rows.accept(counts, from);
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t m = 1; m < M; ++m) EXPECT_TRUE(rows.same_state(s * M, s * M + m)) << round;
+    }
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t m = 0; m < M; ++m)
+        EXPECT_EQ(row_bytes(rows.state(), s * M + m), row_bytes(plain.state(), s)) << s << " " << m;
+  }
+  EXPECT_GT(fused.taken_from_another, 0);
+  EXPECT_EQ(fused.apart, 1);  // the read of the state at the end
+}
+
+// A row that does not hold its source's state (another prompt) is copied, not replayed into.
+TEST(DecodeSession, RowsOfAnotherStateAreCopiedNotReplayedInto) {
+  const CpuBackend cpu(random_weights(synthetic_config(2), 3));
+  const ReplayInWindowBackend fused(cpu);
+  const int64_t V = cpu.config().vocab_size, K = 3;
+  const std::vector<int32_t> first = random_tokens(6, V, 110), second = random_tokens(9, V, 111);
+  DecodeSession rows(fused, 2, VerifyMode::kExact), plain(cpu, 1);
+  rows.prefill(0, first.data(), 6, nullptr);
+  rows.prefill(1, second.data(), 9, nullptr);
+  plain.prefill(0, first.data(), 6, nullptr);
+  EXPECT_FALSE(rows.same_state(0, 1));
+  const std::vector<int32_t> drafts = random_tokens(2 * K, V, 112);
+  std::vector<float> verified(2 * K * V);
+  rows.verify(drafts.data(), K, verified.data());
+  rows.accept({2, 1}, {0, 0});
+  EXPECT_TRUE(rows.same_state(0, 1));
+  plain.verify(drafts.data(), K, verified.data());
+  plain.accept({2});
+  EXPECT_EQ(fused.apart, 1);  // replayed apart before the copy
+  EXPECT_EQ(fused.taken_from_another, 0);
+  EXPECT_EQ(row_bytes(rows.state(), 0), row_bytes(plain.state(), 0));
+  EXPECT_EQ(row_bytes(rows.state(), 1), row_bytes(plain.state(), 0));
+}
+
+// accept's source rows are checked: in range, and a source keeps its own tokens.
+TEST(DecodeSession, RefusesSourceRowsThatDoNotKeepTheirOwn) {
+  const CpuBackend cpu(random_weights(synthetic_config(2), 3));
+  const int64_t V = cpu.config().vocab_size;
+  DecodeSession rows(cpu, 3);
+  const std::vector<int32_t> prompt = random_tokens(5, V, 120), drafts = random_tokens(6, V, 121);
+  for (int64_t b = 0; b < 3; ++b) rows.prefill(b, prompt.data(), 5, nullptr);
+  rows.verify(drafts.data(), 2, nullptr);
+  const auto refused = [&](const std::vector<int64_t>& from, const std::string& says) {
+    try {
+      rows.accept({1, 1, 1}, from);
+      ADD_FAILURE() << "accepted source rows " << from.size();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused({1, 2, 2, 2}, "4 source rows for a batch of 3");
+  refused({0, 3, 2}, "row 1 takes the tokens of row 3, which is not a row that keeps its own");
+  refused({1, 2, 2}, "row 0 takes the tokens of row 1, which is not a row that keeps its own");
+  rows.accept({1, 2, 0}, {0, 0, 2});
 }
 
 TEST(DecodeSession, VerifyAcceptIsPlainDecodeForTheFloatModel) {
