@@ -109,7 +109,8 @@ void run_generate(const GenerateFlags& flags) {
   } else if (flags.spec_method != "replay") {
     fail("--spec-method {} is for --speculate ngram or model", flags.spec_method);
   }
-  // Each prompt's text independent of its batch and of --drafts' rows, up to 4 rows on CUDA.
+  // Each prompt's text independent of its batch and of --drafts' rows, up to 16 rows on CUDA (the FP
+  // model; an artifact's up to 4).
   ModelSourceFlags source_flags = flags.source;
   source_flags.preferences.rows_alone = true;
   const ModelSource source = load_model_source("generate", source_flags);
