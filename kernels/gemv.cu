@@ -217,7 +217,6 @@ cudaError_t launch_tiles(const GemvArgs& a, bool rows_in_global, cudaStream_t st
                        rows_in_global, stride);
 }
 
-
 // Tiles a warp computes at once: two share each input load (measured faster than one or four on
 // 2.7b's and 8B-like's in_proj and 8B-like's out_proj, docs/kernels/gemm.md), unless the grid of
 // one-tile blocks spreads over the SMs much more evenly (each SM's share rounded up is what the

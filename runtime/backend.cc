@@ -108,21 +108,27 @@ void Backend::replay_window(InferenceState&, const std::vector<int64_t>&) const 
   fail("internal: the {} backend has no verify window (runs_window() is false)", name());
 }
 
+TakenRows taken_rows(const std::vector<int64_t>& from, int64_t batch, const char* what) {
+  TakenRows taken;
+  if (from.empty()) return taken;
+  if (static_cast<int64_t>(from.size()) != batch) fail("{}: {} source rows for a batch of {}", what, from.size(), batch);
+  for (int64_t b = 0; b < batch; ++b) {
+    if (from[b] == b) continue;
+    if (from[b] < 0 || from[b] >= batch || from[from[b]] != from[b])
+      fail("{}: row {} takes the tokens of row {}, which is not a row that keeps its own", what, b, from[b]);
+    taken.src.push_back(from[b]);
+    taken.dst.push_back(b);
+  }
+  return taken;
+}
+
 void Backend::replay_window_from(InferenceState& state, const std::vector<int64_t>& steps,
                                  const std::vector<int64_t>& from) const {
-  if (!from.empty() && from.size() != steps.size())
-    fail("replay: {} source rows for {} counts", from.size(), steps.size());
-  std::vector<int64_t> own(steps), src, dst;
-  for (size_t b = 0; b < from.size(); ++b) {
-    if (from[b] == static_cast<int64_t>(b)) continue;
-    if (from[b] < 0 || from[b] >= static_cast<int64_t>(from.size()) || from[from[b]] != from[b])
-      fail("replay: row {} takes the tokens of row {}, which is not a row that keeps its own", b, from[b]);
-    own[b] = 0;
-    src.push_back(from[b]);
-    dst.push_back(static_cast<int64_t>(b));
-  }
+  const TakenRows taken = taken_rows(from, static_cast<int64_t>(steps.size()), "replay");
+  std::vector<int64_t> own(steps);
+  for (int64_t b : taken.dst) own[b] = 0;
   if (std::any_of(own.begin(), own.end(), [](int64_t n) { return n > 0; })) replay_window(state, own);
-  if (!dst.empty()) state.copy_rows(state, src, dst);
+  if (!taken.dst.empty()) state.copy_rows(state, taken.src, taken.dst);
 }
 
 void Backend::replay_then_window(const std::vector<int64_t>&, const std::vector<int64_t>&, const int32_t*, int64_t,

@@ -76,6 +76,14 @@ struct ForwardOutputs {
 void check_forward_ids(const int32_t* tokens, int64_t batch, int64_t length, int64_t vocab,
                        const ForwardOutputs& outputs);
 
+// The rows that take another row's tokens (Backend::replay_window_from, DecodeSession::accept):
+// dst[i] takes those of src[i], for every b with from[b] ≠ b. Each source must keep its own
+// (from[src] = src) and lie inside the batch; `what` names the caller in the error.
+struct TakenRows {
+  std::vector<int64_t> src, dst;
+};
+TakenRows taken_rows(const std::vector<int64_t>& from, int64_t batch, const char* what);
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -164,6 +164,7 @@ class CudaState : public DeviceState {
     // (replay_rows: its own, or the accepted draft of its sequence).
     int32_t* steps = nullptr;
     static int64_t steps_entries(int64_t batch) { return 2 * batch + 1; }
+    int32_t* replay_rows(int64_t batch) const { return steps + batch + 1; }
     // Their pinned sources: a window's (copied inside its graph, which the forward waits for) and a
     // replay's apart (not waited for: a window between two replays is).
     PinnedBuffer<int32_t> host_steps, host_replay_steps;

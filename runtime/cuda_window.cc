@@ -88,7 +88,7 @@ void CudaBackend::Impl::add_window_replay(kernels::CausalConv1dArgs& conv, const
   WorkRedirect redirect(work);
   redirect.to(state.window_zxbcdt(l, w.set), state.window_conv_out(l, w.set));
   conv.replay_steps = w.steps;
-  conv.replay_rows = w.steps + state.batch() + 1;
+  conv.replay_rows = w.replay_rows(state.batch());
   conv.replay_in = conv_args(layers[l], state.batch(), std::max<int64_t>(w.length, 1), state.conv(l), false).in;
   conv.store_final = false;
 }
@@ -99,7 +99,7 @@ void CudaBackend::Impl::add_window_replay(kernels::SsdStateUpdateArgs& step, con
   redirect.to(state.window_zxbcdt(l, w.set), state.window_conv_out(l, w.set));
   const kernels::SsdStateUpdateArgs kept = state_update_args(layers[l], state.batch(), std::max<int64_t>(w.length, 1), state.ssm(l), true);
   step.replay_steps = w.steps;
-  step.replay_rows = w.steps + state.batch() + 1;
+  step.replay_rows = w.replay_rows(state.batch());
   step.replay_x = kept.x;
   step.replay_B = kept.B;
   step.replay_dt = kept.dt;

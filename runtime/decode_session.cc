@@ -20,12 +20,14 @@ DecodeSession::DecodeSession(const Backend& backend, int64_t batch, VerifyMode m
 }
 
 void DecodeSession::split_labels(const std::function<int64_t(int64_t)>& key) {
+  if (!labels_shared_) return;  // every row its own label: nothing to split (plain decoding's steps)
   std::map<std::pair<int64_t, int64_t>, int64_t> fresh;
   for (int64_t r = 0; r < batch_; ++r) {
     const auto it = fresh.emplace(std::make_pair(label_[r], key(r)), next_label_).first;
     if (it->second == next_label_) ++next_label_;
     label_[r] = it->second;
   }
+  labels_shared_ = static_cast<int64_t>(fresh.size()) < batch_;
 }
 
 bool DecodeSession::verifies_as_window(int64_t K) const {
@@ -47,6 +49,7 @@ void DecodeSession::copy_rows(const std::vector<int64_t>& src, const std::vector
   std::vector<int64_t> copied_labels;
   for (int64_t r : src) copied_labels.push_back(label_[r]);
   for (size_t i = 0; i < dst.size(); ++i) label_[dst[i]] = copied_labels[i];
+  labels_shared_ = labels_shared_ || !dst.empty();
   copy_state_rows(src, dst);
 }
 
@@ -224,24 +227,17 @@ void DecodeSession::accept(const std::vector<int64_t>& counts, const std::vector
     if (counts[b] < 0 || counts[b] > pending_k_)
       fail("accept: sequence {} keeps {} tokens; the count must be in 0..{} (the positions verified)", b, counts[b],
            pending_k_);
-  if (!from.empty() && static_cast<int64_t>(from.size()) != batch_)
-    fail("accept: {} source rows for a batch of {}", from.size(), batch_);
-  std::vector<int64_t> src, dst;
-  bool held_equal = true;  // every row held its source's state before the verify
-  for (int64_t b = 0; b < static_cast<int64_t>(from.size()); ++b) {
-    if (from[b] == b) continue;
-    if (from[b] < 0 || from[b] >= batch_ || from[from[b]] != from[b])
-      fail("accept: row {} takes the tokens of row {}, which is not a row that keeps its own", b, from[b]);
-    src.push_back(from[b]);
-    dst.push_back(b);
-    held_equal = held_equal && same_state(b, from[b]);
-  }
+  const TakenRows taken = taken_rows(from, batch_, "accept");
+  // Whether every row held its source's state before the verify.
+  bool held_equal = true;
+  for (size_t i = 0; i < taken.dst.size(); ++i) held_equal = held_equal && same_state(taken.dst[i], taken.src[i]);
   const auto source = [&](int64_t r) { return from.empty() ? r : from[r]; };
   // Row r now holds its source's state before the verify, advanced by the source's kept tokens.
   const std::vector<int64_t> before(label_);
   for (int64_t r = 0; r < batch_; ++r) label_[r] = before[source(r)];
+  labels_shared_ = labels_shared_ || !taken.dst.empty();
   split_labels([&](int64_t r) { return counts[source(r)] > 0 ? source(r) : -1; });
-  if (!dst.empty() && held_equal && window_verify_ && deferred_) {
+  if (!taken.dst.empty() && held_equal && window_verify_ && deferred_) {
     deferred_counts_.resize(batch_);
     for (int64_t b = 0; b < batch_; ++b) deferred_counts_[b] = counts[source(b)];
     deferred_from_ = from;
@@ -249,7 +245,7 @@ void DecodeSession::accept(const std::vector<int64_t>& counts, const std::vector
     return;
   }
   accept_own(counts);
-  if (!dst.empty()) copy_state_rows(src, dst);
+  if (!taken.dst.empty()) copy_state_rows(taken.src, taken.dst);
 }
 
 void DecodeSession::accept_own(const std::vector<int64_t>& counts) {

@@ -187,9 +187,11 @@ class DecodeSession {
   bool deferred_ = false;
   std::vector<int64_t> deferred_counts_;
   std::vector<int64_t> deferred_from_;  // the rows whose kept tokens each row takes (empty: its own)
-  // Rows with equal labels hold the same state (same_state).
+  // Rows with equal labels hold the same state (same_state); labels_shared_: some two rows share
+  // one (only a row copy or an accept with sources makes them so).
   std::vector<int64_t> label_;
   int64_t next_label_ = 0;
+  bool labels_shared_ = false;
   std::vector<int32_t> column_;
   std::vector<float> step_logits_;
   std::vector<int32_t> step_argmax_;

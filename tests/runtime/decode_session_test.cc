@@ -292,6 +292,34 @@ TEST(DecodeSession, RowsOfAnotherStateAreCopiedNotReplayedInto) {
   EXPECT_EQ(row_bytes(rows.state(), 1), row_bytes(plain.state(), 0));
 }
 
+// Rows copied from one another hold one state until a step feeds them different tokens; after
+// that a row taking another's tokens is copied, not replayed into.
+TEST(DecodeSession, RowsFedDifferentTokensNoLongerHoldOneState) {
+  const CpuBackend cpu(random_weights(synthetic_config(2), 3));
+  const ReplayInWindowBackend fused(cpu);
+  const int64_t V = cpu.config().vocab_size, K = 3;
+  const std::vector<int32_t> prompt = random_tokens(6, V, 130), drafts = random_tokens(2 * K, V, 131);
+  DecodeSession rows(fused, 2, VerifyMode::kExact), plain(cpu, 1);
+  rows.prefill(0, prompt.data(), 6, nullptr);
+  rows.copy_rows({0}, {1});
+  plain.prefill(0, prompt.data(), 6, nullptr);
+  EXPECT_TRUE(rows.same_state(0, 1));
+  const std::vector<int32_t> same{5, 5}, different{5, 9};
+  rows.step(same.data(), nullptr);
+  EXPECT_TRUE(rows.same_state(0, 1)) << "the same token keeps one state";
+  rows.step(different.data(), nullptr);
+  EXPECT_FALSE(rows.same_state(0, 1));
+  plain.step(&same[0], nullptr);
+  plain.step(&different[0], nullptr);
+  std::vector<float> verified(2 * K * V);
+  rows.verify(drafts.data(), K, verified.data());
+  rows.accept({2, 3}, {0, 0});
+  plain.verify(drafts.data(), K, verified.data());
+  plain.accept({2});
+  EXPECT_EQ(fused.taken_from_another, 0);
+  EXPECT_EQ(row_bytes(rows.state(), 1), row_bytes(plain.state(), 0));
+}
+
 // accept's source rows are checked: in range, and a source keeps its own tokens.
 TEST(DecodeSession, RefusesSourceRowsThatDoNotKeepTheirOwn) {
   const CpuBackend cpu(random_weights(synthetic_config(2), 3));
